@@ -1,0 +1,210 @@
+"""Intraprocess benchmark: latency, throughput, service round trip, baseline and idle CPU.
+
+    python bench/intraprocess.py [--messages 20000] [--json FILE]
+
+(a) publish -> get_message latency, the subscriber blocked in wait_for_message, one message
+    in flight at a time (the subscriber acknowledges on a separate queue; the ack is not
+    timed). The path crosses three threads: publisher, polling thread, subscriber.
+(b) burst throughput: every message published as fast as possible; time until the
+    subscriber has taken the last one.
+(c) service call round trip: ServiceClient.call against a callback ServiceServer.
+(d) baseline, same run: an object handed between three threads through two queue.Queue,
+    one in flight; the floor for a three-thread hand-off in CPython.
+Idle CPU: CPU time of this process while blocked 2 s in WaitSet.wait, as % of one core.
+
+Targets (issue #2): latency p50 <= 3x baseline p50, p99 <= 1 ms, throughput >= 20,000
+msgs/s, idle CPU <= 1 %. This is a benchmark, not a test: it prints and writes JSON and
+exits 0 whatever the figures are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import queue
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import emailmw
+
+
+def percentile(samples: list[float], q: float) -> float:
+    return statistics.quantiles(samples, n=1000, method="inclusive")[int(q * 10) - 1]
+
+
+def bench_latency(ctx: emailmw.Context, n: int, payload: str) -> list[float]:
+    sub = emailmw.Subscription("bench/latency", context=ctx)
+    pub = emailmw.Publisher("bench/latency", context=ctx)
+    acks: queue.SimpleQueue[float] = queue.SimpleQueue()
+    sent_at = [0]
+
+    def subscriber() -> None:
+        for _ in range(n):
+            if emailmw.wait_for_message(sub, 10.0) is None:
+                raise RuntimeError("message lost")
+            acks.put(time.perf_counter_ns() - sent_at[0])
+
+    thread = threading.Thread(target=subscriber, name="bench-subscriber")
+    thread.start()
+    samples = []
+    for _ in range(n):
+        sent_at[0] = time.perf_counter_ns()
+        pub.publish(payload)
+        samples.append(acks.get(timeout=10.0) / 1000)
+    thread.join()
+    sub.close()
+    pub.close()
+    return samples
+
+
+def bench_throughput(ctx: emailmw.Context, n: int, payload: str) -> float:
+    sub = emailmw.Subscription("bench/burst", context=ctx)
+    pub = emailmw.Publisher("bench/burst", context=ctx)
+    done = threading.Event()
+
+    def subscriber() -> None:
+        for _ in range(n):
+            if emailmw.wait_for_message(sub, 30.0) is None:
+                raise RuntimeError("message lost")
+        done.set()
+
+    thread = threading.Thread(target=subscriber, name="bench-subscriber")
+    thread.start()
+    start = time.perf_counter()
+    for _ in range(n):
+        pub.publish(payload)
+    done.wait(60)
+    elapsed = time.perf_counter() - start
+    thread.join()
+    return n / elapsed
+
+
+def bench_service(ctx: emailmw.Context, n: int, payload: str) -> list[float]:
+    emailmw.ServiceServer("bench/echo", lambda request: request, context=ctx)
+    client = emailmw.ServiceClient("bench/echo", context=ctx)
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        client.call(payload, timeout=10.0)
+        samples.append((time.perf_counter_ns() - t0) / 1000)
+    return samples
+
+
+def bench_baseline(n: int, payload: str) -> list[float]:
+    q1: queue.Queue[tuple[int, str]] = queue.Queue()
+    q2: queue.Queue[tuple[int, str]] = queue.Queue()
+    acks: queue.SimpleQueue[float] = queue.SimpleQueue()
+
+    def relay() -> None:
+        for _ in range(n):
+            q2.put(q1.get())
+
+    def sink() -> None:
+        for _ in range(n):
+            sent, _ = q2.get()
+            acks.put(time.perf_counter_ns() - sent)
+
+    threads = [threading.Thread(target=relay), threading.Thread(target=sink)]
+    for t in threads:
+        t.start()
+    samples = []
+    for _ in range(n):
+        q1.put((time.perf_counter_ns(), payload))
+        samples.append(acks.get(timeout=10.0) / 1000)
+    for t in threads:
+        t.join()
+    return samples
+
+
+def bench_idle_cpu(ctx: emailmw.Context, seconds: float = 2.0) -> float:
+    sub = emailmw.Subscription("bench/idle", context=ctx)
+    server = emailmw.ServiceServer("bench/idle", context=ctx)
+    wait_set = emailmw.WaitSet([sub], servers=[server], guard_conditions=[emailmw.GuardCondition()])
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    wait_set.wait(seconds)
+    return 100 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--service-calls", type=int, default=5_000)
+    parser.add_argument("--json", type=Path, help="write the figures to this file")
+    args = parser.parse_args()
+    payload = "x" * 100
+
+    with emailmw.Context({"intraprocess": True}) as ctx:
+        # warm-up: first calls pay for imports and allocations
+        bench_latency(ctx, 500, payload)
+        bench_baseline(500, payload)
+        baseline = bench_baseline(args.messages, payload)
+        latency = bench_latency(ctx, args.messages, payload)
+        throughput = bench_throughput(ctx, args.messages, payload)
+        service = bench_service(ctx, args.service_calls, payload)
+        idle = bench_idle_cpu(ctx)
+
+    results = {
+        "messages": args.messages,
+        "payload_bytes": len(payload),
+        "latency_p50_us": round(statistics.median(latency), 1),
+        "latency_p99_us": round(percentile(latency, 99), 1),
+        "throughput_msgs_per_s": round(throughput),
+        "service_rtt_p50_us": round(statistics.median(service), 1),
+        "baseline_latency_p50_us": round(statistics.median(baseline), 1),
+        "baseline_latency_p99_us": round(percentile(baseline, 99), 1),
+        "idle_cpu_percent": round(idle, 3),
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {threading.active_count()} threads at exit",
+    }
+    ratio = results["latency_p50_us"] / results["baseline_latency_p50_us"]
+    rows = [
+        (
+            "latency p50",
+            f"{results['latency_p50_us']} us",
+            f"<= 3x baseline ({ratio:.2f}x)",
+            ratio <= 3,
+        ),
+        (
+            "latency p99",
+            f"{results['latency_p99_us']} us",
+            "<= 1000 us",
+            results["latency_p99_us"] <= 1000,
+        ),
+        (
+            "throughput",
+            f"{results['throughput_msgs_per_s']} msgs/s",
+            ">= 20000",
+            results["throughput_msgs_per_s"] >= 20_000,
+        ),
+        ("service round trip p50", f"{results['service_rtt_p50_us']} us", "-", True),
+        (
+            "baseline p50 (3 threads, 2 queues)",
+            f"{results['baseline_latency_p50_us']} us",
+            "-",
+            True,
+        ),
+        ("baseline p99", f"{results['baseline_latency_p99_us']} us", "-", True),
+        (
+            "idle CPU while waiting",
+            f"{results['idle_cpu_percent']} %",
+            "<= 1 %",
+            results["idle_cpu_percent"] <= 1,
+        ),
+    ]
+    print(f"emailmw intraprocess benchmark: {args.messages} messages of {len(payload)} bytes")
+    print(f"{'figure':<36}{'value':>18}  {'target':<26}ok")
+    for name, value, target, ok in rows:
+        print(f"{name:<36}{value:>18}  {target:<26}{'yes' if ok else 'NO'}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""Configuration: rmw_email's YAML format plus emailmw's own keys, validated into :class:`Options`.
+
+Where the configuration comes from, first match wins:
+
+1. the ``config`` argument: an :class:`Options`, a mapping, or a path to a YAML file;
+2. the file named by ``EMAILMW_CONFIG_FILE`` (or rmw_email's ``EMAIL_CONFIG_FILE``);
+3. ``./email.yml``, then ``~/email.yml``;
+4. nothing found: the intraprocess transport (the embedded default), logged at INFO.
+
+Every error is a :class:`~emailmw.ConfigError` naming the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import email_validator
+import yaml
+
+from ._exceptions import ConfigError
+from ._log import get_logger, register_secret
+from ._protocol import Recipients
+from ._wire import DEFAULT_MAX_MESSAGE_SIZE
+
+__all__ = ["Endpoint", "Options", "UserInfo", "find_config_file", "load_options"]
+
+_log = get_logger("config")
+
+TRANSPORTS: Final = ("native", "curl", "intraprocess")
+DEFAULT_POLLING_PERIOD_NS: Final = 100_000_000
+INTRAPROCESS_ADDRESS: Final = "emailmw@intraprocess.invalid"
+_DEFAULT_PORTS: Final = {"smtp": 587, "smtps": 465, "imap": 143, "imaps": 993}
+_TOP_KEYS: Final = frozenset(
+    {
+        "user",
+        "recipients",
+        "polling-period",
+        "intraprocess",
+        "transport",
+        "from",
+        "max-message-size",
+    }
+)
+_USER_KEYS: Final = frozenset({"url-smtp", "url-imap", "username", "password"})
+_RECIPIENT_KEYS: Final = frozenset({"to", "cc", "bcc"})
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A mail server endpoint: ``scheme`` is smtp, smtps, imap or imaps."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    """The mail account. ``password`` never appears in ``repr()`` or logs."""
+
+    smtp: Endpoint
+    imap: Endpoint
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Validated configuration of a :class:`~emailmw.Context`. Immutable."""
+
+    transport: str = "intraprocess"
+    user: UserInfo | None = None
+    recipients: Recipients = field(
+        default_factory=lambda: Recipients(INTRAPROCESS_ADDRESS, (INTRAPROCESS_ADDRESS,))
+    )
+    polling_period_ns: int = DEFAULT_POLLING_PERIOD_NS
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    source: str = "<defaults>"
+
+    @property
+    def intraprocess(self) -> bool:
+        return self.transport == "intraprocess"
+
+
+def find_config_file() -> Path | None:
+    """The configuration file that applies, or None. Raises if an env var names a missing file."""
+    for var in ("EMAILMW_CONFIG_FILE", "EMAIL_CONFIG_FILE"):
+        value = os.environ.get(var)
+        if value:
+            path = Path(value).expanduser()
+            if not path.is_file():
+                raise ConfigError(f"{var} names a file that does not exist", source=str(path))
+            return path
+    for candidate in (Path.cwd() / "email.yml", Path.home() / "email.yml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_options(config: Options | Mapping[str, Any] | str | os.PathLike[str] | None) -> Options:
+    """Turn any accepted form of configuration into validated :class:`Options`."""
+    if isinstance(config, Options):
+        return config
+    if config is None:
+        path = find_config_file()
+        if path is None:
+            _log.info(
+                "no configuration file found (EMAILMW_CONFIG_FILE, EMAIL_CONFIG_FILE, "
+                "./email.yml, ~/email.yml): using the intraprocess transport"
+            )
+            return Options()
+        return _load_file(path)
+    if isinstance(config, Mapping):
+        return _from_mapping(config, "<dict>")
+    return _load_file(Path(config).expanduser())
+
+
+def _load_file(path: Path) -> Options:
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", source=source) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", source=source) from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping with an 'email' key", source=source)
+    return _from_mapping(data, source)
+
+
+class _Reader:
+    """Typed access to one mapping level, with errors that name the file and the full key."""
+
+    def __init__(self, data: Mapping[str, Any], source: str, prefix: str, known: frozenset[str]):
+        self.data, self.source, self.prefix = data, source, prefix
+        unknown = sorted(str(k) for k in data if k not in known)
+        if unknown:
+            raise ConfigError(
+                f"unknown key (expected one of: {', '.join(sorted(known))})",
+                source=source,
+                key=self.key(unknown[0]),
+            )
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def error(self, name: str, message: str) -> ConfigError:
+        return ConfigError(message, source=self.source, key=self.key(name))
+
+    def string(self, name: str, *, required: bool = False) -> str | None:
+        value = self.data.get(name)
+        if value is None:
+            if required:
+                raise self.error(name, "required, expected a string")
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(name, f"expected a non-empty string, got {type(value).__name__}")
+        return value.strip()
+
+    def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
+        value = self.data.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(name, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def boolean(self, name: str) -> bool | None:
+        value = self.data.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise self.error(name, f"expected true or false, got {value!r}")
+        return value
+
+    def mapping(self, name: str, known: frozenset[str]) -> _Reader | None:
+        value = self.data.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise self.error(name, f"expected a mapping, got {type(value).__name__}")
+        return _Reader(value, self.source, f"{self.key(name)}.", known)
+
+    def addresses(self, name: str) -> tuple[str, ...]:
+        value = self.data.get(name)
+        if value is None:
+            return ()
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise self.error(name, "expected an email address or a list of them")
+        return tuple(self.address(name, item) for item in items)
+
+    def address(self, name: str, value: str) -> str:
+        return validate_address(value, source=self.source, key=self.key(name))
+
+
+def validate_address(value: str, *, source: str = "<dict>", key: str | None = None) -> str:
+    """Check an address's syntax (no DNS); return it stripped. Special-use domains are allowed."""
+    value = value.strip()
+    try:
+        email_validator.validate_email(
+            value, check_deliverability=False, test_environment=True, globally_deliverable=False
+        )
+    except email_validator.EmailNotValidError as exc:
+        # Syntax-only check: 'localhost', '.invalid', '.local' are valid syntax for a
+        # private server even though email-validator refuses them for the public Internet.
+        if "special-use or reserved name" not in str(exc):
+            raise ConfigError(
+                f"not a valid email address {value!r}: {exc}", source=source, key=key
+            ) from exc
+    return value
+
+
+def parse_endpoint(value: str, kind: str, *, source: str, key: str) -> Endpoint:
+    """``host``, ``host:port`` or ``scheme://host[:port]`` -> :class:`Endpoint`.
+
+    A bare host means the implicit-TLS scheme (smtps/imaps), as in rmw_email.
+    """
+    text = value if "://" in value else f"{kind}s://{value}"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"not a valid URL {value!r}: {exc}", source=source, key=key) from exc
+    scheme = parts.scheme.lower()
+    if scheme not in (kind, f"{kind}s"):
+        raise ConfigError(
+            f"expected a {kind}:// or {kind}s:// URL, got {value!r}", source=source, key=key
+        )
+    if not parts.hostname:
+        raise ConfigError(f"no host in {value!r}", source=source, key=key)
+    if parts.username or parts.password:
+        raise ConfigError(
+            "credentials go in user.username/user.password, not in the URL", source=source, key=key
+        )
+    return Endpoint(scheme, parts.hostname, port or _DEFAULT_PORTS[scheme])
+
+
+def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
+    if "email" in data:
+        top = _Reader(data, source, "", frozenset({"email"}))
+        reader = top.mapping("email", _TOP_KEYS)
+        if reader is None:
+            raise ConfigError("expected a mapping", source=source, key="email")
+    else:
+        reader = _Reader(data, source, "email.", _TOP_KEYS)
+
+    intraprocess = reader.boolean("intraprocess")
+    transport = reader.string("transport")
+    if transport is not None and transport not in TRANSPORTS:
+        raise reader.error(
+            "transport", f"expected one of {', '.join(TRANSPORTS)}, got {transport!r}"
+        )
+    if intraprocess:
+        transport = "intraprocess"
+    elif transport is None:
+        transport = "native" if reader.data.get("user") is not None else "intraprocess"
+    polling_period_ns = reader.integer("polling-period", DEFAULT_POLLING_PERIOD_NS)
+    max_size = reader.integer("max-message-size", DEFAULT_MAX_MESSAGE_SIZE)
+
+    user: UserInfo | None = None
+    user_reader = reader.mapping("user", _USER_KEYS)
+    if user_reader is not None:
+        username = user_reader.string("username", required=True)
+        password = user_reader.string("password", required=True)
+        smtp_url = user_reader.string("url-smtp", required=True)
+        imap_url = user_reader.string("url-imap", required=True)
+        assert username
+        assert password
+        assert smtp_url
+        assert imap_url
+        register_secret(password)
+        user = UserInfo(
+            parse_endpoint(smtp_url, "smtp", source=source, key=user_reader.key("url-smtp")),
+            parse_endpoint(imap_url, "imap", source=source, key=user_reader.key("url-imap")),
+            username,
+            password,
+        )
+    elif transport != "intraprocess":
+        raise reader.error("user", f"required for the {transport} transport")
+
+    from_ = reader.string("from")
+    if from_ is not None:
+        from_ = reader.address("from", from_)
+    elif user is not None and "@" in user.username:
+        from_ = user_reader.address("username", user.username) if user_reader else user.username
+    else:
+        from_ = INTRAPROCESS_ADDRESS
+
+    rec_reader = reader.mapping("recipients", _RECIPIENT_KEYS)
+    to: tuple[str, ...] = ()
+    cc: tuple[str, ...] = ()
+    bcc: tuple[str, ...] = ()
+    if rec_reader is not None:
+        to, cc, bcc = (rec_reader.addresses(k) for k in ("to", "cc", "bcc"))
+    if transport == "intraprocess" and not to:
+        to = (from_,)
+    if not (to or cc or bcc):
+        raise ConfigError(
+            "expected at least one recipient (to, cc or bcc)", source=source, key="email.recipients"
+        )
+    return Options(
+        transport=transport,
+        user=user,
+        recipients=Recipients(from_, to, cc, bcc),
+        polling_period_ns=polling_period_ns,
+        max_message_size=max_size,
+        source=source,
+    )

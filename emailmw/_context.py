@@ -1,0 +1,201 @@
+"""Layer 5: the context owns options, sender, receiver, polling manager and handlers.
+
+One process may hold several contexts; they share nothing. ``emailmw.init()`` creates the
+default context that entities use when no ``context=`` is given.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from ._config import Options, load_options
+from ._exceptions import (
+    ClosedError,
+    ConfigError,
+    ContextAlreadyInitializedError,
+    ContextNotInitializedError,
+)
+from ._handlers import ServiceHandler, SubscriptionHandler
+from ._log import configure_from_env, get_logger
+from ._polling import PollingManager
+from ._transport.base import EmailReceiver, EmailSender
+from ._transport.intraprocess import intraprocess_pair
+
+__all__ = ["Context", "get_default_context", "init", "ok", "shutdown"]
+
+_log = get_logger("context")
+
+ConfigLike = Options | Mapping[str, Any] | str | os.PathLike[str] | None
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+def _make_transport(options: Options) -> tuple[EmailSender, EmailReceiver]:
+    if options.transport == "intraprocess":
+        return intraprocess_pair(
+            options.recipients.from_, max_message_size=options.max_message_size
+        )
+    raise ConfigError(
+        f"the {options.transport} transport is not available yet",
+        source=options.source,
+        key="email.transport",
+    )
+
+
+class Context:
+    """An isolated emailmw instance: a transport, a polling thread and the routing tables.
+
+    Creating a context connects and starts polling; :meth:`shutdown` (or ``close``, or
+    leaving the ``with`` block) closes every entity created on it, stops polling and closes
+    the transport. Thread-safe.
+
+    ``sender``/``receiver`` replace the transport the options would build (both or neither).
+    """
+
+    def __init__(
+        self,
+        config: ConfigLike = None,
+        *,
+        sender: EmailSender | None = None,
+        receiver: EmailReceiver | None = None,
+    ) -> None:
+        configure_from_env()
+        self.options = load_options(config)
+        if (sender is None) != (receiver is None):
+            raise ValueError("give both sender and receiver, or neither")
+        if sender is None or receiver is None:
+            sender, receiver = _make_transport(self.options)
+        self._sender = sender
+        self._receiver = receiver
+        self._lock = threading.Lock()
+        self._entities: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._shut_down = False
+        self._subscription_handler = SubscriptionHandler()
+        self._service_handler = ServiceHandler()
+        self._polling = PollingManager(receiver)
+        self._polling.register_handler(self._subscription_handler)
+        self._polling.register_handler(self._service_handler)
+        self._polling.start()
+        _log.debug(
+            "context started (%s transport, %s)", self.options.transport, self.options.source
+        )
+
+    def __repr__(self) -> str:
+        state = "shut down" if self._shut_down else "running"
+        return f"<emailmw.Context {self.options.transport} {state}>"
+
+    @property
+    def sender(self) -> EmailSender:
+        return self._sender
+
+    @property
+    def receiver(self) -> EmailReceiver:
+        return self._receiver
+
+    def ok(self) -> bool:
+        """True until :meth:`shutdown`."""
+        return not self._shut_down
+
+    def _check_open(self) -> None:
+        if self._shut_down:
+            raise ClosedError("context is shut down")
+
+    def _track(self, entity: _Closeable) -> None:
+        with self._lock:
+            self._check_open()
+            self._entities.add(entity)
+
+    def _untrack(self, entity: _Closeable) -> None:
+        with self._lock:
+            self._entities.discard(entity)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every email sent so far was accepted by the server."""
+        return self._sender.flush(timeout)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Close all entities, flush and close the sender, stop polling. Idempotent."""
+        with self._lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+            entities = list(self._entities)
+        for entity in entities:
+            entity.close()
+        try:
+            if not self._sender.flush(timeout):
+                _log.warning("emails still unsent after %.1f s at shutdown", timeout)
+        finally:
+            self._polling.stop(timeout)
+            self._sender.close()
+            self._receiver.close()
+        _log.debug("context shut down")
+
+    close = shutdown
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+
+_default_lock = threading.Lock()
+_default: Context | None = None
+
+
+def init(config: ConfigLike = None) -> Context:
+    """Create the default context. Raises :class:`~emailmw.ContextAlreadyInitializedError`
+    if it exists (call :func:`shutdown` first)."""
+    global _default
+    with _default_lock:
+        if _default is not None:
+            raise ContextAlreadyInitializedError(
+                "emailmw.init() was already called; call emailmw.shutdown() first"
+            )
+        _default = Context(config)
+        return _default
+
+
+def shutdown() -> None:
+    """Shut the default context down. Raises :class:`~emailmw.ContextNotInitializedError`
+    if there is none."""
+    global _default
+    with _default_lock:
+        context, _default = _default, None
+    if context is None:
+        raise ContextNotInitializedError("emailmw.shutdown() without emailmw.init()")
+    context.shutdown()
+
+
+def ok() -> bool:
+    """True while the default context exists."""
+    return _default is not None and _default.ok()
+
+
+def get_default_context() -> Context:
+    """The default context; raises :class:`~emailmw.ContextNotInitializedError` without one."""
+    context = _default
+    if context is None:
+        raise ContextNotInitializedError(
+            "no default context: call emailmw.init() first, or pass context="
+        )
+    return context
+
+
+def resolve(context: Context | None) -> Context:
+    context = context if context is not None else get_default_context()
+    context._check_open()
+    return context

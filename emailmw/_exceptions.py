@@ -1,0 +1,125 @@
+"""The single exception tree of emailmw.
+
+Every error emailmw raises on purpose derives from :class:`EmailMWError`. Errors that are
+also a standard error category (a bad argument, a timeout) derive from the standard class
+too, so ``except ValueError`` and ``except TimeoutError`` keep working.
+
+Backend exceptions (pycurl, imaplib/imapclient, aiosmtplib, OSError, ssl) are translated at
+the transport boundary with ``raise ... from exc``: the original is kept as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "ClosedError",
+    "ConfigError",
+    "ConnectError",
+    "ContextAlreadyInitializedError",
+    "ContextError",
+    "ContextNotInitializedError",
+    "EmailMWError",
+    "GuardConditionAlreadyInUseError",
+    "InvalidHeaderError",
+    "InvalidNameError",
+    "MalformedEmailError",
+    "MessageTooLargeError",
+    "ReceiveError",
+    "SendError",
+    "ServiceTimeoutError",
+    "TLSError",
+    "TransportError",
+    "UnknownRequestError",
+]
+
+
+class EmailMWError(Exception):
+    """Base class of every error raised by emailmw."""
+
+
+class ConfigError(EmailMWError, ValueError):
+    """The configuration is invalid.
+
+    The message names the file (or ``<dict>``), the key and what was expected.
+    """
+
+    def __init__(self, message: str, *, source: str = "<dict>", key: str | None = None) -> None:
+        self.source = source
+        self.key = key
+        where = source if key is None else f"{source}: key '{key}'"
+        super().__init__(f"{where}: {message}")
+
+
+class InvalidNameError(EmailMWError, ValueError):
+    """A topic or service name is empty or contains CR, LF or NUL."""
+
+
+class InvalidHeaderError(EmailMWError, ValueError):
+    """A header name or value cannot be put on the wire safely (CR/LF, reserved name, ...)."""
+
+
+class MessageTooLargeError(EmailMWError, ValueError):
+    """A message body is larger than the configured ``max-message-size``."""
+
+
+class MalformedEmailError(EmailMWError):
+    """Bytes that claim to be an email could not be parsed into an :class:`Email`."""
+
+
+class ContextError(EmailMWError):
+    """Base class for context life-cycle errors."""
+
+
+class ContextAlreadyInitializedError(ContextError):
+    """``emailmw.init()`` was called twice without ``emailmw.shutdown()`` in between."""
+
+
+class ContextNotInitializedError(ContextError):
+    """The default context is used before ``emailmw.init()`` (or after ``shutdown()``)."""
+
+
+class ClosedError(EmailMWError):
+    """The object (entity, context, transport) was closed and cannot be used any more."""
+
+
+class GuardConditionAlreadyInUseError(EmailMWError):
+    """A guard condition is already part of another wait set."""
+
+
+class ServiceTimeoutError(EmailMWError, TimeoutError):
+    """A blocking service call got no response within its timeout."""
+
+
+class UnknownRequestError(EmailMWError, KeyError):
+    """``send_response`` names a request this server never handed out (or already answered)."""
+
+
+class TransportError(EmailMWError):
+    """Base class for errors talking to a mail server.
+
+    ``server`` names the server (``smtps://host:port``); it never contains credentials.
+    """
+
+    def __init__(self, message: str, *, server: str | None = None) -> None:
+        self.server = server
+        super().__init__(message if server is None else f"{server}: {message}")
+
+
+class ConnectError(TransportError):
+    """The server could not be reached (refused, unreachable, timed out)."""
+
+
+class AuthenticationError(TransportError):
+    """The server rejected the username or password."""
+
+
+class TLSError(TransportError):
+    """The TLS handshake failed, usually because the certificate is not trusted."""
+
+
+class SendError(TransportError):
+    """The SMTP server refused or failed to accept an email."""
+
+
+class ReceiveError(TransportError):
+    """Fetching email over IMAP failed."""

@@ -1,0 +1,110 @@
+"""The intraprocess transport: the sender hands emails straight to the receiver's queue.
+
+For unit tests and embedded use. No serialization, but every email is checked as if it were
+serialized (names, headers, size), so what works here works over real email.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+
+from .._exceptions import ClosedError
+from .._types import Email
+from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
+from .base import EmailReceiver, EmailSender
+
+__all__ = ["IntraprocessReceiver", "IntraprocessSender", "intraprocess_pair"]
+
+_ids = itertools.count()
+
+
+class IntraprocessReceiver(EmailReceiver):
+    """Queue of emails handed over by :class:`IntraprocessSender` objects. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: deque[Email] = deque()
+        self._closed = False
+        self._woken = False
+
+    def _deliver(self, email: Email) -> None:
+        if email.message_id is None:
+            email = email.with_message_id(f"<{next(_ids)}.{id(self):x}@intraprocess.invalid>")
+        with self._cond:
+            if self._closed:
+                raise ClosedError("intraprocess receiver is closed")
+            self._queue.append(email)
+            self._cond.notify()
+
+    def receive(self, timeout: float | None = None) -> list[Email]:
+        with self._cond:
+            if not self._queue and not self._woken and not self._closed:
+                self._cond.wait(timeout)
+            if self._closed:
+                raise ClosedError("intraprocess receiver is closed")
+            self._woken = False
+            emails = list(self._queue)
+            self._queue.clear()
+        return emails
+
+    def wakeup(self) -> None:
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._queue.clear()
+            self._cond.notify_all()
+
+
+class IntraprocessSender(EmailSender):
+    """Hands each email to one :class:`IntraprocessReceiver`. Thread-safe."""
+
+    def __init__(
+        self,
+        receiver: IntraprocessReceiver,
+        address: str = "emailmw@intraprocess.invalid",
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
+        self._receiver = receiver
+        self._max_size = max_message_size
+        self._closed = False
+        self.address = address
+
+    def send(self, email: Email) -> None:
+        if self._closed:
+            raise ClosedError("intraprocess sender is closed")
+        check(email, max_size=self._max_size)
+        if email.bcc:
+            email = Email(
+                email.subject,
+                email.body,
+                email.from_,
+                email.to,
+                email.cc,
+                (),
+                email.reply_to,
+                email.headers,
+                email.message_id,
+                email.in_reply_to,
+                email.references,
+            )
+        self._receiver._deliver(email)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def intraprocess_pair(
+    address: str = "emailmw@intraprocess.invalid",
+    *,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+) -> tuple[IntraprocessSender, IntraprocessReceiver]:
+    """A connected sender and receiver: what the sender sends, the receiver receives."""
+    receiver = IntraprocessReceiver()
+    return IntraprocessSender(receiver, address, max_message_size=max_message_size), receiver

@@ -1,0 +1,530 @@
+"""The wire format: RFC 5322 bytes <-> :class:`Email`. Pure functions, no I/O.
+
+Guarantees (tested with hypothesis in ``tests/test_wire.py``):
+
+* ``parse(build(e)) == e`` for every valid email ``e`` except ``bcc``, which is never written
+  into the message (Bcc recipients are only SMTP envelope recipients).
+* Subject and custom header values are written raw when that is safe and as RFC 2047 encoded
+  words otherwise (non-ASCII, leading/trailing/multiple white space, ``=?``, long values);
+  both decode back to the exact string.
+* The body is the message string exactly. A body without CR, NUL or other control characters
+  whose lines fit in 998 bytes goes as plain ``7bit``/``8bit`` text, line breaks as CRLF and
+  one CRLF appended (rmw_email's convention, so its mail parses here and ours there); any other
+  body goes as ``base64``, which keeps CRLF, bare CR, long lines and everything else.
+* Building refuses CR, LF and NUL in any header value (header injection); parsing treats a
+  Subject whose encoded words decode to CR or LF as malformed (CVE-2024-6923 class).
+
+Leading dots need nothing here: SMTP clients dot-stuff on the wire and servers unstuff.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.header
+import email.utils
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from ._exceptions import (
+    InvalidHeaderError,
+    InvalidNameError,
+    MalformedEmailError,
+    MessageTooLargeError,
+)
+from ._types import Email, Headers
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "HEADER_CLIENT_GID",
+    "HEADER_PUBLISHER_GID",
+    "HEADER_PUBLISHER_SEQUENCE_NUMBER",
+    "HEADER_REQUEST_SEQUENCE_NUMBER",
+    "HEADER_SOURCE_TIMESTAMP",
+    "ForeignEmailError",
+    "build",
+    "check",
+    "format_date",
+    "make_reply",
+    "new_message_id",
+    "parse",
+    "parse_header_block",
+    "split_message",
+    "validate_header",
+    "validate_name",
+]
+
+DEFAULT_MAX_MESSAGE_SIZE: Final = 10 * 1024 * 1024
+
+# Wire-compatible with rmw_email's `email` package (no X- prefix, RFC 6648).
+HEADER_SOURCE_TIMESTAMP: Final = "Source-Timestamp"
+HEADER_PUBLISHER_GID: Final = "Publisher-GID"
+HEADER_CLIENT_GID: Final = "Client-GID"
+HEADER_REQUEST_SEQUENCE_NUMBER: Final = "Request-Sequence-Number"
+# New in emailmw: per-publisher sequence number, from 0, to detect loss and reordering.
+HEADER_PUBLISHER_SEQUENCE_NUMBER: Final = "Publisher-Sequence-Number"
+
+# Headers with a field of their own in Email, or produced by the MIME layer here.
+_FIELD_HEADERS: Final = frozenset(
+    {
+        "from",
+        "to",
+        "cc",
+        "bcc",
+        "reply-to",
+        "subject",
+        "message-id",
+        "in-reply-to",
+        "references",
+    }
+)
+_MIME_HEADERS: Final = frozenset({"mime-version", "content-type", "content-transfer-encoding"})
+_RESERVED_HEADERS: Final = _FIELD_HEADERS | _MIME_HEADERS
+
+_HEADER_NAME_RE: Final = re.compile(r"[!-9;-~]+")
+_MAX_RAW_HEADER_VALUE: Final = 900
+_MAX_LINE_BYTES: Final = 998
+# Raw bytes per encoded word: 45 bytes -> 60 base64 chars -> a 72-char "=?utf-8?b?...?=".
+_WORD_BYTES: Final = 45
+_ENCODED_WORD_RE: Final = re.compile(r"=\?([^?\s]+)\?([bBqQ])\?([^?\s]*)\?=")
+_ONLY_ENCODED_WORDS_RE: Final = re.compile(
+    r"=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=(?:[ \t]+=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=)*"
+)
+_MSGID_RE: Final = re.compile(r"<[^<>\s]+>")
+# Control characters that are not safe in a 7bit/8bit body (everything below 0x20 but TAB
+# and LF, plus DEL). CR is in this set: a CR forces base64 so CRLF vs LF survives.
+_UNSAFE_BODY_CHARS_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_UNSAFE_RAW_VALUE_RE: Final = re.compile(r"[^\x20-\x7e]|=\?|  |^ | $")
+
+
+class ForeignEmailError(MalformedEmailError):
+    """A well-formed email that emailmw does not carry (multipart, HTML, a bounce, ...).
+
+    Receivers leave such mail where it is; the pipeline counts it as foreign.
+    """
+
+
+# ----------------------------------------------------------------------------- names, headers
+
+
+def validate_name(name: str, what: str = "name") -> str:
+    """Check a topic or service name; return it unchanged.
+
+    Raises :class:`InvalidNameError` if it is not a non-empty ``str`` free of CR, LF and NUL.
+    """
+    if not isinstance(name, str):
+        raise InvalidNameError(f"{what} must be a str, got {type(name).__name__}")
+    if not name:
+        raise InvalidNameError(f"{what} must not be empty")
+    if "\r" in name or "\n" in name or "\x00" in name:
+        raise InvalidNameError(f"{what} must not contain CR, LF or NUL: {name!r}")
+    if _has_surrogates(name):
+        raise InvalidNameError(f"{what} is not valid Unicode (lone surrogate): {name!r}")
+    return name
+
+
+def validate_header(name: str, value: str, *, allow_reserved: bool = False) -> None:
+    """Check one custom header; raise :class:`InvalidHeaderError` if it cannot go on the wire."""
+    if not isinstance(name, str) or not _HEADER_NAME_RE.fullmatch(name):
+        raise InvalidHeaderError(f"invalid header name: {name!r}")
+    if not allow_reserved and name.lower() in _RESERVED_HEADERS:
+        raise InvalidHeaderError(f"header {name!r} is set by emailmw and cannot be given here")
+    if not isinstance(value, str):
+        raise InvalidHeaderError(
+            f"header {name!r}: value must be a str, got {type(value).__name__}"
+        )
+    if "\r" in value or "\n" in value or "\x00" in value:
+        raise InvalidHeaderError(f"header {name!r}: value must not contain CR, LF or NUL")
+    if _has_surrogates(value):
+        raise InvalidHeaderError(f"header {name!r}: value is not valid Unicode")
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def new_message_id(address: str = "") -> str:
+    """A new globally unique ``<unique@domain>``, the domain taken from ``address``."""
+    domain = address.rpartition("@")[2].strip(" <>") if "@" in address else ""
+    if not domain or not _HEADER_NAME_RE.fullmatch(domain):
+        domain = "emailmw.invalid"
+    return f"<{uuid.uuid4().hex}@{domain}>"
+
+
+def format_date(timestamp_ns: int) -> str:
+    """RFC 5322 ``Date:`` value for a time in ns since the epoch."""
+    return email.utils.formatdate(timestamp_ns / 1e9, usegmt=True)
+
+
+def make_reply(
+    original: Email,
+    body: str,
+    *,
+    from_: str = "",
+    headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+) -> Email:
+    """The reply to ``original``: same Subject, addressed to its Reply-To (else its From).
+
+    ``In-Reply-To`` is the original's Message-ID and ``References`` its References plus that
+    Message-ID (RFC 5322 section 3.6.4), which for a request is just its Message-ID.
+    """
+    if not original.message_id:
+        raise InvalidHeaderError("cannot reply to an email that has no Message-ID")
+    to = original.reply_to or ((original.from_,) if original.from_ else ())
+    if not to:
+        raise InvalidHeaderError(
+            f"cannot reply to {original.message_id}: it has neither Reply-To nor From"
+        )
+    return Email(
+        subject=original.subject,
+        body=body,
+        from_=from_,
+        to=to,
+        headers=Headers(headers),
+        in_reply_to=original.message_id,
+        references=(*original.references, original.message_id),
+    )
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+def _encode_words(value: str) -> str:
+    """RFC 2047 base64 encoded words, folded; never splits a character across words."""
+    words: list[str] = []
+    chunk = bytearray()
+    for char in value:
+        encoded = char.encode("utf-8")
+        if len(chunk) + len(encoded) > _WORD_BYTES:
+            words.append(base64.b64encode(chunk).decode("ascii"))
+            chunk = bytearray()
+        chunk += encoded
+    if chunk or not words:
+        words.append(base64.b64encode(chunk).decode("ascii"))
+    return "\r\n ".join(f"=?utf-8?b?{word}?=" for word in words)
+
+
+def _header_value(value: str) -> str:
+    if len(value) > _MAX_RAW_HEADER_VALUE or _UNSAFE_RAW_VALUE_RE.search(value):
+        return _encode_words(value)
+    return value
+
+
+def _address_list(name: str, addresses: tuple[str, ...]) -> str:
+    rendered = []
+    for address in addresses:
+        validate_header(name, address, allow_reserved=True)
+        if address.isascii():
+            rendered.append(address)
+        else:
+            display, addr = email.utils.parseaddr(address)
+            rendered.append(email.utils.formataddr((display, addr), charset="utf-8"))
+    return ", ".join(rendered)
+
+
+def _encode_body(body: str, max_size: int) -> tuple[str, bytes]:
+    try:
+        data = body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidHeaderError(f"body is not valid Unicode: {exc}") from exc
+    if len(data) > max_size:
+        raise MessageTooLargeError(
+            f"message body is {len(data)} bytes, larger than max-message-size ({max_size})"
+        )
+    plain = not _UNSAFE_BODY_CHARS_RE.search(body) and (
+        len(data) <= _MAX_LINE_BYTES
+        or all(len(line) <= _MAX_LINE_BYTES for line in data.split(b"\n"))
+    )
+    if plain:
+        return ("7bit" if body.isascii() else "8bit"), data.replace(b"\n", b"\r\n") + b"\r\n"
+    return "base64", base64.encodebytes(data).replace(b"\n", b"\r\n")
+
+
+def build(email_: Email, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> bytes:
+    """Serialize ``email_`` to RFC 5322 bytes (CRLF line endings). Bcc is not written.
+
+    Raises :class:`InvalidNameError` for a bad Subject, :class:`InvalidHeaderError` for an
+    unsafe header and :class:`MessageTooLargeError` for a body over ``max_size`` bytes.
+    """
+    validate_name(email_.subject, "subject")
+    lines: list[str] = []
+    if email_.from_:
+        lines.append(f"From: {_address_list('From', (email_.from_,))}")
+    if email_.to:
+        lines.append(f"To: {_address_list('To', email_.to)}")
+    if email_.cc:
+        lines.append(f"Cc: {_address_list('Cc', email_.cc)}")
+    if email_.reply_to:
+        lines.append(f"Reply-To: {_address_list('Reply-To', email_.reply_to)}")
+    lines.append(f"Subject: {_header_value(email_.subject)}")
+    for name, msgid in (("Message-ID", email_.message_id), ("In-Reply-To", email_.in_reply_to)):
+        if msgid:
+            _check_msgid(name, msgid)
+            lines.append(f"{name}: {msgid}")
+    if email_.references:
+        for msgid in email_.references:
+            _check_msgid("References", msgid)
+        lines.append("References: " + "\r\n ".join(email_.references))
+    for name, value in email_.headers.items():
+        validate_header(name, value)
+        lines.append(f"{name}: {_header_value(value)}")
+    cte, payload = _encode_body(email_.body, max_size)
+    lines.append("MIME-Version: 1.0")
+    lines.append("Content-Type: text/plain; charset=utf-8")
+    lines.append(f"Content-Transfer-Encoding: {cte}")
+    head = "\r\n".join(lines).encode("utf-8") + b"\r\n\r\n"
+    return head + payload
+
+
+def check(email_: Email, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+    """Raise what :func:`build` would raise for ``email_``, without serializing it.
+
+    Cheap enough for every message on the intraprocess path.
+    """
+    validate_name(email_.subject, "subject")
+    for name, addresses in (
+        ("From", (email_.from_,)),
+        ("To", email_.to),
+        ("Cc", email_.cc),
+        ("Bcc", email_.bcc),
+        ("Reply-To", email_.reply_to),
+    ):
+        for address in addresses:
+            validate_header(name, address, allow_reserved=True)
+    for name, msgid in (("Message-ID", email_.message_id), ("In-Reply-To", email_.in_reply_to)):
+        if msgid:
+            _check_msgid(name, msgid)
+    for msgid in email_.references:
+        _check_msgid("References", msgid)
+    for name, value in email_.headers.items():
+        validate_header(name, value)
+    body = email_.body
+    if len(body) * 4 > max_size or _has_surrogates(body):
+        _encode_body(body, max_size)
+
+
+def _check_msgid(name: str, msgid: str) -> None:
+    if not _MSGID_RE.fullmatch(msgid):
+        raise InvalidHeaderError(f"{name} must look like <id@domain>: {msgid!r}")
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def split_message(raw: bytes) -> tuple[bytes, bytes]:
+    """Split raw message bytes into (header block, body) at the first empty line."""
+    crlf = raw.find(b"\r\n\r\n")
+    lf = raw.find(b"\n\n")
+    if crlf != -1 and (lf == -1 or crlf < lf):
+        return raw[:crlf], raw[crlf + 4 :]
+    if lf != -1:
+        return raw[:lf], raw[lf + 2 :]
+    if raw.startswith((b"\r\n", b"\n")):
+        return b"", raw.split(b"\n", 1)[1]
+    return raw, b""
+
+
+def _decode_header_bytes(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def parse_header_block(block: bytes) -> list[tuple[str, str]]:
+    """Unfold and split a header block into ``(name, raw value)`` pairs, in order.
+
+    Values are stripped of surrounding white space but not RFC 2047-decoded. A leading mbox
+    ``From `` envelope line is skipped. Raises :class:`MalformedEmailError` on a line that
+    is neither a header nor a continuation.
+    """
+    headers: list[tuple[str, str]] = []
+    lines = block.split(b"\n")
+    if lines and lines[0].startswith(b"From "):
+        lines = lines[1:]
+    name: str | None = None
+    parts: list[bytes] = []
+    for raw_line in lines:
+        line = raw_line[:-1] if raw_line.endswith(b"\r") else raw_line
+        if line[:1] in (b" ", b"\t"):
+            if name is None:
+                raise MalformedEmailError("header block starts with a continuation line")
+            parts.append(line)
+            continue
+        if name is not None:
+            headers.append((name, _decode_header_bytes(b"".join(parts)).strip(" \t")))
+        if not line:
+            name = None
+            continue
+        colon = line.find(b":")
+        if colon <= 0:
+            raise MalformedEmailError(f"not a header line: {line[:60]!r}")
+        name = line[:colon].decode("ascii", "replace").strip()
+        parts = [line[colon + 1 :]]
+    if name is not None:
+        headers.append((name, _decode_header_bytes(b"".join(parts)).strip(" \t")))
+    return headers
+
+
+def _decode_words(value: str) -> str:
+    """Decode RFC 2047 encoded words; exact for what :func:`_encode_words` wrote."""
+    if "=?" not in value:
+        return value
+    if _ONLY_ENCODED_WORDS_RE.fullmatch(value):
+        out: list[str] = []
+        charset = None
+        pending = bytearray()
+        for match in _ENCODED_WORD_RE.finditer(value):
+            word_charset = match.group(1).lower().partition("*")[0]
+            if charset is not None and word_charset != charset:
+                out.append(_bytes_to_str(bytes(pending), charset))
+                pending = bytearray()
+            charset = word_charset
+            pending += _decode_word_payload(match.group(2), match.group(3))
+        out.append(_bytes_to_str(bytes(pending), charset or "utf-8"))
+        return "".join(out)
+    try:
+        return str(email.header.make_header(email.header.decode_header(value)))
+    except (LookupError, ValueError, binascii.Error):
+        return value
+
+
+def _decode_word_payload(encoding: str, payload: str) -> bytes:
+    try:
+        if encoding in "bB":
+            return base64.b64decode(payload + "=" * (-len(payload) % 4))
+        return binascii.a2b_qp(payload.encode("ascii"), header=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError) as exc:
+        raise MalformedEmailError(f"bad encoded word: {payload[:40]!r}") from exc
+
+
+def _bytes_to_str(data: bytes, charset: str) -> str:
+    try:
+        return data.decode(charset)
+    except (LookupError, UnicodeDecodeError) as exc:
+        raise MalformedEmailError(f"encoded word is not valid {charset}") from exc
+
+
+def _addresses(value: str) -> tuple[str, ...]:
+    if value.isascii() and '"' not in value and "(" not in value and "=?" not in value:
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    pairs = email.utils.getaddresses([value])
+    return tuple(
+        email.utils.formataddr((_decode_words(display), addr)) if display else addr
+        for display, addr in pairs
+        if addr or display
+    )
+
+
+def _content_type(value: str) -> tuple[str, str]:
+    main, _, params = value.partition(";")
+    charset = "utf-8"
+    for param in params.split(";"):
+        key, _, val = param.partition("=")
+        if key.strip().lower() == "charset":
+            charset = val.strip().strip('"').lower() or "utf-8"
+    return main.strip().lower(), charset
+
+
+def _decode_body(payload: bytes, cte: str, charset: str, max_size: int) -> str:
+    if cte == "base64":
+        try:
+            data = base64.b64decode(payload, validate=False)
+        except (binascii.Error, ValueError) as exc:
+            raise MalformedEmailError("body is not valid base64") from exc
+    else:
+        if cte == "quoted-printable":
+            payload = binascii.a2b_qp(payload)
+        elif cte not in ("", "7bit", "8bit", "binary"):
+            raise ForeignEmailError(f"unsupported Content-Transfer-Encoding: {cte}")
+        data = payload.replace(b"\r\n", b"\n")
+        if data.endswith(b"\n"):
+            data = data[:-1]
+    if len(data) > max_size:
+        raise MalformedEmailError(f"body of {len(data)} bytes exceeds max-message-size")
+    if charset in ("us-ascii", "ascii"):
+        charset = "utf-8"
+    try:
+        return data.decode(charset)
+    except LookupError as exc:
+        raise MalformedEmailError(f"unknown charset {charset!r}") from exc
+    except UnicodeDecodeError as exc:
+        raise MalformedEmailError(f"body is not valid {charset}") from exc
+
+
+def parse(raw: bytes, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Email:
+    """Parse RFC 5322 bytes (CRLF or LF line endings) into an :class:`Email`.
+
+    Raises :class:`ForeignEmailError` for mail emailmw does not carry (multipart, non-text
+    bodies, no Subject) and :class:`MalformedEmailError` for bytes that are not a valid email
+    or that try header injection through encoded words.
+    """
+    block, payload = split_message(raw)
+    pairs = parse_header_block(block)
+    subject: str | None = None
+    from_ = ""
+    to: tuple[str, ...] = ()
+    cc: tuple[str, ...] = ()
+    bcc: tuple[str, ...] = ()
+    reply_to: tuple[str, ...] = ()
+    message_id = in_reply_to = None
+    references: tuple[str, ...] = ()
+    content_type, charset, cte = "text/plain", "utf-8", ""
+    extra: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for name, value in pairs:
+        lower = name.lower()
+        if lower in seen and lower in _RESERVED_HEADERS:
+            continue  # first occurrence wins, as for extra headers
+        seen.add(lower)
+        if lower == "subject":
+            subject = _decode_words(value)
+        elif lower == "from":
+            from_ = ", ".join(_addresses(value))
+        elif lower == "to":
+            to = _addresses(value)
+        elif lower == "cc":
+            cc = _addresses(value)
+        elif lower == "bcc":
+            bcc = _addresses(value)
+        elif lower == "reply-to":
+            reply_to = _addresses(value)
+        elif lower == "message-id":
+            message_id = value or None
+        elif lower == "in-reply-to":
+            found = _MSGID_RE.search(value)
+            in_reply_to = found.group(0) if found else (value or None)
+        elif lower == "references":
+            references = tuple(_MSGID_RE.findall(value))
+        elif lower == "content-type":
+            content_type, charset = _content_type(value)
+        elif lower == "content-transfer-encoding":
+            cte = value.strip().lower()
+        elif lower != "mime-version":
+            extra.append((name, _decode_words(value)))
+    if subject is None:
+        raise ForeignEmailError("no Subject header")
+    if "\r" in subject or "\n" in subject or "\x00" in subject:
+        raise MalformedEmailError("Subject decodes to CR, LF or NUL (header injection)")
+    if content_type != "text/plain":
+        raise ForeignEmailError(f"not a text/plain email: {content_type}")
+    body = _decode_body(payload, cte, charset, max_size)
+    return Email(
+        subject=subject,
+        body=body,
+        from_=from_,
+        to=to,
+        cc=cc,
+        bcc=bcc,
+        reply_to=reply_to,
+        headers=Headers(extra),
+        message_id=message_id,
+        in_reply_to=in_reply_to,
+        references=references,
+    )

@@ -1,0 +1,39 @@
+"""Test helpers: wait on conditions with a deadline, never sleep-and-hope."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Recorder(Generic[T]):
+    """Collects items from any thread; ``wait_for`` blocks until a predicate holds."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.items: list[T] = []
+
+    def __call__(self, item: T) -> None:
+        with self._cond:
+            self.items.append(item)
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[list[T]], bool], timeout: float = 10.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self.items), timeout)
+
+    def wait_count(self, count: int, timeout: float = 10.0) -> list[T]:
+        assert self.wait_for(lambda items: len(items) >= count, timeout), (
+            f"got {len(self.items)} of {count} within {timeout} s: {self.items!r}"
+        )
+        return list(self.items)
+
+
+def deadline_loop(timeout: float) -> Callable[[], bool]:
+    """``while more(): ...`` runs until ``timeout`` seconds have passed."""
+    end = time.monotonic() + timeout
+    return lambda: time.monotonic() < end

@@ -1,0 +1,312 @@
+"""The wire format: pure build/parse, no transport."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emailmw import (
+    Email,
+    ForeignEmailError,
+    Headers,
+    InvalidHeaderError,
+    InvalidNameError,
+    MalformedEmailError,
+    MessageTooLargeError,
+    build_email,
+    parse_email,
+)
+from emailmw._wire import make_reply, new_message_id
+
+# --------------------------------------------------------------------------- strategies
+
+# Any Unicode text but lone surrogates (not encodable) ...
+text = st.text(st.characters(exclude_categories=("Cs",)), max_size=300)
+# ... names additionally free of CR, LF and NUL.
+names = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters="\r\n\x00"),
+    min_size=1,
+    max_size=200,
+)
+header_names = st.text(
+    st.sampled_from([c for c in string.ascii_letters + string.digits + "-_.!#"]),
+    min_size=1,
+    max_size=30,
+).filter(
+    lambda n: (
+        n.lower()
+        not in {
+            "from",
+            "to",
+            "cc",
+            "bcc",
+            "reply-to",
+            "subject",
+            "message-id",
+            "in-reply-to",
+            "references",
+            "mime-version",
+            "content-type",
+            "content-transfer-encoding",
+        }
+    )
+)
+header_values = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters="\r\n\x00"), max_size=200
+)
+bodies = st.one_of(
+    text,
+    st.lists(
+        st.sampled_from(["a", ".", "..", "\n", "\r\n", "\r", " ", "From ", "é", "x" * 1200])
+    ).map("".join),
+)
+addresses = st.sampled_from(
+    ["alice@example.test", "bob@example.test", "Robot <robot@example.test>"]
+)
+msgids = st.builds(lambda: new_message_id("alice@example.test"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    subject=names,
+    body=bodies,
+    headers=st.dictionaries(header_names, header_values, max_size=6),
+    from_=addresses,
+    to=st.lists(addresses, min_size=1, max_size=3),
+    cc=st.lists(addresses, max_size=2),
+    message_id=st.one_of(st.none(), msgids),
+    in_reply_to=st.one_of(st.none(), msgids),
+)
+def test_build_parse_round_trips_exactly(
+    subject: str,
+    body: str,
+    headers: dict[str, str],
+    from_: str,
+    to: list[str],
+    cc: list[str],
+    message_id: str | None,
+    in_reply_to: str | None,
+) -> None:
+    sent = Email(
+        subject,
+        body,
+        from_,
+        to,
+        cc,
+        headers=Headers(headers),
+        message_id=message_id,
+        in_reply_to=in_reply_to,
+        references=(in_reply_to,) if in_reply_to else (),
+    )
+    assert parse_email(build_email(sent)) == sent
+
+
+@settings(max_examples=100, deadline=None)
+@given(subject=names, body=bodies)
+def test_round_trip_survives_lf_storage(subject: str, body: str) -> None:
+    """Maildir files and mbox archives store LF line endings; parsing them is exact too."""
+    raw = build_email(Email(subject, body, "a@example.test", "b@example.test"))
+    stored = raw.replace(b"\r\n", b"\n")
+    assert parse_email(stored).body == body
+    assert parse_email(stored).subject == subject
+
+
+# --------------------------------------------------------------------------- specific cases
+
+
+def test_plain_body_is_readable_on_the_wire() -> None:
+    raw = build_email(Email("chatter", "data: hello\ncount: 3", "a@example.test", "b@example.test"))
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    assert b"Content-Transfer-Encoding: 7bit" in head
+    assert payload == b"data: hello\r\ncount: 3\r\n"
+
+
+def test_crlf_body_goes_base64_and_is_exact() -> None:
+    body = "windows\r\nline\r\nends"
+    raw = build_email(Email("t", body, "a@example.test", "b@example.test"))
+    assert b"Content-Transfer-Encoding: base64" in raw
+    assert parse_email(raw).body == body
+
+
+def test_long_line_goes_base64_and_no_wire_line_exceeds_998() -> None:
+    body = "z" * 5000
+    raw = build_email(Email("t", body, "a@example.test", "b@example.test"))
+    assert max(len(line) for line in raw.split(b"\r\n")) <= 998
+    assert parse_email(raw).body == body
+
+
+def test_non_ascii_subject_is_rfc2047_and_decodes_back() -> None:
+    raw = build_email(Email("température/capteur 🚀", "b", "a@example.test", "b@example.test"))
+    subject_line = next(line for line in raw.split(b"\r\n") if line.startswith(b"Subject:"))
+    assert subject_line.startswith(b"Subject: =?utf-8?b?")
+    assert raw.isascii() or b"Content-Transfer-Encoding: 8bit" in raw
+    assert parse_email(raw).subject == "température/capteur 🚀"
+
+
+def test_custom_headers_have_no_x_prefix_and_match_rmw_email() -> None:
+    raw = build_email(
+        Email(
+            "topic",
+            "b",
+            "a@example.test",
+            "b@example.test",
+            headers={"Source-Timestamp": "1700000000000000000", "Publisher-GID": "1234"},
+        )
+    )
+    assert b"\r\nSource-Timestamp: 1700000000000000000\r\n" in raw
+    assert b"\r\nPublisher-GID: 1234\r\n" in raw
+
+
+def test_parses_rmw_email_message() -> None:
+    """What rmw_email's curl sender writes: no MIME headers, body followed by CRLF."""
+    raw = (
+        b"To: bob@example.test\r\nCc: \r\nBcc: \r\nSubject: /chatter\r\n"
+        b"Source-Timestamp: 1611234567000000000\r\nPublisher-GID: 3141592653\r\n"
+        b"\r\ndata: Hello World: 7\r\n"
+    )
+    email = parse_email(raw)
+    assert email.subject == "/chatter"
+    assert email.body == "data: Hello World: 7"
+    assert email.cc == ()
+    assert email.headers["Publisher-GID"] == "3141592653"
+
+
+def test_parses_q_encoded_subject_from_a_mail_client() -> None:
+    raw = b"Subject: =?ISO-8859-1?Q?caf=E9_cr=E8me?=\r\nFrom: x@example.test\r\n\r\nhi\r\n"
+    assert parse_email(raw).subject == "café crème"
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        b"=?utf-8?b?YQ0KQmNjOiB2aWN0aW1AZXhhbXBsZS50ZXN0?=",  # "a\r\nBcc: victim@..."
+        b"=?utf-8?q?a=0Ab?=",
+        b"=?utf-8?q?a=00b?=",
+    ],
+)
+def test_encoded_word_decoding_to_crlf_is_malformed(subject: bytes) -> None:
+    raw = b"Subject: " + subject + b"\r\nFrom: x@example.test\r\n\r\nbody\r\n"
+    with pytest.raises(MalformedEmailError, match="CR, LF or NUL"):
+        parse_email(raw)
+
+
+@pytest.mark.parametrize("name", ["", "a\rb", "a\nb", "nul\x00"])
+def test_invalid_names_are_refused(name: str) -> None:
+    with pytest.raises(InvalidNameError):
+        build_email(Email(name, "b", "a@example.test", "b@example.test"))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("Evil", "x\r\nBcc: victim@example.test"),
+        ("Evil", "x\nb"),
+        ("Bad Name", "v"),
+        ("Bad:Name", "v"),
+        ("Subject", "v"),
+        ("content-type", "text/html"),
+    ],
+)
+def test_unsafe_headers_are_refused(name: str, value: str) -> None:
+    with pytest.raises(InvalidHeaderError):
+        build_email(Email("t", "b", "a@example.test", "b@example.test", headers={name: value}))
+
+
+def test_address_with_crlf_is_refused() -> None:
+    with pytest.raises(InvalidHeaderError):
+        build_email(Email("t", "b", "a@example.test", "b@example.test\r\nBcc: v@example.test"))
+
+
+def test_size_limit_gives_a_clear_error() -> None:
+    with pytest.raises(MessageTooLargeError, match="max-message-size"):
+        build_email(Email("t", "x" * 101, "a@example.test", "b@example.test"), max_size=100)
+    assert parse_email(build_email(Email("t", "x" * 100, "a@example.test", "b"), max_size=100))
+
+
+def test_bcc_is_never_written() -> None:
+    raw = build_email(Email("t", "b", "a@example.test", "b@example.test", bcc="c@example.test"))
+    assert b"c@example.test" not in raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (
+            b"Subject: hi\r\nContent-Type: multipart/alternative; boundary=x\r\n\r\n--x\r\n",
+            "multipart",
+        ),
+        (b"Subject: hi\r\nContent-Type: text/html\r\n\r\n<p>hi</p>\r\n", "text/html"),
+        (b"From: MAILER-DAEMON\r\n\r\nno subject\r\n", "no Subject"),
+    ],
+)
+def test_foreign_mail_is_recognised(raw: bytes, why: str) -> None:
+    with pytest.raises(ForeignEmailError, match=why):
+        parse_email(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b" continuation first\r\n\r\nbody",
+        b"no colon here\r\n\r\nbody",
+        b"Subject: t\r\nContent-Transfer-Encoding: base64\r\n\r\n!!!not base64\xff",
+        b"Subject: t\r\n\r\n\xff\xfe not utf-8",
+    ],
+)
+def test_malformed_bytes_raise_malformed(raw: bytes) -> None:
+    with pytest.raises(MalformedEmailError):
+        parse_email(raw)
+
+
+def test_reply_threads_on_message_id_and_uses_reply_to_else_from() -> None:
+    request = Email(
+        "add_two_ints",
+        "a: 1",
+        "client@example.test",
+        "server@example.test",
+        message_id="<r1@example.test>",
+    )
+    reply = make_reply(request, "sum: 3", from_="server@example.test")
+    assert reply.in_reply_to == "<r1@example.test>"
+    assert reply.references == ("<r1@example.test>",)
+    assert reply.to == ("client@example.test",)
+    assert reply.subject == "add_two_ints"
+    with_reply_to = Email(
+        "s",
+        "b",
+        "client@example.test",
+        "x@example.test",
+        reply_to="inbox@example.test",
+        message_id="<r2@example.test>",
+    )
+    assert make_reply(with_reply_to, "x").to == ("inbox@example.test",)
+
+
+def test_reply_needs_a_message_id() -> None:
+    with pytest.raises(InvalidHeaderError, match="Message-ID"):
+        make_reply(Email("s", "b", "a@example.test"), "x")
+
+
+def test_message_ids_are_unique_and_use_the_sender_domain() -> None:
+    ids = {new_message_id("alice@example.test") for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(i.startswith("<") and i.endswith("@example.test>") for i in ids)
+
+
+def test_topmost_received_header_is_kept() -> None:
+    raw = (
+        b"Received: from top by mail.example.test\r\n"
+        b"Received: from bottom\r\n\tby somewhere\r\nSubject: t\r\n\r\nb\r\n"
+    )
+    assert parse_email(raw).headers["Received"] == "from top by mail.example.test"
+
+
+def test_mbox_from_line_is_skipped() -> None:
+    raw = (
+        b"From alice@example.test Sun Nov 22 12:00:00 2026\nSubject: t\nFrom: a@example.test\n\nb\n"
+    )
+    email = parse_email(raw)
+    assert (email.subject, email.body, email.from_) == ("t", "b", "a@example.test")

@@ -27,7 +27,15 @@ from ._log import get_logger, register_secret
 from ._protocol import Recipients
 from ._wire import DEFAULT_MAX_MESSAGE_SIZE
 
-__all__ = ["Endpoint", "Options", "UserInfo", "find_config_file", "load_options"]
+__all__ = [
+    "Endpoint",
+    "Options",
+    "PollOptions",
+    "TLSOptions",
+    "UserInfo",
+    "find_config_file",
+    "load_options",
+]
 
 _log = get_logger("config")
 
@@ -44,8 +52,17 @@ _TOP_KEYS: Final = frozenset(
         "transport",
         "from",
         "max-message-size",
+        "tls",
+        "timeout",
+        "folder",
+        "state-file",
+        "on-receive",
+        "poll",
+        "outbox-size",
     }
 )
+_TLS_KEYS: Final = frozenset({"ca-file", "verify", "starttls"})
+_POLL_KEYS: Final = frozenset({"interval", "idle-after", "idle-refresh"})
 _USER_KEYS: Final = frozenset({"url-smtp", "url-imap", "username", "password"})
 _RECIPIENT_KEYS: Final = frozenset({"to", "cc", "bcc"})
 
@@ -78,6 +95,31 @@ class UserInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TLSOptions:
+    """TLS settings. Certificates and host names are verified unless ``verify`` is False.
+
+    ``ca_file`` replaces the system trust store. ``starttls`` applies to ``smtp://`` and
+    ``imap://`` URLs: True (default) requires STARTTLS; False sends everything, the password
+    included, in clear text (only for a test server on loopback).
+    """
+
+    ca_file: str | None = None
+    verify: bool = True
+    starttls: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PollOptions:
+    """Adaptive receiving (native transport): poll with NOOP every ``interval`` seconds while
+    mail flows; after ``idle_after`` quiet seconds, wait in IMAP IDLE (re-issued every
+    ``idle_refresh`` seconds, under the 29 minutes RFC 2177 allows)."""
+
+    interval: float = 0.005
+    idle_after: float = 2.0
+    idle_refresh: float = 25 * 60.0
+
+
+@dataclass(frozen=True, slots=True)
 class Options:
     """Validated configuration of a :class:`~emailmw.Context`. Immutable."""
 
@@ -88,6 +130,13 @@ class Options:
     )
     polling_period_ns: int = DEFAULT_POLLING_PERIOD_NS
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    tls: TLSOptions = field(default_factory=TLSOptions)
+    timeout: float = 30.0
+    folder: str = "INBOX"
+    state_file: str | None = None
+    on_receive: str = "keep"
+    poll: PollOptions = field(default_factory=PollOptions)
+    outbox_size: int = 1000
     source: str = "<defaults>"
 
     @property
@@ -171,6 +220,12 @@ class _Reader:
         if not isinstance(value, str) or not value.strip():
             raise self.error(name, f"expected a non-empty string, got {type(value).__name__}")
         return value.strip()
+
+    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+        value = self.data.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= minimum:
+            raise self.error(name, f"expected a number > {minimum}, got {value!r}")
+        return float(value)
 
     def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
         value = self.data.get(name, default)
@@ -310,11 +365,48 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         raise ConfigError(
             "expected at least one recipient (to, cc or bcc)", source=source, key="email.recipients"
         )
+    tls = TLSOptions()
+    tls_reader = reader.mapping("tls", _TLS_KEYS)
+    if tls_reader is not None:
+        ca_file = tls_reader.string("ca-file")
+        if ca_file is not None and not Path(ca_file).expanduser().is_file():
+            raise tls_reader.error("ca-file", f"expected a readable CA file, {ca_file!r} is not")
+        verify, starttls = tls_reader.boolean("verify"), tls_reader.boolean("starttls")
+        tls = TLSOptions(
+            str(Path(ca_file).expanduser()) if ca_file else None,
+            True if verify is None else verify,
+            True if starttls is None else starttls,
+        )
+    poll = PollOptions()
+    poll_reader = reader.mapping("poll", _POLL_KEYS)
+    if poll_reader is not None:
+        poll = PollOptions(
+            poll_reader.number("interval", poll.interval),
+            poll_reader.number("idle-after", poll.idle_after),
+            poll_reader.number("idle-refresh", poll.idle_refresh),
+        )
+        if poll.idle_refresh >= 29 * 60:
+            raise poll_reader.error("idle-refresh", "expected under 1740 s (RFC 2177: 29 min)")
+    on_receive = reader.string("on-receive") or "keep"
+    if on_receive not in ("keep", "seen", "delete") and not (
+        on_receive.startswith("move:") and on_receive[5:].strip()
+    ):
+        raise reader.error(
+            "on-receive", f"expected keep, seen, delete or move:FOLDER, got {on_receive!r}"
+        )
+    state_file = reader.string("state-file")
     return Options(
         transport=transport,
         user=user,
         recipients=Recipients(from_, to, cc, bcc),
         polling_period_ns=polling_period_ns,
         max_message_size=max_size,
+        tls=tls,
+        timeout=reader.number("timeout", 30.0),
+        folder=reader.string("folder") or "INBOX",
+        state_file=str(Path(state_file).expanduser()) if state_file else None,
+        on_receive=on_receive,
+        poll=poll,
+        outbox_size=reader.integer("outbox-size", 1000),
         source=source,
     )

@@ -16,7 +16,6 @@ from typing import Any, Protocol, Self
 from ._config import Options, load_options
 from ._exceptions import (
     ClosedError,
-    ConfigError,
     ContextAlreadyInitializedError,
     ContextNotInitializedError,
 )
@@ -42,11 +41,9 @@ def _make_transport(options: Options) -> tuple[EmailSender, EmailReceiver]:
         return intraprocess_pair(
             options.recipients.from_, max_message_size=options.max_message_size
         )
-    raise ConfigError(
-        f"the {options.transport} transport is not available yet",
-        source=options.source,
-        key="email.transport",
-    )
+    from ._transport.factory import make_transport
+
+    return make_transport(options)
 
 
 class Context:

@@ -1,0 +1,412 @@
+"""The curl transport: libcurl through pycurl, rmw_email's design in Python.
+
+:class:`CurlContext` holds one easy handle and the connection settings for one server (URL
+from the configuration, any port, STARTTLS required on plain URLs, CA file, certificate and
+host verification on by default, ``EMAILMW_CURL_VERBOSE=1`` for a protocol trace with the
+credentials redacted). :class:`CurlExecutor` runs one SMTP send or one IMAP command on it and
+translates pycurl errors into emailmw's exceptions, each naming the server. libcurl keeps the
+connection open between commands.
+
+The receiver polls every ``polling-period``: ``EXAMINE`` (a sync point that reports UIDNEXT
+and UIDVALIDITY), then, when UIDNEXT moved, one ``UID FETCH n:* (UID BODY.PEEK[])``. libcurl
+hands the literals of a custom FETCH to the header callback line by line (its write callback
+gets only the first line, curl issue 18847), so the executor collects that stream and
+:func:`parse_fetch_stream` cuts the messages out by their literal lengths.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from email.utils import parseaddr
+from typing import Final
+
+import pycurl
+
+from .._config import Endpoint, Options, UserInfo
+from .._exceptions import (
+    AuthenticationError,
+    ClosedError,
+    ConnectError,
+    ReceiveError,
+    SendError,
+    TLSError,
+    TransportError,
+)
+from .._log import get_logger, redact
+from .._types import Email
+from .._wire import build
+from .base import EmailReceiver, EmailSender
+from .common import (
+    ResumePosition,
+    envelope_recipients,
+    ours,
+    parse_fetched,
+    prepare_outgoing,
+)
+
+__all__ = [
+    "CurlContext",
+    "CurlExecutor",
+    "CurlReceiver",
+    "CurlSender",
+    "parse_fetch_stream",
+    "parse_status",
+]
+
+_log = get_logger("curl")
+
+_CONNECT_ERRORS: Final = {
+    pycurl.E_COULDNT_RESOLVE_HOST,
+    pycurl.E_COULDNT_CONNECT,
+    pycurl.E_OPERATION_TIMEDOUT,
+    pycurl.E_COULDNT_RESOLVE_PROXY,
+}
+_TLS_ERRORS: Final = {
+    pycurl.E_SSL_CONNECT_ERROR,
+    pycurl.E_PEER_FAILED_VERIFICATION,
+    pycurl.E_SSL_CACERT_BADFILE,
+    pycurl.E_USE_SSL_FAILED,
+    pycurl.E_SSL_CERTPROBLEM,
+    pycurl.E_SSL_CIPHER,
+    pycurl.E_SSL_ENGINE_NOTFOUND,
+    pycurl.E_SSL_ISSUER_ERROR,
+    pycurl.E_SSL_PINNEDPUBKEYNOTMATCH,
+    pycurl.E_SSL_INVALIDCERTSTATUS,
+    pycurl.E_SSL_CRL_BADFILE,
+}
+_AUTH_ERRORS: Final = {pycurl.E_LOGIN_DENIED}
+_SECRET_LINE: Final = re.compile(
+    rb"^(?:\S+ )?(AUTHENTICATE|AUTH|LOGIN)\b.*$|^[A-Za-z0-9+/=]{8,}\r?$", re.IGNORECASE
+)
+_FETCH_RE: Final = re.compile(rb"\* \d+ FETCH \(([^\r\n{]*)\{(\d+)\}\r\n")
+_UID_RE: Final = re.compile(rb"UID (\d+)")
+_STATUS_RE: Final = {
+    "uidnext": re.compile(rb"\[UIDNEXT (\d+)\]"),
+    "uidvalidity": re.compile(rb"\[UIDVALIDITY (\d+)\]"),
+}
+
+
+def parse_status(data: bytes) -> dict[str, int]:
+    """UIDNEXT and UIDVALIDITY from a SELECT/EXAMINE response (raises if missing)."""
+    out = {}
+    for key, pattern in _STATUS_RE.items():
+        found = pattern.search(data)
+        if found is None:
+            raise ValueError(f"no {key.upper()} in the EXAMINE response")
+        out[key] = int(found.group(1))
+    return out
+
+
+def parse_fetch_stream(data: bytes) -> tuple[list[tuple[int, bytes]], bool]:
+    """Messages ``(uid, raw)`` in a custom ``UID FETCH (UID BODY.PEEK[])`` response stream.
+
+    The second value is False when the stream could not be framed completely (a literal
+    shorter than announced): the caller then refetches those UIDs one by one.
+    """
+    out: list[tuple[int, bytes]] = []
+    pos = 0
+    complete = True
+    while True:
+        match = _FETCH_RE.search(data, pos)
+        if match is None:
+            break
+        size = int(match.group(2))
+        start = match.end()
+        literal = data[start : start + size]
+        if len(literal) != size:
+            complete = False
+            break
+        end = data.find(b"\r\n", start + size)
+        tail = data[start + size : end if end != -1 else len(data)]
+        uid = _UID_RE.search(match.group(1)) or _UID_RE.search(tail)
+        if uid is None:
+            complete = False
+        else:
+            out.append((int(uid.group(1)), literal))
+        pos = start + size
+    return out, complete
+
+
+class CurlContext:
+    """One libcurl easy handle set up for one server and account. Not thread-safe: the
+    executor serializes its use."""
+
+    def __init__(self, endpoint: Endpoint, user: UserInfo, options: Options) -> None:
+        self.endpoint = endpoint
+        self.server = endpoint.url
+        handle = pycurl.Curl()
+        handle.setopt(pycurl.USERNAME, user.username)
+        handle.setopt(pycurl.PASSWORD, user.password)
+        handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(options.timeout * 1000))
+        handle.setopt(pycurl.TIMEOUT_MS, int(options.timeout * 1000))
+        handle.setopt(pycurl.NOSIGNAL, 1)
+        handle.setopt(pycurl.SSL_VERIFYPEER, 1 if options.tls.verify else 0)
+        handle.setopt(pycurl.SSL_VERIFYHOST, 2 if options.tls.verify else 0)
+        if options.tls.ca_file:
+            handle.setopt(pycurl.CAINFO, options.tls.ca_file)
+        else:
+            # the pycurl wheel's libcurl may look elsewhere: trust what Python trusts
+            defaults = ssl.get_default_verify_paths()
+            if defaults.cafile:
+                handle.setopt(pycurl.CAINFO, defaults.cafile)
+            if defaults.capath:
+                handle.setopt(pycurl.CAPATH, defaults.capath)
+        if endpoint.scheme in ("smtp", "imap"):
+            handle.setopt(
+                pycurl.USE_SSL, pycurl.USESSL_ALL if options.tls.starttls else pycurl.USESSL_NONE
+            )
+        if os.environ.get("EMAILMW_CURL_VERBOSE", "").strip() not in ("", "0", "false"):
+            handle.setopt(pycurl.VERBOSE, 1)
+            handle.setopt(pycurl.DEBUGFUNCTION, self._debug)
+        self.handle = handle
+
+    def _debug(self, kind: int, data: bytes) -> None:
+        if kind not in (
+            pycurl.INFOTYPE_TEXT,
+            pycurl.INFOTYPE_HEADER_IN,
+            pycurl.INFOTYPE_HEADER_OUT,
+        ):
+            return
+        direction = {pycurl.INFOTYPE_HEADER_IN: "<", pycurl.INFOTYPE_HEADER_OUT: ">"}.get(kind, "*")
+        for raw_line in data.splitlines():
+            line = raw_line
+            if kind == pycurl.INFOTYPE_HEADER_OUT and _SECRET_LINE.match(line):
+                line = line.split(b" ", 2)[0] + b" [credentials redacted]"
+            _log.debug(
+                "curl %s %s %s", self.server, direction, redact(line.decode("utf-8", "replace"))
+            )
+
+    def url(self, path: str = "") -> str:
+        return f"{self.endpoint.url}/{path}"
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class CurlExecutor:
+    """Runs one SMTP send or one IMAP command at a time on a :class:`CurlContext`.
+
+    Thread-safe (one lock). Every pycurl error becomes an emailmw error naming the server:
+    :class:`AuthenticationError`, :class:`ConnectError`, :class:`TLSError`, else
+    ``failure`` (:class:`SendError` or :class:`ReceiveError`).
+    """
+
+    def __init__(self, context: CurlContext, failure: type[TransportError]) -> None:
+        self._context = context
+        self._failure = failure
+        self._lock = threading.Lock()
+
+    def _translate(self, exc: pycurl.error, doing: str) -> TransportError:
+        code = exc.args[0] if exc.args else -1
+        detail = exc.args[1] if len(exc.args) > 1 else str(exc)
+        server = self._context.server
+        if code in _AUTH_ERRORS:
+            return AuthenticationError(f"login refused: {detail}", server=server)
+        if code in _TLS_ERRORS:
+            return TLSError(f"TLS failed: {detail}", server=server)
+        if code in _CONNECT_ERRORS:
+            return ConnectError(f"cannot connect: {detail}", server=server)
+        return self._failure(f"{doing} failed: {detail} (curl error {code})", server=server)
+
+    def _perform(self, doing: str, setup: Callable[[pycurl.Curl], None]) -> None:
+        handle = self._context.handle
+        with self._lock:
+            setup(handle)
+            try:
+                handle.perform()
+            except pycurl.error as exc:
+                raise self._translate(exc, doing) from exc
+
+    def send_mail(self, from_: str, recipients: list[str], raw: bytes) -> None:
+        """One SMTP transaction: MAIL FROM, RCPT TO each recipient, DATA (dot-stuffed)."""
+        sent = 0
+
+        def read(size: int) -> bytes:
+            nonlocal sent
+            chunk = raw[sent : sent + size]
+            sent += len(chunk)
+            return chunk
+
+        def setup(handle: pycurl.Curl) -> None:
+            handle.setopt(pycurl.URL, self._context.url())
+            handle.setopt(pycurl.MAIL_FROM, f"<{from_}>")
+            handle.setopt(pycurl.MAIL_RCPT, recipients)
+            handle.setopt(pycurl.UPLOAD, 1)
+            handle.setopt(pycurl.INFILESIZE_LARGE, len(raw))
+            handle.setopt(pycurl.READFUNCTION, read)
+
+        self._perform("sending", setup)
+
+    def imap(self, command: str) -> bytes:
+        """Run one IMAP command (no mailbox in the URL, so libcurl selects nothing itself);
+        returns everything the server answered: untagged lines and literals."""
+        chunks: list[bytes] = []
+
+        def setup(handle: pycurl.Curl) -> None:
+            handle.setopt(pycurl.URL, self._context.url())
+            handle.setopt(pycurl.CUSTOMREQUEST, command)
+            handle.setopt(pycurl.UPLOAD, 0)
+            handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+            handle.setopt(pycurl.HEADERFUNCTION, chunks.append)
+
+        try:
+            self._perform(command.split(" ", 1)[0], setup)
+        finally:
+            self._context.handle.unsetopt(pycurl.CUSTOMREQUEST)
+        return b"".join(chunks)
+
+    def fetch_uid(self, folder: str, uid: int) -> bytes:
+        """One message by URL (``FOLDER/;UID=n``): the fallback when a FETCH stream could
+        not be framed."""
+        body: list[bytes] = []
+
+        def setup(handle: pycurl.Curl) -> None:
+            handle.setopt(pycurl.URL, self._context.url(f"{folder}/;UID={uid}"))
+            handle.setopt(pycurl.UPLOAD, 0)
+            handle.setopt(pycurl.WRITEFUNCTION, body.append)
+            handle.setopt(pycurl.HEADERFUNCTION, lambda _: None)
+
+        self._perform(f"fetching UID {uid}", setup)
+        return b"".join(body)
+
+    def close(self) -> None:
+        with self._lock:
+            self._context.close()
+
+
+class CurlSender(EmailSender):
+    """Sends each email synchronously over one libcurl SMTP connection. Thread-safe."""
+
+    def __init__(self, options: Options) -> None:
+        assert options.user is not None
+        self._options = options
+        self._executor = CurlExecutor(
+            CurlContext(options.user.smtp, options.user, options), SendError
+        )
+        self.address = options.recipients.from_
+        self._closed = False
+
+    def __repr__(self) -> str:
+        assert self._options.user is not None
+        return f"<CurlSender {self._options.user.smtp.url}>"
+
+    def send(self, email: Email) -> None:
+        if self._closed:
+            raise ClosedError(f"{self!r} is closed")
+        email = prepare_outgoing(email, self.address)
+        raw = build(email, max_size=self._options.max_message_size)
+        recipients = envelope_recipients(email)
+        assert self._options.user is not None
+        self._executor.send_mail(
+            parseaddr(email.from_)[1] or self._options.user.username, recipients, raw
+        )
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._executor.close()
+
+
+class CurlReceiver(EmailReceiver):
+    """Polls with EXAMINE -> UIDNEXT -> UID FETCH every ``polling-period``."""
+
+    def __init__(self, options: Options) -> None:
+        assert options.user is not None
+        self._options = options
+        self._folder = options.folder
+        self._where = f"{options.user.username}/{options.folder}"
+        self._executor = CurlExecutor(
+            CurlContext(options.user.imap, options.user, options), ReceiveError
+        )
+        self._period = options.polling_period_ns / 1e9
+        self._position = ResumePosition(options, options.user.username)
+        self._select = "EXAMINE" if options.on_receive == "keep" else "SELECT"
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._closed = False
+        with self._lock:
+            self._poll()  # connects and logs in now: a bad password fails at construction
+
+    def __repr__(self) -> str:
+        return f"<CurlReceiver {self._where}>"
+
+    def _poll(self) -> list[Email]:
+        status = parse_status(self._executor.imap(f'{self._select} "{self._folder}"'))
+        first = self._position.start(status["uidvalidity"], status["uidnext"])
+        if status["uidnext"] <= first:
+            return []
+        stream = self._executor.imap(f"UID FETCH {first}:* (UID BODY.PEEK[])")
+        messages, complete = parse_fetch_stream(stream)
+        if not complete:
+            _log.warning("FETCH stream from %s incomplete: fetching one by one", self._where)
+            known = {uid for uid, _ in messages}
+            messages += [
+                (uid, self._executor.fetch_uid(self._folder, uid))
+                for uid in range(first, status["uidnext"])
+                if uid not in known and self._exists(uid)
+            ]
+        fetched: list[tuple[int, Email]] = []
+        uids = sorted({uid for uid, _ in messages if uid >= first})
+        raw_by_uid = dict(messages)
+        for uid in uids:
+            email = parse_fetched(
+                raw_by_uid[uid], uid=uid, where=self._where, max_size=self._options.max_message_size
+            )
+            if email is not None:
+                fetched.append((uid, email))
+        if uids:
+            self._position.advance(uids[-1])
+            self._apply_on_receive(ours(fetched))
+        return [email for _, email in fetched]
+
+    def _exists(self, uid: int) -> bool:
+        return f" {uid}".encode() in self._executor.imap(f"UID SEARCH UID {uid}")
+
+    def _apply_on_receive(self, uids: list[int]) -> None:
+        action = self._options.on_receive
+        if action == "keep" or not uids:
+            return
+        ids = ",".join(map(str, uids))
+        try:
+            if action == "seen":
+                self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Seen)")
+            elif action == "delete":
+                self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Deleted)")
+                self._executor.imap(f"UID EXPUNGE {ids}")
+            else:
+                self._executor.imap(f'UID MOVE {ids} "{action.partition(":")[2]}"')
+        except TransportError as exc:
+            _log.warning("on-receive %s failed for UIDs %s: %s", action, ids, exc)
+
+    def receive(self, timeout: float | None = None) -> list[Email]:
+        with self._lock:
+            if self._closed:
+                raise ClosedError(f"{self!r} is closed")
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                try:
+                    emails = self._poll()
+                except ValueError as exc:
+                    raise ReceiveError(str(exc), server=self._executor._context.server) from exc
+                if emails:
+                    return emails
+                wait = self._period
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                if wait <= 0 or self._wake.wait(wait) or self._closed:
+                    self._wake.clear()
+                    return []
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        with self._lock:
+            self._executor.close()

@@ -1,0 +1,32 @@
+"""Builds the sender/receiver pair the options ask for."""
+
+from __future__ import annotations
+
+from .._config import Options
+from .base import EmailReceiver, EmailSender
+
+__all__ = ["make_transport"]
+
+
+def make_transport(options: Options) -> tuple[EmailSender, EmailReceiver]:
+    """Connect a sender and a receiver; raises a :class:`~emailmw.TransportError` when the
+    server cannot be reached, refuses the login or presents an untrusted certificate."""
+    if options.transport == "native":
+        from .native import NativeReceiver, NativeSender
+
+        sender: EmailSender = NativeSender(options)
+        try:
+            return sender, NativeReceiver(options)
+        except BaseException:
+            sender.close()
+            raise
+    if options.transport == "curl":
+        from .curl import CurlReceiver, CurlSender
+
+        sender = CurlSender(options)
+        try:
+            return sender, CurlReceiver(options)
+        except BaseException:
+            sender.close()
+            raise
+    raise ValueError(f"no such transport: {options.transport}")

@@ -1,0 +1,575 @@
+"""A real mail server on loopback for tests, benchmarks and the demo: Postfix + Dovecot.
+
+Debian's Postfix (SMTP 10025 with STARTTLS, SMTPS 10465; AUTH required, SASL through Dovecot,
+LMTP delivery) and Dovecot (IMAP 10143 with STARTTLS, IMAPS 10993), run as private instances
+with their configuration and state under one directory (default ``/tmp/emailmw-testmail``).
+``/etc/postfix`` and ``/etc/dovecot`` are never used, and Debian's system services are never
+started. A private CA signs the server certificate (SAN ``localhost``, ``127.0.0.1``, ``::1``);
+clients verify it with :attr:`MailServer.ca_file`.
+
+Accounts ``alice``, ``bob``, ``robot`` and ``u001`` ... ``u200`` at ``example.test``, password
+``secret``. :meth:`MailServer.fresh_account` hands out accounts nobody used since the start.
+
+Needs root (the daemons' masters do) and the Debian packages, which :func:`ensure_installed`
+installs. Command line::
+
+    python -m emailmw.testing.mailserver install | start [--fresh] | stop | status
+    python -m emailmw.testing.mailserver config USER     # an email.yml for that account
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import socket
+import ssl
+import string
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import yaml
+
+from .._exceptions import EmailMWError
+
+__all__ = ["MailServer", "MailServerError", "ensure_installed", "main"]
+
+PACKAGES = ("postfix", "dovecot-core", "dovecot-imapd", "dovecot-lmtpd", "openssl")
+_SBIN = "/usr/sbin:/sbin"
+_TEMPLATES = ("dovecot.conf", "main.cf", "master.cf")
+
+
+class MailServerError(EmailMWError):
+    """The local mail server could not be installed, started or stopped."""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{env.get('PATH', '/usr/bin:/bin')}:{_SBIN}"
+    return env
+
+
+def _which(command: str) -> str | None:
+    return shutil.which(command, path=_env()["PATH"])
+
+
+def missing_packages() -> list[str]:
+    """The Debian packages this server needs that are not installed."""
+    need = []
+    if not _which("postfix"):
+        need.append("postfix")
+    if not _which("dovecot"):
+        need.append("dovecot-core")
+    if not os.access("/usr/lib/dovecot/imap", os.X_OK):
+        need.append("dovecot-imapd")
+    if not os.access("/usr/lib/dovecot/lmtp", os.X_OK):
+        need.append("dovecot-lmtpd")
+    if not _which("openssl"):
+        need.append("openssl")
+    return need
+
+
+def ensure_installed() -> None:
+    """Install the Debian packages when missing (as root); otherwise say what to install."""
+    need = missing_packages()
+    if not need:
+        return
+    if os.geteuid() != 0:
+        raise MailServerError(
+            f"missing Debian packages: {' '.join(need)}; install them as root with "
+            f"'apt-get install -y --no-install-recommends {' '.join(PACKAGES)}'"
+        )
+    env = _env() | {"DEBIAN_FRONTEND": "noninteractive"}
+    # 'No configuration': Debian writes no /etc/postfix/main.cf; we never use /etc/postfix.
+    subprocess.run(
+        ["debconf-set-selections"],
+        input="postfix postfix/main_mailer_type select No configuration\n"
+        "postfix postfix/mailname string mail.example.test\n",
+        text=True,
+        check=False,
+        env=env,
+    )
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
+    print(f"[mailserver] installing {' '.join(PACKAGES)}", file=sys.stderr)
+    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=False).returncode:
+        # package lists missing or stale on a fresh machine: update once and retry
+        subprocess.run(["apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=True)
+    if missing_packages():
+        raise MailServerError(f"still missing after apt-get install: {missing_packages()}")
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (PID 1 here reaps orphans lazily)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class MailServer:
+    """One private Postfix + Dovecot instance. ``start()`` returns once all four ports
+    answer (TLS ports with a verified handshake) or raises :class:`MailServerError` with the
+    servers' log tails. A context manager: leaving it stops the servers."""
+
+    state_dir: Path = field(default_factory=lambda: Path("/tmp/emailmw-testmail"))
+    host: str = "127.0.0.1"
+    smtp_port: int = 10025
+    smtps_port: int = 10465
+    imap_port: int = 10143
+    imaps_port: int = 10993
+    domain: str = "example.test"
+    password: str = field(default="secret", repr=False)
+    pool_size: int = 200
+    vmail_user: str = "vmail"
+    ready_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir)
+        if not self.state_dir.is_absolute() or len(str(self.state_dir)) > 60:
+            raise MailServerError("state_dir must be absolute and at most 60 characters")
+        self._pool = (f"u{i:03d}" for i in range(1, self.pool_size + 1))
+
+    # ------------------------------------------------------------------ accounts
+
+    @property
+    def users(self) -> list[str]:
+        return ["alice", "bob", "robot", *(f"u{i:03d}" for i in range(1, self.pool_size + 1))]
+
+    def address(self, user: str) -> str:
+        return f"{user}@{self.domain}"
+
+    def fresh_account(self) -> str:
+        """An account (``user@domain``) no test has used since the server started."""
+        try:
+            return self.address(next(self._pool))
+        except StopIteration:
+            raise MailServerError(f"all {self.pool_size} fresh accounts are used") from None
+
+    @property
+    def ca_file(self) -> Path:
+        return self.state_dir / "tls" / "ca.pem"
+
+    def maildir(self, address: str) -> Path:
+        user, _, domain = address.partition("@")
+        return self.state_dir / "mail" / domain / user / "Maildir"
+
+    def config(
+        self,
+        address: str,
+        *,
+        to: str | list[str] | None = None,
+        transport: str = "native",
+        tls: bool = True,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """An emailmw configuration (the ``email:`` mapping) for ``address`` on this server.
+
+        ``tls=True`` uses implicit TLS (smtps/imaps) verified against :attr:`ca_file`;
+        ``False`` uses the plain ports with STARTTLS, still verified.
+        """
+        smtp = (
+            f"smtps://{self.host}:{self.smtps_port}"
+            if tls
+            else (f"smtp://{self.host}:{self.smtp_port}")
+        )
+        imap = (
+            f"imaps://{self.host}:{self.imaps_port}"
+            if tls
+            else (f"imap://{self.host}:{self.imap_port}")
+        )
+        config: dict[str, Any] = {
+            "transport": transport,
+            "user": {
+                "url-smtp": smtp,
+                "url-imap": imap,
+                "username": address,
+                "password": self.password,
+            },
+            "recipients": {"to": to if to is not None else address},
+            "tls": {"ca-file": str(self.ca_file)},
+        }
+        config.update(extra)
+        return config
+
+    # ------------------------------------------------------------------ life cycle
+
+    @property
+    def _pf_conf(self) -> Path:
+        return self.state_dir / "postfix" / "conf"
+
+    @property
+    def _dc_conf(self) -> Path:
+        return self.state_dir / "dovecot" / "dovecot.conf"
+
+    @property
+    def _dc_pid(self) -> Path:
+        return self.state_dir / "dovecot" / "run" / "master.pid"
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        # Never let a daemon inherit a pipe of ours: readers would wait for EOF forever.
+        result = subprocess.run(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_env(),
+            check=False,
+            start_new_session=True,
+        )
+        if check and result.returncode:
+            raise MailServerError(f"{' '.join(args)} failed: {result.stdout.strip()}")
+        return result
+
+    def _run_daemon(self, *args: str, log: Path) -> None:
+        with open(log, "ab") as out:
+            code = subprocess.run(
+                list(args),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=_env(),
+                check=False,
+                start_new_session=True,
+            ).returncode
+        if code:
+            raise MailServerError(f"{' '.join(args)} exited {code}\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 15) -> str:
+        out = []
+        for log in (
+            self.state_dir / "dovecot" / "dovecot.log",
+            self.state_dir / "postfix" / "maillog",
+        ):
+            with contextlib.suppress(OSError):
+                tail = log.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"--- {log}\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def running(self) -> bool:
+        pid = _read_pid(self._dc_pid)
+        dovecot = pid is not None and _alive(pid)
+        postfix = (self._pf_conf / "main.cf").exists() and not self._run(
+            "postfix", "-c", str(self._pf_conf), "status", check=False
+        ).returncode
+        return dovecot and postfix
+
+    def start(self, *, fresh: bool = True) -> Self:
+        """Write the configuration, (re)start both daemons and wait until they answer.
+
+        ``fresh`` (the default) stops a running instance of this state dir and deletes every
+        mailbox first, so each run starts from empty mailboxes.
+        """
+        if os.geteuid() != 0:
+            raise MailServerError("the mail server must be started as root")
+        ensure_installed()
+        self.stop()
+        if fresh:
+            shutil.rmtree(self.state_dir / "mail", ignore_errors=True)
+            shutil.rmtree(self.state_dir / "postfix" / "spool", ignore_errors=True)
+        self._prepare()
+        self._run_daemon(
+            "dovecot", "-c", str(self._dc_conf), log=self.state_dir / "dovecot" / "start.log"
+        )
+        self._wait(
+            lambda: (
+                (self.state_dir / "dovecot/run/auth-postfix").exists()
+                and (self.state_dir / "dovecot/run/lmtp").exists()
+            ),
+            "dovecot sockets",
+        )
+        self._run_daemon(
+            "postfix",
+            "-c",
+            str(self._pf_conf),
+            "start",
+            log=self.state_dir / "postfix" / "start.log",
+        )
+        for name, check in (
+            ("smtp", lambda: self._banner(self.smtp_port, b"220 ", tls=False)),
+            ("imap", lambda: self._banner(self.imap_port, b"* OK", tls=False)),
+            ("smtps", lambda: self._banner(self.smtps_port, b"220 ", tls=True)),
+            ("imaps", lambda: self._banner(self.imaps_port, b"* OK", tls=True)),
+        ):
+            self._wait(check, name)
+        return self
+
+    def stop(self) -> None:
+        """Stop both daemons of this state dir (only those). Idempotent."""
+        postfix_up = (
+            (self._pf_conf / "main.cf").exists()
+            and _which("postfix") is not None
+            and not self._run("postfix", "-c", str(self._pf_conf), "status", check=False).returncode
+        )
+        if postfix_up:
+            pid = _read_pid(self.state_dir / "postfix/spool/pid/master.pid")
+            self._run("postfix", "-c", str(self._pf_conf), "stop", check=False)
+            if pid and not self._wait_gone(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+        pid = _read_pid(self._dc_pid)
+        if pid and _alive(pid):
+            if self._dc_conf.exists():
+                self._run("doveadm", "-c", str(self._dc_conf), "stop", check=False)
+            if not self._wait_gone(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+        # a stale pid file pointing at a zombie makes dovecot refuse to start
+        self._dc_pid.unlink(missing_ok=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _wait(self, check: Any, what: str) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise MailServerError(
+                    f"{what} not ready after {self.ready_timeout} s\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+
+    @staticmethod
+    def _wait_gone(pid: int, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _banner(self, port: int, expected: bytes, *, tls: bool) -> bool:
+        try:
+            with socket.create_connection((self.host, port), timeout=2) as raw:
+                sock: socket.socket = raw
+                if tls:
+                    context = ssl.create_default_context(cafile=str(self.ca_file))
+                    sock = context.wrap_socket(raw, server_hostname=self.host)
+                line = sock.recv(512)
+                sock.sendall(b"a LOGOUT\r\n" if expected.startswith(b"*") else b"QUIT\r\n")
+                return line.startswith(expected)
+        except OSError:
+            return False
+
+    def _prepare(self) -> None:
+        state = self.state_dir
+        env = _env()
+        if subprocess.run(
+            ["getent", "passwd", self.vmail_user], capture_output=True, check=False
+        ).returncode:
+            self._run(
+                "useradd",
+                "--system",
+                "--user-group",
+                "--home-dir",
+                "/nonexistent",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                self.vmail_user,
+            )
+        uid = int(self._run("id", "-u", self.vmail_user).stdout)
+        gid = int(self._run("id", "-g", self.vmail_user).stdout)
+        for d in ("", "tls", "dovecot", "postfix", "postfix/conf", "postfix/spool"):
+            (state / d).mkdir(parents=True, exist_ok=True)
+            os.chmod(state / d, 0o755)
+        self._mkdir(state / "postfix/data", 0o700, "postfix", "postfix")
+        self._mkdir(state / "mail", 0o770, self.vmail_user, self.vmail_user)
+        self._mkdir(state / "dovecot/lib", 0o750, "root", "dovecot")
+        self._make_certificates()
+
+        users = "".join(f"{self.address(u)}:{{PLAIN}}{self.password}::::::\n" for u in self.users)
+        (state / "dovecot/users").write_text(users)
+        shutil.chown(state / "dovecot/users", "root", "dovecot")
+        os.chmod(state / "dovecot/users", 0o640)
+        vmailbox = "".join(f"{self.address(u)} OK\n" for u in [*self.users, "postmaster"])
+        (state / "postfix/conf/vmailbox").write_text(vmailbox)
+
+        dh = "/usr/share/dovecot/dh.pem"
+        values = {
+            "state": str(state),
+            "host": self.host,
+            "domain": self.domain,
+            "smtp_port": self.smtp_port,
+            "smtps_port": self.smtps_port,
+            "imap_port": self.imap_port,
+            "imaps_port": self.imaps_port,
+            "vmail_user": self.vmail_user,
+            "vmail_uid": uid,
+            "vmail_gid": gid,
+            "ssl_dh": f"ssl_dh = <{dh}" if os.access(dh, os.R_OK) else "",
+        }
+        templates = resources.files("emailmw.testing") / "mailserver_templates"
+        targets = {
+            "dovecot.conf": self._dc_conf,
+            "main.cf": self._pf_conf / "main.cf",
+            "master.cf": self._pf_conf / "master.cf",
+        }
+        for name in _TEMPLATES:
+            text = string.Template(templates.joinpath(name).read_text()).substitute(values)
+            targets[name].write_text(text)
+        check = subprocess.run(
+            ["dovecot", "-c", str(self._dc_conf), "-n"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if check.returncode:
+            raise MailServerError(f"dovecot rejects its configuration: {check.stderr.strip()}")
+
+    @staticmethod
+    def _mkdir(path: Path, mode: int, user: str, group: str) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, mode)
+        shutil.chown(path, user, group)
+
+    def _make_certificates(self) -> None:
+        tls = self.state_dir / "tls"
+        if all(
+            (tls / f).stat().st_size if (tls / f).exists() else 0
+            for f in ("ca.pem", "server.pem", "server.key")
+        ):
+            return
+        for f in tls.iterdir():
+            f.unlink()
+
+        def openssl(*args: str) -> None:
+            self._run("openssl", *args)
+
+        openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=emailmw test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+            str(tls / "ca.key"),
+            "-out",
+            str(tls / "ca.pem"),
+        )
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN=mail.{self.domain}",
+            "-keyout",
+            str(tls / "server.key"),
+            "-out",
+            str(tls / "server.csr"),
+        )
+        (tls / "server.ext").write_text(
+            "basicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=serverAuth\n"
+            f"subjectAltName=DNS:localhost,DNS:mail.{self.domain},IP:127.0.0.1,IP:::1\n"
+            "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(tls / "server.csr"),
+            "-CA",
+            str(tls / "ca.pem"),
+            "-CAkey",
+            str(tls / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-extfile",
+            str(tls / "server.ext"),
+            "-out",
+            str(tls / "server.crt"),
+        )
+        (tls / "server.pem").write_bytes(
+            (tls / "server.crt").read_bytes() + (tls / "ca.pem").read_bytes()
+        )
+        for name, mode in (
+            ("server.key", 0o600),
+            ("ca.key", 0o600),
+            ("ca.pem", 0o644),
+            ("server.pem", 0o644),
+        ):
+            os.chmod(tls / name, mode)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m emailmw.testing.mailserver",
+        description="local Postfix + Dovecot for emailmw",
+    )
+    parser.add_argument("command", choices=["install", "start", "stop", "status", "config"])
+    parser.add_argument("user", nargs="?", default="alice", help="for 'config': the account")
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=Path(os.environ.get("EMAILMW_TEST_MAIL_STATE", "/tmp/emailmw-testmail")),
+    )
+    parser.add_argument("--keep", action="store_true", help="for 'start': keep existing mail")
+    args = parser.parse_args(argv)
+    server = MailServer(state_dir=args.state)
+    try:
+        if args.command == "install":
+            ensure_installed()
+        elif args.command == "start":
+            server.start(fresh=not args.keep)
+            print(
+                f"[mailserver] READY smtp={server.host}:{server.smtp_port} "
+                f"smtps={server.host}:{server.smtps_port} imap={server.host}:{server.imap_port} "
+                f"imaps={server.host}:{server.imaps_port} CA={server.ca_file}"
+            )
+        elif args.command == "stop":
+            server.stop()
+        elif args.command == "status":
+            running = server.running()
+            print("running" if running else "stopped")
+            return 0 if running else 3
+        else:
+            account = args.user if "@" in args.user else server.address(args.user)
+            print(yaml.safe_dump({"email": server.config(account)}, sort_keys=False), end="")
+    except MailServerError as exc:
+        print(f"[mailserver] ERROR: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

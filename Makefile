@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck unit bench clean venv
+.PHONY: demo test lint typecheck unit bench clean venv mailserver
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,18 +23,24 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict emailmw
 
-unit: $(STAMP)
+# Debian's Postfix + Dovecot for the integration tests: installed when missing (as root;
+# otherwise this says what to install). The tests start one server for the whole run.
+mailserver: $(STAMP)
+	$(PY) -m emailmw.testing.mailserver install
+
+unit: $(STAMP) mailserver
 	$(PY) -m pytest -o faulthandler_timeout=300
 
 test: lint typecheck unit
 
+# talker, listener and a service as separate processes over the local mail server
+# (intraprocess, with a line saying why, when no server can be had)
 demo: $(STAMP)
-	@for example in examples/intraprocess_pub_sub.py examples/intraprocess_service.py \
-	    examples/wait_set.py; do \
-	  echo "== $$example"; $(PY) $$example || exit 1; done
+	$(PY) examples/demo.py --out demo-out
 
 bench: $(STAMP)
 	$(PY) bench/intraprocess.py --json bench/results/intraprocess.json
+	$(PY) bench/email_latency.py --json bench/results/email_latency.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

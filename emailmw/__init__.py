@@ -6,7 +6,7 @@ service handlers, the :class:`Context`, the entities, and wait sets on top.
 """
 
 from ._config import Endpoint, Options, UserInfo
-from ._context import Context, get_default_context, init, ok, shutdown
+from ._context import Context, get_default_context, init, ok, open_transport, shutdown
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
 from ._exceptions import (
     AuthenticationError,
@@ -100,6 +100,7 @@ __all__ = [
     "init",
     "intraprocess_pair",
     "ok",
+    "open_transport",
     "parse_email",
     "shutdown",
     "wait_for_message",

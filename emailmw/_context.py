@@ -25,7 +25,7 @@ from ._polling import PollingManager
 from ._transport.base import EmailReceiver, EmailSender
 from ._transport.intraprocess import intraprocess_pair
 
-__all__ = ["Context", "get_default_context", "init", "ok", "shutdown"]
+__all__ = ["Context", "get_default_context", "init", "ok", "open_transport", "shutdown"]
 
 _log = get_logger("context")
 
@@ -44,6 +44,16 @@ def _make_transport(options: Options) -> tuple[EmailSender, EmailReceiver]:
     from ._transport.factory import make_transport
 
     return make_transport(options)
+
+
+def open_transport(config: ConfigLike = None) -> tuple[EmailSender, EmailReceiver]:
+    """The configured sender and receiver on their own, for tools that handle raw email.
+
+    The caller owns both and closes them. Raises what connecting raises
+    (:class:`~emailmw.AuthenticationError`, :class:`~emailmw.TLSError`, ...).
+    """
+    configure_from_env()
+    return _make_transport(load_options(config))
 
 
 class Context:

@@ -198,6 +198,7 @@ class CurlExecutor:
 
     def __init__(self, context: CurlContext, failure: type[TransportError]) -> None:
         self._context = context
+        self.server = context.server
         self._failure = failure
         self._lock = threading.Lock()
 
@@ -330,15 +331,24 @@ class CurlReceiver(EmailReceiver):
         self._lock = threading.Lock()
         self._closed = False
         with self._lock:
-            self._poll()  # connects and logs in now: a bad password fails at construction
+            # log in now (a bad password fails at construction) and fix the start position;
+            # fetching waits for the first receive(), so nothing is lost here
+            self._start_position()
 
     def __repr__(self) -> str:
         return f"<CurlReceiver {self._where}>"
 
+    def _start_position(self) -> tuple[int, int]:
+        """(Re)select the folder; returns (first UID to fetch, UIDNEXT)."""
+        try:
+            status = parse_status(self._executor.imap(f'{self._select} "{self._folder}"'))
+        except ValueError as exc:
+            raise ReceiveError(str(exc), server=self._executor.server) from exc
+        return self._position.start(status["uidvalidity"], status["uidnext"]), status["uidnext"]
+
     def _poll(self) -> list[Email]:
-        status = parse_status(self._executor.imap(f'{self._select} "{self._folder}"'))
-        first = self._position.start(status["uidvalidity"], status["uidnext"])
-        if status["uidnext"] <= first:
+        first, uidnext = self._start_position()
+        if uidnext <= first:
             return []
         stream = self._executor.imap(f"UID FETCH {first}:* (UID BODY.PEEK[])")
         messages, complete = parse_fetch_stream(stream)
@@ -347,7 +357,7 @@ class CurlReceiver(EmailReceiver):
             known = {uid for uid, _ in messages}
             messages += [
                 (uid, self._executor.fetch_uid(self._folder, uid))
-                for uid in range(first, status["uidnext"])
+                for uid in range(first, uidnext)
                 if uid not in known and self._exists(uid)
             ]
         fetched: list[tuple[int, Email]] = []
@@ -389,10 +399,7 @@ class CurlReceiver(EmailReceiver):
                 raise ClosedError(f"{self!r} is closed")
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:
-                try:
-                    emails = self._poll()
-                except ValueError as exc:
-                    raise ReceiveError(str(exc), server=self._executor._context.server) from exc
+                emails = self._poll()
                 if emails:
                     return emails
                 wait = self._period

@@ -374,7 +374,7 @@ class NativeReceiver(EmailReceiver):
         while True:
             if self._client is None:
                 self._connect()
-            if self._check:
+            while self._check:  # fetch for as long as the server announces news
                 emails = self._fetch_new()
                 if emails:
                     return emails
@@ -392,12 +392,21 @@ class NativeReceiver(EmailReceiver):
             else:
                 self._idle(deadline)
 
-    @staticmethod
-    def _announces_mail(responses: list[Any]) -> bool:
-        return any(
+    def _announces_mail(self, responses: list[Any]) -> bool:
+        """True when ``responses`` (or responses imaplib stashed while answering an earlier
+        command) announce new messages. Dovecot may announce ``* n EXISTS`` in the answer
+        to a UID FETCH; imaplib keeps such untagged lines aside, where no later NOOP shows
+        them, so they are collected here too."""
+        news = any(
             isinstance(r, tuple) and len(r) >= 2 and r[1] in (b"EXISTS", b"RECENT")
             for r in responses
         )
+        if self._client is not None:
+            stash = self._client._imap.untagged_responses
+            for key in ("EXISTS", "RECENT"):
+                if stash.pop(key, None):
+                    news = True
+        return news
 
     def _idle(self, deadline: float | None) -> None:
         client = self._client
@@ -426,6 +435,7 @@ class NativeReceiver(EmailReceiver):
         self._check = False
         first = self._position.next_uid
         data = _uid_fetch_from(client, first)
+        self._check = self._announces_mail([])
         uids = sorted(uid for uid in data if uid >= first)
         if not uids:
             return []

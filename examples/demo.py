@@ -1,0 +1,165 @@
+"""The emailmw demo: a talker, a listener and an add-two-ints service exchanging real email.
+
+Four separate processes (the examples pub.py, sub_wait_message_info.py,
+service_server_wait_service_info.py, service_client_wait_service_info.py) talk through a mail
+server, then the traffic report is made from the mailboxes.
+
+Which mail server: the account in EMAILMW_CONFIG_FILE when set (every process uses it, so its
+recipients should include itself); else a local Postfix + Dovecot started here (needs root
+and Debian's packages, installed when missing); else the intraprocess transport, all four
+roles in one process, and a line saying why.
+
+    python examples/demo.py [--out demo-out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import yaml
+
+import emailmw
+
+HERE = Path(__file__).resolve().parent
+MESSAGES, CALLS = 5, 3
+
+
+def log(text: str) -> None:
+    print(f"[demo] {text}", flush=True)
+
+
+def start_local_server() -> tuple[object | None, str]:
+    if os.geteuid() != 0:
+        return None, "not running as root, so the local Postfix + Dovecot cannot be started"
+    from emailmw.testing.mailserver import MailServer, MailServerError
+
+    server = MailServer(
+        state_dir=Path("/tmp/emailmw-demomail"),
+        smtp_port=11025,
+        smtps_port=11465,
+        imap_port=11143,
+        imaps_port=11993,
+    )
+    try:
+        log("starting the local mail server (Postfix + Dovecot on 127.0.0.1) ...")
+        server.start(fresh=True)
+    except MailServerError as exc:
+        return None, f"the local mail server did not start: {str(exc).splitlines()[0]}"
+    return server, ""
+
+
+class Role:
+    def __init__(self, name: str, script: str, config: Path) -> None:
+        self.name = name
+        self.ready = threading.Event()
+        self.process = subprocess.Popen(
+            [sys.executable, str(HERE / script), "--config", str(config), "--timeout", "60"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=HERE,
+        )
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.strip() == "ready":
+                self.ready.set()
+            else:
+                print(f"  {self.name:>9} | {line.rstrip()}", flush=True)
+        self.ready.set()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return -1
+
+
+def run_processes(configs: dict[str, Path]) -> bool:
+    listener = Role("listener", "sub_wait_message_info.py", configs["listener"])
+    server = Role("server", "service_server_wait_service_info.py", configs["server"])
+    listener.ready.wait(60)
+    server.ready.wait(60)
+    talker = Role("talker", "pub.py", configs["talker"])
+    client = Role("client", "service_client_wait_service_info.py", configs["client"])
+    codes = {role.name: role.wait(180) for role in (talker, client, listener, server)}
+    failed = {name: code for name, code in codes.items() if code != 0}
+    if failed:
+        log(f"FAILED: {failed}")
+    return not failed
+
+
+def run_intraprocess() -> bool:
+    with emailmw.Context({"intraprocess": True}) as ctx:
+        sub = emailmw.Subscription("/chatter", context=ctx)
+        emailmw.ServiceServer(
+            "/add_two_ints", lambda r: str(sum(int(x) for x in r.split())), context=ctx
+        )
+        pub = emailmw.Publisher("/chatter", context=ctx)
+        client = emailmw.ServiceClient("/add_two_ints", context=ctx)
+        for i in range(MESSAGES):
+            pub.publish(f"data: 'Hello, world! {i}'")
+            got = emailmw.wait_for_message_with_info(sub, 5)
+            assert got is not None
+            print(f"   listener | got: {got[0]} (seq {got[1].sequence_number})", flush=True)
+        for i in range(CALLS):
+            print(
+                f"     client | {i} + {i + 1} = {client.call(f'{i} {i + 1}', timeout=5)}",
+                flush=True,
+            )
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("demo-out"))
+    args = parser.parse_args()
+    out = args.out.resolve()
+    (out / "configs").mkdir(parents=True, exist_ok=True)
+
+    configs: dict[str, Path] = {}
+    archive: Path | None = None
+    server = None
+    if os.environ.get("EMAILMW_CONFIG_FILE"):
+        path = Path(os.environ["EMAILMW_CONFIG_FILE"])
+        log(f"using the mail account configured in {path}")
+        configs = dict.fromkeys(("listener", "server", "talker", "client"), path)
+    else:
+        server, why = start_local_server()
+        if server is None:
+            log(f"no mail server: {why}; running on the intraprocess transport instead")
+    if server is not None:
+        from emailmw.testing.mailserver import MailServer
+
+        assert isinstance(server, MailServer)
+        accounts = {"listener": "bob", "server": "robot", "talker": "alice", "client": "alice"}
+        targets = {"talker": "bob", "client": "robot"}
+        for role, user in accounts.items():
+            to = server.address(targets.get(role, user))
+            config = server.config(server.address(user), to=to)
+            configs[role] = out / "configs" / f"{role}.yml"
+            configs[role].write_text(yaml.safe_dump({"email": config}, sort_keys=False))
+        archive = server.state_dir / "mail"
+        log("talker (alice) -> listener (bob) on /chatter; client (alice) -> server (robot)")
+
+    try:
+        ok = run_processes(configs) if configs else run_intraprocess()
+        if ok and archive is not None:
+            log(f"all messages and calls went through; the mailboxes are in {archive}")
+    finally:
+        if server is not None:
+            server.stop()  # type: ignore[attr-defined]
+    log("done" if ok else "failed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Run peer processes and read their output with deadlines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..helpers import Recorder
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump({"email": config}))
+    return path
+
+
+class Peer:
+    """A ``tests.email.peer`` process; its stdout lines are collected as they come."""
+
+    def __init__(self, role: str, config: Path, name: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.email.peer", role, str(config), name],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: Recorder[str] = Recorder()
+        self.stderr: list[str] = []
+        assert self.process.stdout is not None
+        assert self.process.stderr is not None
+        out, err = self.process.stdout, self.process.stderr
+        threading.Thread(
+            target=lambda: [self.lines(x.rstrip("\n")) for x in out], daemon=True
+        ).start()
+        threading.Thread(target=lambda: self.stderr.extend(err), daemon=True).start()
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        ok = self.lines.wait_for(lambda lines: "ready" in lines, timeout)
+        assert ok, f"peer not ready: {''.join(self.stderr)[-2000:]}"
+
+    def messages(self, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+        ok = self.lines.wait_for(lambda lines: len(lines) - 1 >= count, timeout)
+        got = [json.loads(line) for line in self.lines.items[1:]]
+        assert ok, f"got {len(got)} of {count} messages; stderr: {''.join(self.stderr)[-2000:]}"
+        return got
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)

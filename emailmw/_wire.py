@@ -458,8 +458,13 @@ def _decode_body(payload: bytes, cte: str, charset: str, max_size: int) -> str:
         raise MalformedEmailError(f"body is not valid {charset}") from exc
 
 
-def parse(raw: bytes, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Email:
+def parse(
+    raw: bytes, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE, headers_only: bool = False
+) -> Email:
     """Parse RFC 5322 bytes (CRLF or LF line endings) into an :class:`Email`.
+
+    ``headers_only`` skips decoding the body (``body`` is then ``""``): the archive pipeline
+    needs every header but no body.
 
     Raises :class:`ForeignEmailError` for mail emailmw does not carry (multipart, non-text
     bodies, no Subject) and :class:`MalformedEmailError` for bytes that are not a valid email
@@ -514,7 +519,7 @@ def parse(raw: bytes, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Email:
         raise MalformedEmailError("Subject decodes to CR, LF or NUL (header injection)")
     if content_type != "text/plain":
         raise ForeignEmailError(f"not a text/plain email: {content_type}")
-    body = _decode_body(payload, cte, charset, max_size)
+    body = "" if headers_only else _decode_body(payload, cte, charset, max_size)
     return Email(
         subject=subject,
         body=body,

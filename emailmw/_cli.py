@@ -1,0 +1,92 @@
+"""The ``emailmw`` command line. Errors are one line on standard error with a non-zero exit
+status (2 for usage errors), never a traceback unless ``--debug``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._exceptions import EmailMWError
+
+__all__ = ["main"]
+
+
+def _conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="emailmw", description="emailmw command line")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--config", help="email.yml (default: EMAILMW_CONFIG_FILE, ...)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    analyze = commands.add_parser(
+        "analyze",
+        help="traffic analytics of mail archives (Spark)",
+        description="Read mail archives (Maildir, mbox, imap[s]:// folder, or an earlier "
+        "output directory) and write Parquet tables and report.html to --out.",
+    )
+    analyze.add_argument("sources", nargs="+", metavar="SOURCE")
+    analyze.add_argument("--out", required=True, type=Path, metavar="DIR")
+    analyze.add_argument("--master", default="local[*]", help="Spark master URL")
+    analyze.add_argument("--since", metavar="T", help="ISO 8601 or epoch seconds")
+    analyze.add_argument("--until", metavar="T", help="ISO 8601 or epoch seconds")
+    analyze.add_argument("--topic", metavar="GLOB", help="only topics matching GLOB")
+    analyze.add_argument("--conf", type=_conf, action="append", default=[], metavar="K=V",
+                         help="Spark configuration (repeatable)")
+    analyze.add_argument("--workers", type=int, help="processes reading the archives")
+    analyze.add_argument("--no-report", action="store_true", help="tables only")
+    return parser
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from ._pipeline.analyze import AnalyzeRequest, analyze, parse_time
+
+    request = AnalyzeRequest(
+        sources=args.sources,
+        out=args.out,
+        master=args.master,
+        since_ns=parse_time(args.since) if args.since else None,
+        until_ns=parse_time(args.until) if args.until else None,
+        topic_glob=args.topic,
+        conf=dict(args.conf),
+        config=args.config,
+        workers=args.workers,
+        report=not args.no_report,
+    )
+    summary = analyze(request)
+    print(
+        f"{summary['publish']} messages, {summary['request']} requests, "
+        f"{summary['response']} responses; {summary['foreign']} foreign and "
+        f"{summary['malformed']} malformed emails left out\n"
+        f"service calls: {summary['calls']} ({summary['answered']} answered, "
+        f"{summary['duplicate_responses']} duplicate responses)\n"
+        f"publishers: {summary['publishers']} streams, {summary['lost']} lost, "
+        f"{summary['duplicated']} duplicated, {summary['out_of_order']} out of order\n"
+        f"tables and report in {args.out} ({summary['seconds']} s)"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "analyze":
+            return _analyze(args)
+    except KeyboardInterrupt:
+        print("emailmw: interrupted", file=sys.stderr)
+        return 130
+    except (EmailMWError, OSError, ImportError) as exc:
+        if args.debug:
+            raise
+        print(f"emailmw: error: {exc}", file=sys.stderr)
+        return 1
+    parser.error(f"unknown command {args.command}")
+    return 2

@@ -1,0 +1,154 @@
+"""``report.html``: one self-contained page (tables and PNG plots inlined) plus the PNGs.
+
+Everything plotted is an aggregate computed by Spark (quantiles, per-minute counts, per
+publisher figures, a bounded sample of round trips), so the driver never holds the archive.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from .job import Tables  # noqa: E402
+
+__all__ = ["write_report"]
+
+_QUANTILES = [i / 100 for i in range(1, 101)]
+_MAX_ROWS = 200
+_RTT_SAMPLE = 50_000
+
+
+def _png(fig: Any, path: Path) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    path.write_bytes(buffer.getvalue())
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    if not rows:
+        return "<p><em>none</em></p>"
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:,.2f}"
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"{value:,}"
+        return html.escape(str(value))
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{cell(r.get(c))}</td>" for c in columns) + "</tr>"
+        for r in rows[:_MAX_ROWS]
+    )
+    more = f"<p>... and {len(rows) - _MAX_ROWS} more rows</p>" if len(rows) > _MAX_ROWS else ""
+    return f"<table><tr>{head}</tr>{body}</table>{more}"
+
+
+def write_report(tables: Tables, summary: dict[str, Any], out: Path) -> Path:
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    images: list[tuple[str, str]] = []
+
+    stats = [r.asDict() for r in tables.topic_stats.orderBy("topic").collect()]
+    if stats:
+        fig, ax = plt.subplots(figsize=(9, 4))
+        for row in stats:
+            series = row["per_minute"] or []
+            ax.plot([dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series],
+                    [p["messages"] for p in series], marker=".", label=row["topic"])
+        ax.set(title="Message rate per topic", ylabel="messages per minute")
+        ax.legend(fontsize="small")
+        images.append(("Message rate over time", _png(fig, plots / "rate.png")))
+
+        quantiles = (
+            tables.messages.filter(F.col("kind") == "publish")
+            .groupBy("topic")
+            .agg(F.percentile_approx("latency_ms", _QUANTILES, 10_000).alias("q"))
+            .collect()
+        )
+        fig, ax = plt.subplots(figsize=(9, 4))
+        for row in quantiles:
+            ax.plot(row["q"], [q * 100 for q in _QUANTILES], label=row["topic"])
+        ax.set(title="Latency CDF per topic (delivery - source timestamp)",
+               xlabel="latency (ms)", ylabel="% of messages")
+        ax.legend(fontsize="small")
+        images.append(("Latency CDF", _png(fig, plots / "latency_cdf.png")))
+
+    rtts = (tables.service_calls.filter(F.col("answered"))
+            .select("service", "round_trip_ms").limit(_RTT_SAMPLE).collect())
+    if rtts:
+        by_service: dict[str, list[float]] = {}
+        for row in rtts:
+            by_service.setdefault(row["service"], []).append(row["round_trip_ms"])
+        fig, ax = plt.subplots(figsize=(9, 4))
+        for service, values in sorted(by_service.items()):
+            ax.hist(values, bins=40, alpha=0.6, label=service)
+        ax.set(title="Service round trips", xlabel="round trip (ms)", ylabel="calls")
+        ax.legend(fontsize="small")
+        images.append(("Round-trip histogram", _png(fig, plots / "round_trips.png")))
+
+    health = [r.asDict() for r in tables.publisher_health
+              .orderBy(F.desc("lost"), F.desc("duplicated"), "publisher_gid").collect()]
+    if health:
+        top = health[:30]
+        fig, ax = plt.subplots(figsize=(9, max(3, len(top) * 0.3)))
+        labels = [f"{r['publisher_gid']} {r['topic']}" for r in top]
+        ax.barh(labels, [r["lost"] for r in top], label="lost")
+        ax.barh(labels, [r["duplicated"] for r in top], left=[r["lost"] for r in top],
+                label="duplicated")
+        ax.invert_yaxis()
+        ax.set(title="Loss and duplicates per publisher", xlabel="messages")
+        ax.legend(fontsize="small")
+        images.append(("Loss per publisher", _png(fig, plots / "loss.png")))
+
+    services = [r.asDict() for r in tables.service_calls.groupBy("service").agg(
+        F.count(F.lit(1)).alias("calls"),
+        F.sum(F.col("answered").cast("int")).alias("answered"),
+        F.sum("duplicates").alias("duplicate_responses"),
+        F.percentile("round_trip_ms", 0.5).alias("round_trip_p50_ms"),
+        F.max("round_trip_ms").alias("round_trip_max_ms"),
+    ).orderBy("service").collect()]
+    rejects = [r.asDict() for r in tables.rejects.groupBy("status", "reason")
+               .agg(F.count(F.lit(1)).alias("emails")).orderBy(F.desc("emails")).collect()]
+
+    summary_rows = [{"figure": k.replace("_", " "), "value": v} for k, v in summary.items()]
+    sections = [
+        ("Summary", _table(summary_rows, ["figure", "value"])),
+        ("Topics", _table(stats, ["topic", "messages", "bytes", "first", "last",
+                                  "mean_rate_per_s", "latency_p50_ms", "latency_p90_ms",
+                                  "latency_p99_ms", "latency_max_ms"])),
+        ("Services", _table(services, ["service", "calls", "answered", "duplicate_responses",
+                                       "round_trip_p50_ms", "round_trip_max_ms"])),
+        ("Publishers", _table(health, ["publisher_gid", "topic", "mailbox", "sent",
+                                       "received", "lost", "duplicated", "out_of_order"])),
+        ("Rejected mail", _table(rejects, ["status", "reason", "emails"])),
+    ]
+    body = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in sections)
+    body += "".join(
+        f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" '
+        f'src="data:image/png;base64,{data}">'
+        for title, data in images
+    )
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>emailmw traffic report"
+        "</title><style>body{font-family:sans-serif;margin:2em;max-width:70em}"
+        "table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px solid #ccc;"
+        "padding:.25em .6em;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
+        "</style></head><body><h1>emailmw traffic report</h1>"
+        f"<p>Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}.</p>{body}</body></html>"
+    )
+    path = out / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path

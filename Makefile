@@ -4,14 +4,14 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-dev
+STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit bench clean venv mailserver
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,spark]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -34,13 +34,15 @@ unit: $(STAMP) mailserver
 test: lint typecheck unit
 
 # talker, listener and a service as separate processes over the local mail server
-# (intraprocess, with a line saying why, when no server can be had)
+# (intraprocess, with a line saying why, when no server can be had), then the Spark report
 demo: $(STAMP)
 	$(PY) examples/demo.py --out demo-out
 
 bench: $(STAMP)
 	$(PY) bench/intraprocess.py --json bench/results/intraprocess.json
 	$(PY) bench/email_latency.py --json bench/results/email_latency.json
+	$(PY) bench/pipeline.py --messages 200000 --format maildir --json bench/results/pipeline_maildir.json
+	$(PY) bench/pipeline.py --messages 2000000 --format mbox --json bench/results/pipeline_mbox.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -38,8 +38,14 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--since", metavar="T", help="ISO 8601 or epoch seconds")
     analyze.add_argument("--until", metavar="T", help="ISO 8601 or epoch seconds")
     analyze.add_argument("--topic", metavar="GLOB", help="only topics matching GLOB")
-    analyze.add_argument("--conf", type=_conf, action="append", default=[], metavar="K=V",
-                         help="Spark configuration (repeatable)")
+    analyze.add_argument(
+        "--conf",
+        type=_conf,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="Spark configuration (repeatable)",
+    )
     analyze.add_argument("--workers", type=int, help="processes reading the archives")
     analyze.add_argument("--no-report", action="store_true", help="tables only")
     return parser

@@ -112,8 +112,9 @@ class TLSOptions:
 class PollOptions:
     """Adaptive receiving (native transport): poll with NOOP every ``interval`` seconds while
     mail flows (each poll costs the server about 0.2 ms of CPU through Dovecot's TLS proxy,
-    so the interval trades latency against server load; see ``bench/email_latency.py``); after ``idle_after`` quiet seconds, wait in IMAP IDLE (re-issued every
-    ``idle_refresh`` seconds, under the 29 minutes RFC 2177 allows)."""
+    so the interval trades latency against server load; see ``bench/email_latency.py``);
+    after ``idle_after`` quiet seconds, wait in IMAP IDLE (re-issued every ``idle_refresh``
+    seconds, under the 29 minutes RFC 2177 allows)."""
 
     interval: float = 0.012
     idle_after: float = 2.0

@@ -192,6 +192,13 @@ def _uint(headers: Headers, name: str) -> int | None:
     return int(value)
 
 
+def _gid(headers: Headers, name: str) -> Gid:
+    try:
+        return Gid.parse(headers[name])
+    except ValueError:
+        raise ValueError(f"{name} is not a GID: {headers[name][:40]!r}") from None
+
+
 def classify(email: Email, received_timestamp: int) -> Route:
     """Decide what ``email`` is for emailmw; ``received_timestamp`` goes into the info."""
     headers = email.headers
@@ -203,7 +210,7 @@ def classify(email: Email, received_timestamp: int) -> Route:
         if source is None:
             return Unroutable(f"no {HEADER_SOURCE_TIMESTAMP} header", malformed=True)
         if has_client:
-            gid = Gid.parse(headers[HEADER_CLIENT_GID])
+            gid = _gid(headers, HEADER_CLIENT_GID)
             seq = _uint(headers, HEADER_REQUEST_SEQUENCE_NUMBER)
             if seq is None:
                 return Unroutable(f"no {HEADER_REQUEST_SEQUENCE_NUMBER} header", malformed=True)
@@ -211,7 +218,7 @@ def classify(email: Email, received_timestamp: int) -> Route:
             if email.in_reply_to:
                 return ResponseRoute(email.subject, info)
             return RequestRoute(email.subject, info)
-        pub_gid = Gid.parse(headers[HEADER_PUBLISHER_GID])
+        pub_gid = _gid(headers, HEADER_PUBLISHER_GID)
         pub_seq = _uint(headers, HEADER_PUBLISHER_SEQUENCE_NUMBER)
     except ValueError as exc:
         return Unroutable(str(exc), malformed=True)

@@ -5,12 +5,13 @@ All containers are immutable and therefore safe to share between threads.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final, Union
+from typing import Any, Final, Union
 
 __all__ = [
     "Email",
@@ -191,21 +192,13 @@ class Email:
             references if type(references) is tuple else _as_tuple(references),
         )
 
+    def replace(self, **changes: Any) -> Email:
+        """A copy of this email with the given fields changed (same names as ``__init__``)."""
+        return dataclasses.replace(self, **changes)
+
     def with_message_id(self, message_id: str) -> Email:
         """A copy of this email with ``message_id`` set."""
-        return Email(
-            self.subject,
-            self.body,
-            self.from_,
-            self.to,
-            self.cc,
-            self.bcc,
-            self.reply_to,
-            self.headers,
-            message_id,
-            self.in_reply_to,
-            self.references,
-        )
+        return dataclasses.replace(self, message_id=message_id)
 
 
 @dataclass(frozen=True, slots=True)

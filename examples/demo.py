@@ -7,7 +7,11 @@ server, then the traffic report is made from the mailboxes.
 Which mail server: the account in EMAILMW_CONFIG_FILE when set (every process uses it, so its
 recipients should include itself); else a local Postfix + Dovecot started here (needs root
 and Debian's packages, installed when missing); else the intraprocess transport, all four
-roles in one process, and a line saying why.
+roles in one process, and a line saying why (its traffic is then recorded to an mbox, so
+the report still has an archive to read).
+
+The report: `emailmw analyze` over the mailboxes (the local server's Maildirs, or the
+configured account's INBOX over IMAP), tables and report.html in OUT/report.
 
     python examples/demo.py [--out demo-out]
 """
@@ -15,10 +19,12 @@ roles in one process, and a line saying why.
 from __future__ import annotations
 
 import argparse
+import email.utils as email_utils
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -97,8 +103,37 @@ def run_processes(configs: dict[str, Path]) -> bool:
     return not failed
 
 
-def run_intraprocess() -> bool:
-    with emailmw.Context({"intraprocess": True}) as ctx:
+class RecordingReceiver(emailmw.EmailReceiver):
+    """Wraps a receiver and appends every email it returns to an mbox: a recording."""
+
+    def __init__(self, inner: emailmw.EmailReceiver, mbox: Path) -> None:
+        self._inner = inner
+        self._mbox = open(mbox, "ab")  # noqa: SIM115 - closed in close()
+
+    def receive(self, timeout: float | None = None) -> list[emailmw.Email]:
+        emails = self._inner.receive(timeout)
+        for email in emails:
+            now = email_utils.formatdate(time.time(), usegmt=True)
+            stamped = email.replace(
+                headers=email.headers.merged({"Received": f"by intraprocess; {now}"})
+            )
+            raw = emailmw.build_email(stamped).replace(b"\r\n", b"\n")
+            self._mbox.write(f"From emailmw {now}\n".encode() + raw + b"\n")
+        self._mbox.flush()
+        return emails
+
+    def wakeup(self) -> None:
+        self._inner.wakeup()
+
+    def close(self) -> None:
+        self._inner.close()
+        self._mbox.close()
+
+
+def run_intraprocess(recording: Path) -> bool:
+    sender, receiver = emailmw.intraprocess_pair()
+    recorder = RecordingReceiver(receiver, recording)
+    with emailmw.Context({"intraprocess": True}, sender=sender, receiver=recorder) as ctx:
         sub = emailmw.Subscription("/chatter", context=ctx)
         emailmw.ServiceServer(
             "/add_two_ints", lambda r: str(sum(int(x) for x in r.split())), context=ctx
@@ -121,17 +156,34 @@ def run_intraprocess() -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("demo-out"))
+    parser.add_argument(
+        "--intraprocess",
+        action="store_true",
+        help="skip the mail server (what happens where none can be had)",
+    )
     args = parser.parse_args()
     out = args.out.resolve()
     (out / "configs").mkdir(parents=True, exist_ok=True)
 
     configs: dict[str, Path] = {}
-    archive: Path | None = None
+    archive: str | None = None
     server = None
-    if os.environ.get("EMAILMW_CONFIG_FILE"):
+    if args.intraprocess:
+        log("no mail server: --intraprocess was given; running on the intraprocess transport")
+    elif os.environ.get("EMAILMW_CONFIG_FILE"):
         path = Path(os.environ["EMAILMW_CONFIG_FILE"])
         log(f"using the mail account configured in {path}")
         configs = dict.fromkeys(("listener", "server", "talker", "client"), path)
+        options = emailmw.Options()
+        try:
+            from emailmw._config import load_options
+
+            options = load_options(path)
+        except emailmw.ConfigError as exc:
+            log(f"cannot read {path}: {exc}")
+        if options.user is not None:
+            imap = options.user.imap
+            archive = f"{imap.scheme}://{options.user.username}@{imap.host}:{imap.port}/INBOX"
     else:
         server, why = start_local_server()
         if server is None:
@@ -147,18 +199,57 @@ def main() -> int:
             config = server.config(server.address(user), to=to)
             configs[role] = out / "configs" / f"{role}.yml"
             configs[role].write_text(yaml.safe_dump({"email": config}, sort_keys=False))
-        archive = server.state_dir / "mail"
+        archive = str(server.state_dir / "mail")
         log("talker (alice) -> listener (bob) on /chatter; client (alice) -> server (robot)")
 
+    recording = out / "intraprocess-recording.mbox"
     try:
-        ok = run_processes(configs) if configs else run_intraprocess()
-        if ok and archive is not None:
-            log(f"all messages and calls went through; the mailboxes are in {archive}")
+        if configs:
+            ok = run_processes(configs)
+        else:
+            recording.unlink(missing_ok=True)
+            ok = run_intraprocess(recording)
+            archive = str(recording)
+        if ok:
+            log(f"all messages and calls went through; the traffic is in {archive}")
     finally:
         if server is not None:
             server.stop()  # type: ignore[attr-defined]
+    if ok and archive is not None:
+        ok = report(archive, out / "report", configs.get("listener"))
     log("done" if ok else "failed")
     return 0 if ok else 1
+
+
+def report(archive: str, out: Path, config: Path | None) -> bool:
+    """The Spark traffic report over the archive (``emailmw analyze``)."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        log("PySpark is not installed (pip install 'emailmw[spark]'): no report")
+        return True
+    log(f"traffic report: emailmw analyze {archive} --out {out}")
+    command = [
+        sys.executable,
+        "-m",
+        "emailmw",
+        "analyze",
+        archive,
+        "--out",
+        str(out),
+        "--conf",
+        "spark.driver.memory=1g",
+    ]
+    if config is not None:
+        command[3:3] = ["--config", str(config)]
+    result = subprocess.run(command, text=True, capture_output=True, check=False)
+    for line in result.stdout.splitlines():
+        print(f"     report | {line}", flush=True)
+    if result.returncode != 0:
+        log(f"the report failed: {result.stderr.strip().splitlines()[-1:]}")
+        return False
+    log(f"open {out / 'report.html'} in a browser")
+    return True
 
 
 if __name__ == "__main__":

@@ -1,13 +1,18 @@
-"""Shared fixtures. Intraprocess contexts here; the real mail server lives in conftest of
-the email tests (``tests/email/``)."""
+"""Shared fixtures: intraprocess contexts, and the real local mail server (Postfix + Dovecot
+on loopback), started lazily once for the whole run by the first test that needs it. Each
+test takes fresh accounts, so mailboxes start empty and tests cannot see each other."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import emailmw
+from emailmw.testing.mailserver import MailServer
 
 
 @pytest.fixture
@@ -23,3 +28,37 @@ def _no_default_context_leaks() -> Iterator[None]:
     yield
     if emailmw.ok():
         emailmw.shutdown()
+
+
+@pytest.fixture(scope="session")
+def mailserver() -> Iterator[MailServer]:
+    state = Path(os.environ.get("EMAILMW_TEST_MAIL_STATE", "/tmp/emailmw-testmail"))
+    server = MailServer(state_dir=state)
+    server.start(fresh=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def account(mailserver: MailServer) -> Callable[[], str]:
+    """Call it for a fresh ``user@example.test`` nobody has used in this run."""
+    return mailserver.fresh_account
+
+
+MakeContext = Callable[..., emailmw.Context]
+
+
+@pytest.fixture
+def email_context(mailserver: MailServer) -> Iterator[MakeContext]:
+    """``email_context(address, to=..., transport=..., **keys)``: a Context on the real
+    server, shut down after the test."""
+    made: list[emailmw.Context] = []
+
+    def make(address: str, **kwargs: Any) -> emailmw.Context:
+        context = emailmw.Context({"email": mailserver.config(address, **kwargs)})
+        made.append(context)
+        return context
+
+    yield make
+    for context in made:
+        context.shutdown()

@@ -24,3 +24,19 @@ def test_intraprocess_example_runs(script: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
+
+
+@pytest.mark.spark
+def test_demo_falls_back_to_intraprocess_and_still_reports(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "demo.py"), "--intraprocess", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "running on the intraprocess transport" in result.stdout
+    assert "5 messages, 3 requests, 3 responses" in result.stdout
+    assert (tmp_path / "report" / "report.html").exists()

@@ -17,3 +17,18 @@ class TestIntraprocessConformance(TransportConformance):
         yield TransportUnderTest(sender, receiver, address="alice@example.test")
         sender.close()
         receiver.close()
+
+
+def test_intraprocess_hides_bcc_and_assigns_message_ids() -> None:
+    from emailmw import Email
+
+    sender, receiver = intraprocess_pair("alice@example.test")
+    sender.send(
+        Email("t", "b", "alice@example.test", "bob@example.test", bcc="secret@example.test")
+    )
+    (got,) = receiver.receive(5)
+    assert got.bcc == ()
+    assert got.to == ("bob@example.test",)
+    assert got.message_id is not None
+    assert got.replace(subject="u").subject == "u"
+    assert got.replace(subject="u").message_id == got.message_id

@@ -54,8 +54,13 @@ def _account(url: str, config: str | None) -> tuple[str, int, str, str, str, TLS
     return parts.hostname, port, user, password, folder, tls, implicit
 
 
-def stage_imap_folder(url: str, staging_root: Path, *, config: str | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> Path:
+def stage_imap_folder(
+    url: str,
+    staging_root: Path,
+    *,
+    config: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
     """Fetch what is new in the folder into a Maildir under ``staging_root``; return it."""
     host, port, user, password, folder, tls, implicit = _account(url, config)
     staging = staging_root / f"{host}_{port}" / user / folder.replace("/", "_")
@@ -63,8 +68,9 @@ def stage_imap_folder(url: str, staging_root: Path, *, config: str | None = None
     server = f"{'imaps' if implicit else 'imap'}://{host}:{port}"
     context = ssl_context(tls)
     try:
-        client = imapclient.IMAPClient(host, port=port, ssl=implicit,
-                                       ssl_context=context if implicit else None, timeout=60)
+        client = imapclient.IMAPClient(
+            host, port=port, ssl=implicit, ssl_context=context if implicit else None, timeout=60
+        )
         if not implicit and tls.starttls:
             client.starttls(context)
         client.login(user, password)
@@ -81,8 +87,9 @@ def stage_imap_folder(url: str, staging_root: Path, *, config: str | None = None
             state = {"uidvalidity": uidvalidity, "last_uid": 0}
         for sub in ("cur", "new", "tmp"):
             (staging / sub).mkdir(parents=True, exist_ok=True)
-        uids = [u for u in client.search(["UID", f"{state['last_uid'] + 1}:*"])
-                if u > state["last_uid"]]
+        uids = [
+            u for u in client.search(["UID", f"{state['last_uid'] + 1}:*"]) if u > state["last_uid"]
+        ]
         for start in range(0, len(uids), _BATCH):
             batch = uids[start : start + _BATCH]
             for uid, data in client.fetch(batch, ["BODY.PEEK[]"]).items():

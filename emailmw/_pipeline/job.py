@@ -18,9 +18,13 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from .landing import LANDING_SCHEMA
+
 __all__ = ["JobOptions", "Tables", "build_session", "run_job"]
 
 TABLES = ("messages", "topic_stats", "service_calls", "publisher_health", "rejects")
+_SPARK_TYPES = {"string": "string", "int64": "bigint"}
+LANDING_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in LANDING_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -67,9 +71,11 @@ def _ms(delta: Column) -> Column:
     return delta.cast("double") / F.lit(1e6)
 
 
-def compute(spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptions,
-            *, deduplicate: bool) -> Tables:
-    landed = spark.read.parquet(*[str(d) for d in landing_dirs])
+def compute(
+    spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptions, *, deduplicate: bool
+) -> Tables:
+    # the landing schema is known: no inference job over the parts
+    landed = spark.read.schema(LANDING_DDL).parquet(*[str(d) for d in landing_dirs])
     if deduplicate:  # merged runs may hold the same stored email twice
         landed = landed.dropDuplicates(["source", "mailbox", "key"])
     if options.since_ns is not None:
@@ -81,19 +87,30 @@ def compute(spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptio
         ok = ok.filter(F.col("topic").rlike(fnmatch.translate(options.topic_glob)))
 
     messages = ok.select(
-        "kind", "topic", "message_id", "in_reply_to", "publisher_gid", "publisher_seq",
-        "client_gid", "request_seq", "source_ns", "delivered_ns",
+        "kind",
+        "topic",
+        "message_id",
+        "in_reply_to",
+        "publisher_gid",
+        "publisher_seq",
+        "client_gid",
+        "request_seq",
+        "source_ns",
+        "delivered_ns",
         _ms(F.col("delivered_ns") - F.col("source_ns")).alias("latency_ms"),
-        "size", "from_addr", "to_addr", "mailbox", "source", "key",
+        "size",
+        "from_addr",
+        "to_addr",
+        "mailbox",
+        "source",
+        "key",
         F.to_date(F.timestamp_micros((F.col("delivered_ns") / 1000).cast("long"))).alias("day"),
     ).persist()
 
     publishes = messages.filter(F.col("kind") == "publish")
-    minute_rates = (
-        publishes.groupBy("topic", (F.col("delivered_ns") / F.lit(60_000_000_000)).cast("long")
-                          .alias("minute"))
-        .agg(F.count(F.lit(1)).alias("messages"))
-    )
+    minute_rates = publishes.groupBy(
+        "topic", (F.col("delivered_ns") / F.lit(60_000_000_000)).cast("long").alias("minute")
+    ).agg(F.count(F.lit(1)).alias("messages"))
     series = minute_rates.groupBy("topic").agg(
         F.sort_array(F.collect_list(F.struct("minute", "messages"))).alias("per_minute")
     )
@@ -107,63 +124,95 @@ def compute(spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptio
     )
     span_s = (F.col("last_ns") - F.col("first_ns")).cast("double") / F.lit(1e9)
     topic_stats = stats.join(series, "topic", "left").select(
-        "topic", "messages", "bytes",
+        "topic",
+        "messages",
+        "bytes",
         F.timestamp_micros((F.col("first_ns") / 1000).cast("long")).alias("first"),
         F.timestamp_micros((F.col("last_ns") / 1000).cast("long")).alias("last"),
         F.when(span_s > 0, F.col("messages") / span_s).alias("mean_rate_per_s"),
         F.col("p")[0].alias("latency_p50_ms"),
         F.col("p")[1].alias("latency_p90_ms"),
         F.col("p")[2].alias("latency_p99_ms"),
-        "latency_max_ms", "per_minute",
+        "latency_max_ms",
+        "per_minute",
     )
 
-    requests = messages.filter(F.col("kind") == "request").groupBy("message_id").agg(
-        F.first("topic").alias("service"),
-        F.first("client_gid").alias("client_gid"),
-        F.first("request_seq").alias("request_seq"),
-        F.min("source_ns").alias("sent_ns"),
-        F.min("delivered_ns").alias("request_delivered_ns"),
+    requests = (
+        messages.filter(F.col("kind") == "request")
+        .groupBy("message_id")
+        .agg(
+            F.first("topic").alias("service"),
+            F.first("client_gid").alias("client_gid"),
+            F.first("request_seq").alias("request_seq"),
+            F.min("source_ns").alias("sent_ns"),
+            F.min("delivered_ns").alias("request_delivered_ns"),
+        )
     )
-    responses = messages.filter(F.col("kind") == "response").groupBy("in_reply_to").agg(
-        F.count(F.lit(1)).alias("responses"),
-        F.min("delivered_ns").alias("response_delivered_ns"),
+    responses = (
+        messages.filter(F.col("kind") == "response")
+        .groupBy("in_reply_to")
+        .agg(
+            F.count(F.lit(1)).alias("responses"),
+            F.min("delivered_ns").alias("response_delivered_ns"),
+        )
     )
     service_calls = requests.join(
         responses, requests["message_id"] == responses["in_reply_to"], "left"
     ).select(
-        "service", "message_id", "client_gid", "request_seq", "sent_ns",
-        "request_delivered_ns", "response_delivered_ns",
+        "service",
+        "message_id",
+        "client_gid",
+        "request_seq",
+        "sent_ns",
+        "request_delivered_ns",
+        "response_delivered_ns",
         F.coalesce(F.col("responses"), F.lit(0)).alias("responses"),
         F.col("responses").isNotNull().alias("answered"),
         F.greatest(F.coalesce(F.col("responses"), F.lit(0)) - 1, F.lit(0)).alias("duplicates"),
         _ms(F.col("response_delivered_ns") - F.col("sent_ns")).alias("round_trip_ms"),
     )
 
-    ordered = Window.partitionBy("publisher_gid", "topic", "mailbox").orderBy(
-        "delivered_ns", "key").rowsBetween(Window.unboundedPreceding, -1)
+    ordered = (
+        Window.partitionBy("publisher_gid", "topic", "mailbox")
+        .orderBy("delivered_ns", "key")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
     sequenced = publishes.filter(F.col("publisher_seq").isNotNull()).withColumn(
         "late", (F.col("publisher_seq") < F.max("publisher_seq").over(ordered)).cast("int")
     )
-    publisher_health = sequenced.groupBy("publisher_gid", "topic", "mailbox").agg(
-        (F.max("publisher_seq") + 1).alias("sent"),
-        F.countDistinct("publisher_seq").alias("received"),
-        F.count(F.lit(1)).alias("copies"),
-        F.coalesce(F.sum("late"), F.lit(0)).alias("out_of_order"),
-    ).select(
-        "publisher_gid", "topic", "mailbox", "sent", "received",
-        (F.col("sent") - F.col("received")).alias("lost"),
-        (F.col("copies") - F.col("received")).alias("duplicated"),
-        "out_of_order",
+    publisher_health = (
+        sequenced.groupBy("publisher_gid", "topic", "mailbox")
+        .agg(
+            (F.max("publisher_seq") + 1).alias("sent"),
+            F.countDistinct("publisher_seq").alias("received"),
+            F.count(F.lit(1)).alias("copies"),
+            F.coalesce(F.sum("late"), F.lit(0)).alias("out_of_order"),
+        )
+        .select(
+            "publisher_gid",
+            "topic",
+            "mailbox",
+            "sent",
+            "received",
+            (F.col("sent") - F.col("received")).alias("lost"),
+            (F.col("copies") - F.col("received")).alias("duplicated"),
+            "out_of_order",
+        )
     )
 
     rejects = landed.filter(F.col("status") != "ok").select(
-        "source", "mailbox", "key", "status", "reason", "topic", "size")
+        "source", "mailbox", "key", "status", "reason", "topic", "size"
+    )
     return Tables(messages, topic_stats, minute_rates, service_calls, publisher_health, rejects)
 
 
 def write(tables: Tables, out: Path) -> None:
-    (tables.messages.repartition("topic", "day").write.mode("overwrite")
-     .partitionBy("topic", "day").parquet(str(out / "messages")))
+    (
+        tables.messages.repartition("topic", "day")
+        .write.mode("overwrite")
+        .partitionBy("topic", "day")
+        .parquet(str(out / "messages"))
+    )
     for name in ("topic_stats", "service_calls", "publisher_health", "rejects"):
         frame: DataFrame = getattr(tables, name)
         frame.coalesce(1).write.mode("overwrite").parquet(str(out / name))
@@ -171,10 +220,14 @@ def write(tables: Tables, out: Path) -> None:
 
 def summary(tables: Tables) -> dict[str, Any]:
     """Small figures for the report and the end-of-run summary (aggregates only)."""
-    kinds = {r["kind"]: r["n"] for r in tables.messages.groupBy("kind")
-             .agg(F.count(F.lit(1)).alias("n")).collect()}
-    rejects = {r["status"]: r["n"] for r in tables.rejects.groupBy("status")
-               .agg(F.count(F.lit(1)).alias("n")).collect()}
+    kinds = {
+        r["kind"]: r["n"]
+        for r in tables.messages.groupBy("kind").agg(F.count(F.lit(1)).alias("n")).collect()
+    }
+    rejects = {
+        r["status"]: r["n"]
+        for r in tables.rejects.groupBy("status").agg(F.count(F.lit(1)).alias("n")).collect()
+    }
     calls = tables.service_calls.agg(
         F.count(F.lit(1)).alias("calls"),
         F.coalesce(F.sum(F.col("answered").cast("int")), F.lit(0)).alias("answered"),
@@ -186,7 +239,8 @@ def summary(tables: Tables) -> dict[str, Any]:
         F.coalesce(F.sum("out_of_order"), F.lit(0)).alias("out_of_order"),
         F.count(F.lit(1)).alias("publishers"),
     ).first()
-    assert calls is not None and health is not None
+    assert calls is not None
+    assert health is not None
     return {
         "publish": kinds.get("publish", 0),
         "request": kinds.get("request", 0),
@@ -203,18 +257,29 @@ def summary(tables: Tables) -> dict[str, Any]:
     }
 
 
-def run_job(spark: SparkSession, landing_dirs: list[Path], out: Path, options: JobOptions,
-            *, deduplicate: bool) -> tuple[Tables, dict[str, Any]]:
+def run_job(
+    spark: SparkSession,
+    landing_dirs: list[Path],
+    out: Path,
+    options: JobOptions,
+    *,
+    deduplicate: bool,
+) -> tuple[Tables, dict[str, Any]]:
     tables = compute(spark, landing_dirs, options, deduplicate=deduplicate)
     write(tables, out)
+
     # the rest reads the tables just written: small, and no recomputation of the archive
+    def read(name: str) -> DataFrame:  # with the schema: an empty table has no files
+        frame: DataFrame = getattr(tables, name)
+        return spark.read.schema(frame.schema).parquet(str(out / name))
+
     written = Tables(
-        spark.read.parquet(str(out / "messages")),
-        spark.read.parquet(str(out / "topic_stats")),
+        read("messages"),
+        read("topic_stats"),
         tables.minute_rates,
-        spark.read.parquet(str(out / "service_calls")),
-        spark.read.parquet(str(out / "publisher_health")),
-        spark.read.parquet(str(out / "rejects")),
+        read("service_calls"),
+        read("publisher_health"),
+        read("rejects"),
     )
     result = summary(written)
     tables.messages.unpersist()

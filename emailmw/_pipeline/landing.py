@@ -58,6 +58,7 @@ LANDING_SCHEMA: Final = pa.schema(
 _BATCH: Final = 20_000
 _DOVECOT_NAME: Final = re.compile(r"^(\d+)\.M(\d+)P")
 _LARGE: Final = 1 << 30
+_MBOXRD_QUOTED: Final = re.compile(rb"(?m)^>(>*From )")
 
 
 @functools.lru_cache(maxsize=65536)
@@ -168,7 +169,7 @@ class Source:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha1(f"{self.kind}:{self.path.resolve()}".encode()).hexdigest()[:16]
+        return hashlib.sha256(f"{self.kind}:{self.path.resolve()}".encode()).hexdigest()[:16]
 
 
 def maildirs(root: Path) -> Iterator[tuple[Path, str]]:
@@ -196,7 +197,9 @@ def _land_files(task: tuple[str, list[tuple[str, str, str]], str]) -> int:
     return columns.write(Path(out))
 
 
-def _maildir_tasks(source: Source, out_dir: Path) -> Iterator[tuple[str, list[tuple[str, str, str]], str]]:
+def _maildir_tasks(
+    source: Source, out_dir: Path
+) -> Iterator[tuple[str, list[tuple[str, str, str]], str]]:
     batch: list[tuple[str, str, str]] = []
     part = 0
     for maildir, mailbox in maildirs(source.path):
@@ -240,14 +243,24 @@ def _land_mbox_range(task: tuple[str, str, str, int, int, str]) -> int:
             if raw.startswith(b"From "):
                 newline = raw.find(b"\n")
                 raw = raw[newline + 1 :] if newline != -1 else b""
+            if raw.endswith(b"\n\n"):
+                raw = raw[:-1]  # the blank line that separates mbox messages
+            if b"\n>" in raw:
+                raw = _MBOXRD_QUOTED.sub(rb"\1", raw)  # mboxrd: '>From ' -> 'From '
             if raw.strip():
                 columns.add(source, mailbox, f"{pos:016d}", describe(raw))
             pos = stop
     return columns.write(Path(out))
 
 
-def land(sources: list[Source], landing: Path, *, workers: int | None = None,
-         progress: Any = None) -> list[Path]:
+def _task_size(task: tuple[Any, ...], kind: str) -> int:
+    """Files in a Maildir task, bytes in an mbox task: the unit of the progress display."""
+    return len(task[1]) if kind == "maildir" else int(task[4]) - int(task[3])
+
+
+def land(
+    sources: list[Source], landing: Path, *, workers: int | None = None, progress: Any = None
+) -> list[Path]:
     """Land every source under ``landing/src=<digest>/`` (replacing an earlier landing of the
     same source) and return those directories. ``progress(done, total)`` is called as parts
     finish."""
@@ -267,11 +280,20 @@ def land(sources: list[Source], landing: Path, *, workers: int | None = None,
         else:
             ranges = _mbox_ranges(source.path, max(1, source.path.stat().st_size // (64 << 20)))
             for part, (start, end) in enumerate(ranges or [(0, 0)]):
-                tasks.append((source.label, str(source.path), source.path.name, start, end,
-                              str(out_dir / f"part-{part:05d}.parquet")))
+                tasks.append(
+                    (
+                        source.label,
+                        str(source.path),
+                        source.path.name,
+                        start,
+                        end,
+                        str(out_dir / f"part-{part:05d}.parquet"),
+                    )
+                )
                 kinds.append("mbox")
-    total = sum(len(t[1]) if k == "maildir" else t[4] - t[3] for t, k in zip(tasks, kinds,
-                                                                             strict=True))
+    total = sum(
+        len(t[1]) if k == "maildir" else t[4] - t[3] for t, k in zip(tasks, kinds, strict=True)
+    )
     done = 0
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [
@@ -280,7 +302,7 @@ def land(sources: list[Source], landing: Path, *, workers: int | None = None,
         ]
         for future, task, kind in zip(futures, tasks, kinds, strict=True):
             future.result()
-            done += len(task[1]) if kind == "maildir" else task[4] - task[3]
+            done += _task_size(task, kind)
             if progress is not None:
                 progress(done, total)
     return dirs

@@ -16,10 +16,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
+import matplotlib.pyplot as plt
+from pyspark.sql import functions as F
 
-from .job import Tables  # noqa: E402
+from .job import Tables
 
 __all__ = ["write_report"]
 
@@ -64,10 +64,15 @@ def write_report(tables: Tables, summary: dict[str, Any], out: Path) -> Path:
     stats = [r.asDict() for r in tables.topic_stats.orderBy("topic").collect()]
     if stats:
         fig, ax = plt.subplots(figsize=(9, 4))
-        for row in stats:
-            series = row["per_minute"] or []
-            ax.plot([dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series],
-                    [p["messages"] for p in series], marker=".", label=row["topic"])
+        for stat in stats:
+            series = stat["per_minute"] or []
+            minutes: Any = [dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series]
+            ax.plot(
+                minutes,
+                [p["messages"] for p in series],
+                marker=".",
+                label=stat["topic"],
+            )
         ax.set(title="Message rate per topic", ylabel="messages per minute")
         ax.legend(fontsize="small")
         images.append(("Message rate over time", _png(fig, plots / "rate.png")))
@@ -79,19 +84,26 @@ def write_report(tables: Tables, summary: dict[str, Any], out: Path) -> Path:
             .collect()
         )
         fig, ax = plt.subplots(figsize=(9, 4))
-        for row in quantiles:
-            ax.plot(row["q"], [q * 100 for q in _QUANTILES], label=row["topic"])
-        ax.set(title="Latency CDF per topic (delivery - source timestamp)",
-               xlabel="latency (ms)", ylabel="% of messages")
+        for quantile in quantiles:
+            ax.plot(quantile["q"], [q * 100 for q in _QUANTILES], label=quantile["topic"])
+        ax.set(
+            title="Latency CDF per topic (delivery - source timestamp)",
+            xlabel="latency (ms)",
+            ylabel="% of messages",
+        )
         ax.legend(fontsize="small")
         images.append(("Latency CDF", _png(fig, plots / "latency_cdf.png")))
 
-    rtts = (tables.service_calls.filter(F.col("answered"))
-            .select("service", "round_trip_ms").limit(_RTT_SAMPLE).collect())
+    rtts = (
+        tables.service_calls.filter(F.col("answered"))
+        .select("service", "round_trip_ms")
+        .limit(_RTT_SAMPLE)
+        .collect()
+    )
     if rtts:
         by_service: dict[str, list[float]] = {}
-        for row in rtts:
-            by_service.setdefault(row["service"], []).append(row["round_trip_ms"])
+        for rtt in rtts:
+            by_service.setdefault(rtt["service"], []).append(rtt["round_trip_ms"])
         fig, ax = plt.subplots(figsize=(9, 4))
         for service, values in sorted(by_service.items()):
             ax.hist(values, bins=40, alpha=0.6, label=service)
@@ -99,40 +111,100 @@ def write_report(tables: Tables, summary: dict[str, Any], out: Path) -> Path:
         ax.legend(fontsize="small")
         images.append(("Round-trip histogram", _png(fig, plots / "round_trips.png")))
 
-    health = [r.asDict() for r in tables.publisher_health
-              .orderBy(F.desc("lost"), F.desc("duplicated"), "publisher_gid").collect()]
+    health = [
+        r.asDict()
+        for r in tables.publisher_health.orderBy(
+            F.desc("lost"), F.desc("duplicated"), "publisher_gid"
+        ).collect()
+    ]
     if health:
         top = health[:30]
         fig, ax = plt.subplots(figsize=(9, max(3, len(top) * 0.3)))
         labels = [f"{r['publisher_gid']} {r['topic']}" for r in top]
         ax.barh(labels, [r["lost"] for r in top], label="lost")
-        ax.barh(labels, [r["duplicated"] for r in top], left=[r["lost"] for r in top],
-                label="duplicated")
+        ax.barh(
+            labels,
+            [r["duplicated"] for r in top],
+            left=[r["lost"] for r in top],
+            label="duplicated",
+        )
         ax.invert_yaxis()
         ax.set(title="Loss and duplicates per publisher", xlabel="messages")
         ax.legend(fontsize="small")
         images.append(("Loss per publisher", _png(fig, plots / "loss.png")))
 
-    services = [r.asDict() for r in tables.service_calls.groupBy("service").agg(
-        F.count(F.lit(1)).alias("calls"),
-        F.sum(F.col("answered").cast("int")).alias("answered"),
-        F.sum("duplicates").alias("duplicate_responses"),
-        F.percentile("round_trip_ms", 0.5).alias("round_trip_p50_ms"),
-        F.max("round_trip_ms").alias("round_trip_max_ms"),
-    ).orderBy("service").collect()]
-    rejects = [r.asDict() for r in tables.rejects.groupBy("status", "reason")
-               .agg(F.count(F.lit(1)).alias("emails")).orderBy(F.desc("emails")).collect()]
+    services = [
+        r.asDict()
+        for r in tables.service_calls.groupBy("service")
+        .agg(
+            F.count(F.lit(1)).alias("calls"),
+            F.sum(F.col("answered").cast("int")).alias("answered"),
+            F.sum("duplicates").alias("duplicate_responses"),
+            F.percentile("round_trip_ms", 0.5).alias("round_trip_p50_ms"),
+            F.max("round_trip_ms").alias("round_trip_max_ms"),
+        )
+        .orderBy("service")
+        .collect()
+    ]
+    rejects = [
+        r.asDict()
+        for r in tables.rejects.groupBy("status", "reason")
+        .agg(F.count(F.lit(1)).alias("emails"))
+        .orderBy(F.desc("emails"))
+        .collect()
+    ]
 
     summary_rows = [{"figure": k.replace("_", " "), "value": v} for k, v in summary.items()]
     sections = [
         ("Summary", _table(summary_rows, ["figure", "value"])),
-        ("Topics", _table(stats, ["topic", "messages", "bytes", "first", "last",
-                                  "mean_rate_per_s", "latency_p50_ms", "latency_p90_ms",
-                                  "latency_p99_ms", "latency_max_ms"])),
-        ("Services", _table(services, ["service", "calls", "answered", "duplicate_responses",
-                                       "round_trip_p50_ms", "round_trip_max_ms"])),
-        ("Publishers", _table(health, ["publisher_gid", "topic", "mailbox", "sent",
-                                       "received", "lost", "duplicated", "out_of_order"])),
+        (
+            "Topics",
+            _table(
+                stats,
+                [
+                    "topic",
+                    "messages",
+                    "bytes",
+                    "first",
+                    "last",
+                    "mean_rate_per_s",
+                    "latency_p50_ms",
+                    "latency_p90_ms",
+                    "latency_p99_ms",
+                    "latency_max_ms",
+                ],
+            ),
+        ),
+        (
+            "Services",
+            _table(
+                services,
+                [
+                    "service",
+                    "calls",
+                    "answered",
+                    "duplicate_responses",
+                    "round_trip_p50_ms",
+                    "round_trip_max_ms",
+                ],
+            ),
+        ),
+        (
+            "Publishers",
+            _table(
+                health,
+                [
+                    "publisher_gid",
+                    "topic",
+                    "mailbox",
+                    "sent",
+                    "received",
+                    "lost",
+                    "duplicated",
+                    "out_of_order",
+                ],
+            ),
+        ),
         ("Rejected mail", _table(rejects, ["status", "reason", "emails"])),
     ]
     body = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in sections)

@@ -47,18 +47,8 @@ def prepare_outgoing(email: Email, from_: str) -> Email:
     headers = email.headers
     if "Date" not in headers:
         headers = headers.merged({"Date": format_date(time.time_ns())})
-    return Email(
-        email.subject,
-        email.body,
-        sender,
-        email.to,
-        email.cc,
-        email.bcc,
-        email.reply_to,
-        headers,
-        email.message_id or new_message_id(sender),
-        email.in_reply_to,
-        email.references,
+    return email.replace(
+        from_=sender, headers=headers, message_id=email.message_id or new_message_id(sender)
     )
 
 

@@ -80,20 +80,8 @@ class IntraprocessSender(EmailSender):
         if self._closed:
             raise ClosedError("intraprocess sender is closed")
         check(email, max_size=self._max_size)
-        if email.bcc:
-            email = Email(
-                email.subject,
-                email.body,
-                email.from_,
-                email.to,
-                email.cc,
-                (),
-                email.reply_to,
-                email.headers,
-                email.message_id,
-                email.in_reply_to,
-                email.references,
-            )
+        if email.bcc:  # as on a real mail path, recipients never see Bcc
+            email = email.replace(bcc=())
         self._receiver._deliver(email)
 
     def close(self) -> None:

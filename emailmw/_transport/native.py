@@ -304,11 +304,18 @@ class NativeReceiver(EmailReceiver):
         self._lock = threading.Lock()
         self._check = True
         self._last_activity = time.monotonic()
+        self._mode = "poll"
         with self._lock:
             self._connect()
 
     def __repr__(self) -> str:
         return f"<NativeReceiver {self._server} {self._where}>"
+
+    @property
+    def mode(self) -> str:
+        """How a blocked :meth:`receive` waits right now: ``"poll"`` (NOOP every
+        ``poll.interval``) or ``"idle"`` (IMAP IDLE). For monitoring and tests."""
+        return self._mode
 
     # -- connection -------------------------------------------------------------------
 
@@ -413,6 +420,7 @@ class NativeReceiver(EmailReceiver):
         assert client is not None
         client.idle()
         started = time.monotonic()
+        self._mode = "idle"
         try:
             while not (self._wake.is_set() or self._closed):
                 remaining = self._remaining(deadline)
@@ -424,6 +432,7 @@ class NativeReceiver(EmailReceiver):
                     self._last_activity = time.monotonic()
                     break
         finally:
+            self._mode = "poll"
             _, responses = client.idle_done()
             if self._announces_mail(responses):
                 self._check = True

@@ -1,53 +1,7 @@
-"""Fixtures for tests against the real local mail server (Postfix + Dovecot on loopback).
-
-One server for the whole run, started here (``make test`` has installed the packages);
-each test takes fresh accounts, so mailboxes start empty and tests cannot see each other.
-"""
+"""Tests against the real local mail server; the fixtures are in ``tests/conftest.py``."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from tests.conftest import MakeContext
 
-import pytest
-
-import emailmw
-from emailmw.testing.mailserver import MailServer
-
-pytestmark = pytest.mark.mailserver
-
-
-@pytest.fixture(scope="session")
-def mailserver() -> Iterator[MailServer]:
-    state = Path(os.environ.get("EMAILMW_TEST_MAIL_STATE", "/tmp/emailmw-testmail"))
-    server = MailServer(state_dir=state)
-    server.start(fresh=True)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def account(mailserver: MailServer) -> Callable[[], str]:
-    """Call it for a fresh ``user@example.test`` nobody has used in this run."""
-    return mailserver.fresh_account
-
-
-MakeContext = Callable[..., emailmw.Context]
-
-
-@pytest.fixture
-def email_context(mailserver: MailServer) -> Iterator[MakeContext]:
-    """``email_context(address, to=..., transport=..., **keys)``: a Context on the real
-    server, shut down after the test."""
-    made: list[emailmw.Context] = []
-
-    def make(address: str, **kwargs: Any) -> emailmw.Context:
-        context = emailmw.Context({"email": mailserver.config(address, **kwargs)})
-        made.append(context)
-        return context
-
-    yield make
-    for context in made:
-        context.shutdown()
+__all__ = ["MakeContext"]

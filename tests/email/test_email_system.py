@@ -16,9 +16,10 @@ import imapclient
 import pytest
 
 import emailmw
+from emailmw._transport.native import NativeReceiver
 from emailmw.testing.mailserver import MailServer
+from tests.conftest import MakeContext
 
-from .conftest import MakeContext
 from .helpers import Peer, write_config
 
 TRANSPORTS = ["native", "curl"]
@@ -331,9 +332,11 @@ def test_idle_receiver_wakes_for_new_mail(
     ctx = email_context(address, poll={"interval": 0.005, "idle-after": 0.2})
     sub = emailmw.Subscription("late", context=ctx)
     receiver = ctx.receiver
-    done = threading.Event()
-    # wait until the receiver has been quiet long enough to be in IDLE
-    assert not done.wait(1.0)
+    assert isinstance(receiver, NativeReceiver)
+    idle = threading.Event()
+    deadline = time.monotonic() + 30
+    while receiver.mode != "idle" and time.monotonic() < deadline:
+        idle.wait(0.05)  # a deadline loop on the condition, not a fixed sleep
+    assert receiver.mode == "idle"
     emailmw.Publisher("late", context=ctx).publish("woke up")
     assert emailmw.wait_for_message(sub, 30) == "woke up"
-    assert receiver is ctx.receiver

@@ -1,0 +1,253 @@
+"""Pipeline benchmark: ``emailmw analyze`` against a single-process baseline and the I/O floor.
+
+    python bench/pipeline.py --messages 200000 --format maildir --json FILE
+    python bench/pipeline.py --messages 2000000 --format mbox --json FILE
+
+Generates an N-message archive (cached under /tmp/emailmw-bench-archives), then in one run:
+* floor: read every byte of the archive once;
+* baseline: one Python process, a hand-written header-only parser into pandas computing
+  topic_stats and publisher_health;
+* analyze: ``python -m emailmw analyze ARCHIVE --out DIR`` (Spark start-up included), with
+  the peak RSS of its whole process tree (Python, landing workers and the JVM).
+Targets (issue #4): 200k Maildir analyze_s <= 2.5x baseline_s; 2M mbox <= 2x with peak
+memory under 6 GiB. Prints a table, writes JSON, exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.utils
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+
+from emailmw.testing.archive import iter_bulk
+
+CACHE = Path("/tmp/emailmw-bench-archives")
+
+
+def make_archive(count: int, fmt: str) -> Path:
+    target = CACHE / f"{fmt}-{count}"
+    done = target / ".complete"
+    if done.exists():
+        return target / ("archive.mbox" if fmt == "mbox" else "Maildir")
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    start = time.monotonic()
+    if fmt == "maildir":
+        root = target / "Maildir"
+        for sub in ("cur", "new", "tmp"):
+            (root / sub).mkdir(parents=True)
+        for i, (raw, delivered) in enumerate(iter_bulk(count)):
+            secs, nanos = divmod(delivered, 1_000_000_000)
+            name = f"{secs}.M{nanos // 1000:06d}P{i:08d}.bench,S={len(raw)}:2,"
+            (root / "cur" / name).write_bytes(raw.replace(b"\r\n", b"\n"))
+        path = root
+    else:
+        path = target / "archive.mbox"
+        with open(path, "wb", buffering=1 << 20) as out:
+            for raw, _ in iter_bulk(count):
+                out.write(b"From bench@example.test Thu Jan  1 00:00:00 2026\n")
+                out.write(raw.replace(b"\r\n", b"\n"))
+                out.write(b"\n")
+    done.write_text("ok")
+    print(f"generated {count} messages ({fmt}) in {time.monotonic() - start:.1f} s", flush=True)
+    return path
+
+
+def iter_raw(path: Path):  # type: ignore[no-untyped-def]
+    if path.is_dir():
+        for sub in ("cur", "new"):
+            with os.scandir(path / sub) as entries:
+                for entry in entries:
+                    with open(entry.path, "rb") as handle:
+                        yield entry.name, handle.read()
+    else:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        for part in data.split(b"\nFrom "):
+            newline = part.find(b"\n")
+            yield None, part[newline + 1 :]
+
+
+def floor(path: Path) -> float:
+    start = time.monotonic()
+    total = 0
+    for _, raw in iter_raw(path):
+        total += len(raw)
+    return time.monotonic() - start
+
+
+_FIELDS = {
+    b"subject": "topic",
+    b"publisher-gid": "gid",
+    b"publisher-sequence-number": "seq",
+    b"source-timestamp": "source",
+}
+_DOVECOT = re.compile(rb"^(\d+)\.M(\d+)P")
+
+
+def baseline(path: Path) -> float:
+    """One process, header-only hand parser, pandas aggregates."""
+    start = time.monotonic()
+    topic, gid, seq, source, delivered, size = [], [], [], [], [], []
+    dates: dict[bytes, int] = {}
+    for name, raw in iter_raw(path):
+        head = raw[: raw.find(b"\n\n")]
+        found = {}
+        for line in head.split(b"\n"):
+            key, _, value = line.partition(b":")
+            field = _FIELDS.get(key.lower())
+            if field:
+                found[field] = value.strip()
+        if "gid" not in found:
+            continue
+        when = None
+        if name:
+            m = _DOVECOT.match(name.encode())
+            if m:
+                when = int(m.group(1)) * 1_000_000_000 + int(m.group(2)) * 1000
+        if when is None:  # mbox: the Received date (cached: many messages share a second)
+            rec = head[head.find(b"Received:") :].split(b"\n", 1)[0]
+            stamp = rec.rsplit(b";", 1)[1].strip()
+            when = dates.get(stamp)
+            if when is None:
+                when = dates[stamp] = int(
+                    email.utils.parsedate_to_datetime(stamp.decode()).timestamp() * 1e9)
+        topic.append(found["topic"].decode())
+        gid.append(int(found["gid"]))
+        seq.append(int(found["seq"]))
+        source.append(int(found["source"]))
+        delivered.append(when)
+        size.append(len(raw))
+    frame = pd.DataFrame(
+        {
+            "topic": topic,
+            "gid": gid,
+            "seq": seq,
+            "source": source,
+            "delivered": delivered,
+            "size": size,
+        }
+    )
+    frame["latency_ms"] = (frame["delivered"] - frame["source"]) / 1e6
+    frame["minute"] = frame["delivered"] // 60_000_000_000
+    stats = frame.groupby("topic").agg(
+        messages=("size", "size"),
+        bytes=("size", "sum"),
+        first=("delivered", "min"),
+        last=("delivered", "max"),
+        p50=("latency_ms", lambda s: s.quantile(0.5)),
+        p90=("latency_ms", lambda s: s.quantile(0.9)),
+        p99=("latency_ms", lambda s: s.quantile(0.99)),
+        max=("latency_ms", "max"),
+    )
+    per_minute = frame.groupby(["topic", "minute"]).size()
+    frame = frame.sort_values(["gid", "topic", "delivered"])
+    frame["prev_max"] = (
+        frame.groupby(["gid", "topic"])["seq"]
+        .cummax()
+        .groupby([frame["gid"], frame["topic"]])
+        .shift(1)
+    )
+    frame["late"] = frame["seq"] < frame["prev_max"]
+    health = frame.groupby(["gid", "topic"]).agg(
+        sent=("seq", "max"),
+        received=("seq", "nunique"),
+        copies=("seq", "size"),
+        out_of_order=("late", "sum"),
+    )
+    health["sent"] += 1
+    health["lost"] = health["sent"] - health["received"]
+    health["duplicated"] = health["copies"] - health["received"]
+    assert len(stats)
+    assert len(health)
+    assert len(per_minute)
+    return time.monotonic() - start
+
+
+def run_analyze(path: Path, out: Path) -> tuple[float, float, str]:
+    shutil.rmtree(out, ignore_errors=True)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emailmw", "analyze", str(path), "--out", str(out), "--no-report"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    peak = 0.0
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        parent = psutil.Process(proc.pid)
+        while not stop.is_set():
+            try:
+                tree = [parent, *parent.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree) / 2**20)
+            except psutil.Error:
+                pass
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    output, _ = proc.communicate()
+    elapsed = time.monotonic() - start
+    stop.set()
+    watcher.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"analyze failed ({proc.returncode})")
+    return elapsed, peak, output
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--format", choices=["maildir", "mbox"], default="maildir")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    archive = make_archive(args.messages, args.format)
+    floor_s = floor(archive)
+    baseline_s = baseline(archive)
+    analyze_s, peak_mb, output = run_analyze(archive, CACHE / f"out-{args.format}-{args.messages}")
+    results = {
+        "messages": args.messages,
+        "format": args.format,
+        "analyze_s": round(analyze_s, 2),
+        "baseline_s": round(baseline_s, 2),
+        "floor_read_s": round(floor_s, 2),
+        "analyze_msgs_per_s": round(args.messages / analyze_s),
+        "peak_rss_mb": round(peak_mb),
+        "ratio": round(analyze_s / baseline_s, 2),
+    }
+    target = 2.5 if args.format == "maildir" else 2.0
+    print(output.strip())
+    print(f"{'figure':<22}{'value':>14}")
+    for key in ("analyze_s", "baseline_s", "floor_read_s", "analyze_msgs_per_s", "peak_rss_mb"):
+        print(f"{key:<22}{results[key]:>14}")
+    print(
+        f"analyze / baseline = {results['ratio']}x (target <= {target}x: "
+        f"{'yes' if results['ratio'] <= target else 'NO'})"
+        + (
+            f"; peak memory under 6 GiB: {'yes' if peak_mb < 6144 else 'NO'}"
+            if args.format == "mbox"
+            else ""
+        )
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Landing is plain Python over emailmw's wire format: tested without Spark."""
+
+from __future__ import annotations
+
+from emailmw._pipeline.landing import delivery_time, describe, maildir_name_ns
+from emailmw._protocol import Recipients, publish_email, request_email, response_email
+from emailmw._types import Gid
+from emailmw._wire import build
+
+R = Recipients("a@example.test", ("b@example.test",))
+
+
+def test_publish_request_and_response_rows() -> None:
+    pub = publish_email("/t", "x", recipients=R, gid=Gid(5), sequence_number=3, timestamp_ns=7)
+    row = describe(build(pub.with_message_id("<p@example.test>")))
+    assert row["status"] == "ok"
+    assert (row["kind"], row["topic"], row["publisher_gid"], row["publisher_seq"]) == (
+        "publish",
+        "/t",
+        5,
+        3,
+    )
+    assert row["source_ns"] == 7
+    request = request_email(
+        "/s", "q", recipients=R, client_gid=Gid(9), sequence_number=1, timestamp_ns=1
+    ).with_message_id("<q@example.test>")
+    row = describe(build(request))
+    assert (row["kind"], row["client_gid"], row["request_seq"]) == ("request", 9, 1)
+    response = response_email(request, "a", from_="b@example.test", timestamp_ns=2)
+    row = describe(build(response.with_message_id("<r@example.test>")))
+    assert (row["kind"], row["in_reply_to"]) == ("response", "<q@example.test>")
+
+
+def test_foreign_and_malformed_rows_say_why() -> None:
+    assert describe(b"Subject: hi\r\nContent-Type: text/html\r\n\r\n<p>")["status"] == "foreign"
+    assert describe(b"Subject: hi\r\n\r\nplain person mail\r\n")["status"] == "foreign"
+    row = describe(b"Subject: t\r\nPublisher-GID: x\r\nSource-Timestamp: 1\r\n\r\nb\r\n")
+    assert row["status"] == "malformed"
+    assert "Publisher-GID" in row["reason"]
+    row = describe(b"not an email at all")
+    assert row["status"] in ("malformed", "foreign")
+
+
+def test_delivery_time_prefers_received_and_refines_with_maildir_name() -> None:
+    received = "from x by y with LMTP; Wed, 18 Nov 2026 11:06:40 +0000"
+    whole = 1_795_000_000 * 10**9
+    assert delivery_time(received, None, None) == whole
+    assert delivery_time(None, "Wed, 18 Nov 2026 11:06:40 +0000", None) == whole
+    name = maildir_name_ns("1795000000.M123456P42.mail,S=1:2,")
+    assert name == whole + 123_456_000
+    assert delivery_time(received, None, name) == name  # same second: refined
+    assert delivery_time(received, None, name + 5 * 10**9) == whole  # disagrees: Received wins
+    assert delivery_time(None, None, None) is None

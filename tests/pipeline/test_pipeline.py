@@ -1,0 +1,238 @@
+"""The Spark pipeline against archives with known answers."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from emailmw._pipeline.analyze import AnalyzeRequest, analyze
+from emailmw._pipeline.job import JobOptions, compute
+from emailmw._pipeline.landing import LANDING_SCHEMA
+from emailmw.testing.archive import Archive, generate
+
+pytestmark = pytest.mark.spark
+
+
+def _run(spark: SparkSession, sources: list[Path], out: Path, **kw: Any) -> dict[str, Any]:
+    del spark  # the session fixture started the JVM; analyze() reuses it
+    return analyze(AnalyzeRequest([str(s) for s in sources], out, workers=2, **kw))
+
+
+def _table(spark: SparkSession, out: Path, name: str) -> list[dict[str, Any]]:
+    return [r.asDict() for r in spark.read.parquet(str(out / name)).collect()]
+
+
+@pytest.fixture(scope="module")
+def archive() -> Archive:
+    return generate()
+
+
+@pytest.fixture(scope="module")
+def analyzed(
+    spark: SparkSession, archive: Archive, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, Any]]:
+    root = tmp_path_factory.mktemp("archive")
+    archive.write_maildir(root / "maildirs")
+    out = root / "out"
+    return out, _run(spark, [root / "maildirs"], out)
+
+
+def test_counts_rejects_and_summary(
+    analyzed: tuple[Path, dict[str, Any]], archive: Archive
+) -> None:
+    _, summary = analyzed
+    expected = archive.expected
+    health = expected["publisher_health"].values()
+    assert summary["foreign"] == expected["foreign"]
+    assert summary["malformed"] == expected["malformed"]
+    assert summary["lost"] == sum(h["lost"] for h in health) == 5
+    assert summary["duplicated"] == sum(h["duplicated"] for h in health) == 3
+    assert summary["out_of_order"] == sum(h["out_of_order"] for h in health)
+    assert summary["calls"] == len(expected["calls"])
+    assert summary["answered"] == sum(1 for c in expected["calls"] if c["responses"])
+    assert summary["duplicate_responses"] == 1
+
+
+def test_publisher_health_is_exact(
+    spark: SparkSession, analyzed: tuple[Path, dict[str, Any]], archive: Archive
+) -> None:
+    out, _ = analyzed
+    got = {
+        (r["publisher_gid"], r["topic"]): {
+            k: r[k] for k in ("sent", "received", "lost", "duplicated", "out_of_order")
+        }
+        for r in _table(spark, out, "publisher_health")
+    }
+    assert got == archive.expected["publisher_health"]
+
+
+def test_topic_latency_percentiles_are_exact(
+    spark: SparkSession, analyzed: tuple[Path, dict[str, Any]], archive: Archive
+) -> None:
+    out, _ = analyzed
+    rows = {r["topic"]: r for r in _table(spark, out, "topic_stats")}
+    assert set(rows) == set(archive.expected["topics"])
+    for topic, want in archive.expected["topics"].items():
+        for key, value in want.items():
+            assert math.isclose(rows[topic][key], value, rel_tol=1e-9), (topic, key)
+        assert rows[topic]["bytes"] > 0
+        assert sum(p["messages"] for p in rows[topic]["per_minute"]) == want["messages"]
+
+
+def test_service_calls_join_requests_to_responses(
+    spark: SparkSession, analyzed: tuple[Path, dict[str, Any]], archive: Archive
+) -> None:
+    out, _ = analyzed
+    got = {r["message_id"]: r for r in _table(spark, out, "service_calls")}
+    for call in archive.expected["calls"]:
+        row = got[call["message_id"]]
+        assert row["responses"] == call["responses"]
+        assert row["answered"] == bool(call["responses"])
+        if call["rtt_ms"] is None:
+            assert row["round_trip_ms"] is None
+        else:
+            assert math.isclose(row["round_trip_ms"], call["rtt_ms"], rel_tol=1e-9)
+
+
+def test_report_is_written(analyzed: tuple[Path, dict[str, Any]]) -> None:
+    out, _ = analyzed
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 4
+    assert "/sensors/t0" in page
+    for plot in ("rate", "latency_cdf", "round_trips", "loss"):
+        assert (out / "plots" / f"{plot}.png").stat().st_size > 1000
+
+
+def test_maildir_and_mbox_give_the_same_answers(spark: SparkSession, tmp_path: Path) -> None:
+    same = generate(subsecond=False, seed=11)
+    same.write_maildir(tmp_path / "maildirs")
+    same.write_mbox(tmp_path / "all.mbox")
+    _run(spark, [tmp_path / "maildirs"], tmp_path / "a", report=False)
+    _run(spark, [tmp_path / "all.mbox"], tmp_path / "b", report=False)
+    ignore = {"mailbox", "source", "key"}
+    for name in ("topic_stats", "service_calls", "publisher_health", "rejects", "messages"):
+        a = spark.read.parquet(str(tmp_path / "a" / name))
+        b = spark.read.parquet(str(tmp_path / "b" / name))
+        keep = [c for c in a.columns if c not in ignore]
+        assertDataFrameEqual(a.select(keep), b.select(keep))
+
+
+def test_transforms_on_a_handmade_landing(spark: SparkSession, tmp_path: Path) -> None:
+    """publisher_health from five rows: a gap, a duplicate and a late arrival."""
+
+    def row(seq: int, delivered: int, key: str) -> dict[str, Any]:
+        return {
+            "source": "s",
+            "mailbox": "m",
+            "key": key,
+            "status": "ok",
+            "kind": "publish",
+            "topic": "/t",
+            "message_id": f"<{key}@x>",
+            "publisher_gid": 1,
+            "publisher_seq": seq,
+            "source_ns": delivered - 1_000_000,
+            "delivered_ns": delivered,
+            "size": 10,
+        }
+
+    rows = [row(0, 10, "a"), row(2, 20, "b"), row(1, 30, "c"), row(2, 40, "d"), row(4, 50, "e")]
+    path = tmp_path / "landing"
+    path.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=LANDING_SCHEMA), path / "part.parquet")
+    tables = compute(spark, [path], JobOptions(), deduplicate=False)
+    assertDataFrameEqual(
+        tables.publisher_health,
+        spark.createDataFrame(
+            [(1, "/t", "m", 5, 4, 1, 1, 1)],  # seq 1 after 2 is late; the 2nd 2 is a duplicate
+            "publisher_gid long, topic string, mailbox string, sent long, received long, "
+            "lost long, duplicated long, out_of_order long",
+        ),
+    )
+
+
+def test_since_until_and_topic_filters(
+    spark: SparkSession, archive: Archive, analyzed: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    out, _ = analyzed
+    summary = _run(spark, [out], tmp_path / "t0", topic_glob="/sensors/t0", report=False)
+    assert summary["publish"] == archive.expected["topics"]["/sensors/t0"]["messages"]
+    assert summary["request"] == 0
+    none = _run(spark, [out], tmp_path / "late", since_ns=2_000_000_000 * 10**9, report=False)
+    assert none["publish"] == 0
+    everything = _run(spark, [out], tmp_path / "all", until_ns=2_000_000_000 * 10**9, report=False)
+    assert everything["publish"] == sum(t["messages"] for t in archive.expected["topics"].values())
+
+
+def test_an_earlier_run_merges_without_double_counting(
+    spark: SparkSession, archive: Archive, analyzed: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    out, first = analyzed
+    other = generate(seed=99, topics=1)
+    other.write_mbox(tmp_path / "other.mbox")
+    merged = _run(spark, [out, tmp_path / "other.mbox"], tmp_path / "merged", report=False)
+    other_count = sum(t["messages"] for t in other.expected["topics"].values())
+    assert merged["publish"] == first["publish"] + other_count
+    again = _run(
+        spark, [tmp_path / "merged", tmp_path / "other.mbox"], tmp_path / "merged", report=False
+    )
+    assert again["publish"] == merged["publish"]
+
+
+def test_command_line(tmp_path: Path) -> None:
+    generate(topics=1, services=0).write_mbox(tmp_path / "a.mbox")
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "emailmw",
+            "analyze",
+            str(tmp_path / "a.mbox"),
+            "--out",
+            str(tmp_path / "out"),
+            "--conf",
+            "spark.driver.memory=1g",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "messages" in ok.stdout
+    assert (tmp_path / "out" / "report.html").exists()
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "emailmw",
+            "analyze",
+            str(tmp_path / "nope"),
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert missing.returncode == 1
+    assert missing.stderr.strip().startswith("emailmw: error:")
+    assert "Traceback" not in missing.stderr
+    usage = subprocess.run(
+        [sys.executable, "-m", "emailmw", "analyze"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert usage.returncode == 2

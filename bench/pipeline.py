@@ -122,7 +122,8 @@ def baseline(path: Path) -> float:
             when = dates.get(stamp)
             if when is None:
                 when = dates[stamp] = int(
-                    email.utils.parsedate_to_datetime(stamp.decode()).timestamp() * 1e9)
+                    email.utils.parsedate_to_datetime(stamp.decode()).timestamp() * 1e9
+                )
         topic.append(found["topic"].decode())
         gid.append(int(found["gid"]))
         seq.append(int(found["seq"]))

@@ -28,7 +28,7 @@ _LEVELS: Final = {
 }
 
 _lock = threading.Lock()
-_secrets: frozenset[str] = frozenset()
+_secrets: tuple[str, ...] = ()  # longest first: a secret containing another is masked whole
 _configured_handler: logging.Handler | None = None
 
 
@@ -37,7 +37,7 @@ def register_secret(secret: str) -> None:
     global _secrets
     if secret:
         with _lock:
-            _secrets = _secrets | {secret}
+            _secrets = tuple(sorted({*_secrets, secret}, key=len, reverse=True))
 
 
 def redact(text: str) -> str:

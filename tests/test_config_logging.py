@@ -60,6 +60,14 @@ def test_password_never_in_repr_or_errors(tmp_path: Path) -> None:
     assert "hunter2-secret" not in str(info.value)
 
 
+def test_a_secret_containing_another_is_masked_whole() -> None:
+    from emailmw._log import redact, register_secret
+
+    register_secret("pass")
+    register_secret("my-long-pass")
+    assert redact("login my-long-pass and pass") == "login *** and ***"
+
+
 def test_password_is_redacted_from_log_lines(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

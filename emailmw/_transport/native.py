@@ -199,11 +199,11 @@ class NativeSender(EmailSender):
                 aiosmtplib.SMTPSenderRefused,
                 aiosmtplib.SMTPDataError,
             ) as exc:
-                self._fail(f"{message_id} refused by the server: {exc}")
-                if isinstance(exc, aiosmtplib.SMTPDataError) and 400 <= exc.code < 500:
-                    pass  # transient: retry below
-                else:
+                code = getattr(exc, "code", 550)  # all recipients refused: permanent
+                if not 400 <= code < 500:  # 5xx: permanent, reported by flush()
+                    self._fail(f"{message_id} refused by the server: {exc}")
                     return
+                _log.warning("%s deferred by the server (%s); retrying", message_id, exc)
             except AuthenticationError as exc:
                 _log.error("%s", exc)
             except (TransportError, aiosmtplib.SMTPException, OSError) as exc:

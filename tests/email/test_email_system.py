@@ -340,3 +340,16 @@ def test_idle_receiver_wakes_for_new_mail(
     assert receiver.mode == "idle"
     emailmw.Publisher("late", context=ctx).publish("woke up")
     assert emailmw.wait_for_message(sub, 30) == "woke up"
+
+
+def test_refused_recipient_is_reported_by_flush(
+    mailserver: MailServer, account: Callable[[], str]
+) -> None:
+    """publish() never waits for the network; the server's refusal comes back via flush()."""
+    sender, receiver = emailmw.open_transport({"email": mailserver.config(account())})
+    receiver.close()
+    with sender:
+        sender.send(emailmw.Email("t", "b", sender.address, "nobody-here@example.test"))
+        with pytest.raises(emailmw.SendError, match="nobody-here@example.test"):
+            sender.flush(30)
+        assert sender.flush(30)  # reported once; nothing else pending

@@ -29,6 +29,35 @@ from ._exceptions import (
     TransportError,
     UnknownRequestError,
 )
+from ._interfaces import (
+    ServiceType,
+    TypeMismatchError,
+    deserialize,
+    example_interfaces,
+    get_interface,
+    interface_names,
+    message,
+    serialize,
+    service,
+    std_msgs,
+)
+from ._interfaces import builtin_interfaces as builtin_interfaces
+from ._node import (
+    Client,
+    Executor,
+    Future,
+    MultiThreadedExecutor,
+    Node,
+    NodeGuardCondition,
+    NodePublisher,
+    NodeSubscription,
+    Service,
+    SingleThreadedExecutor,
+    Timer,
+    spin,
+    spin_once,
+    spin_until_future_complete,
+)
 from ._protocol import Recipients
 from ._transport.base import EmailReceiver, EmailSender
 from ._transport.intraprocess import IntraprocessReceiver, IntraprocessSender, intraprocess_pair
@@ -51,6 +80,31 @@ from ._wire import parse as parse_email
 __version__ = "0.1.0"
 
 __all__ = [
+    "Client",
+    "Executor",
+    "Future",
+    "MultiThreadedExecutor",
+    "Node",
+    "NodeGuardCondition",
+    "NodePublisher",
+    "NodeSubscription",
+    "Service",
+    "ServiceType",
+    "SingleThreadedExecutor",
+    "Timer",
+    "TypeMismatchError",
+    "builtin_interfaces",
+    "deserialize",
+    "example_interfaces",
+    "get_interface",
+    "interface_names",
+    "message",
+    "serialize",
+    "service",
+    "spin",
+    "spin_once",
+    "spin_until_future_complete",
+    "std_msgs",
     "AuthenticationError",
     "ClosedError",
     "ConfigError",

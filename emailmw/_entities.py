@@ -190,6 +190,8 @@ class ServiceClient(_Entity, Waitable):
         self._lock = threading.Lock()
         self._responses: dict[int, tuple[str, ServiceInfo]] = {}
         self._abandoned: set[int] = set()
+        # set by typed clients: takes a response (returns True) before it is stored
+        self._response_hook: Callable[[str, ServiceInfo], bool] | None = None
         ctx = self._setup(context)
         self._recipients = ctx.options.recipients
         ctx._service_handler.register_client(self.gid.value, self)
@@ -205,6 +207,9 @@ class ServiceClient(_Entity, Waitable):
         self._context._service_handler.unregister_client(self.gid.value, self)
 
     def _push_response(self, body: str, info: ServiceInfo) -> None:
+        hook = self._response_hook
+        if hook is not None and hook(body, info):
+            return
         with self._lock:
             if info.sequence_number in self._abandoned:
                 self._abandoned.discard(info.sequence_number)

@@ -26,6 +26,7 @@ from ._exceptions import InvalidHeaderError
 from ._types import Email, Gid, Headers, MessageInfo, ServiceInfo
 from ._wire import (
     HEADER_CLIENT_GID,
+    HEADER_MESSAGE_TYPE,
     HEADER_PUBLISHER_GID,
     HEADER_PUBLISHER_SEQUENCE_NUMBER,
     HEADER_REQUEST_SEQUENCE_NUMBER,
@@ -222,4 +223,7 @@ def classify(email: Email, received_timestamp: int) -> Route:
         pub_seq = _uint(headers, HEADER_PUBLISHER_SEQUENCE_NUMBER)
     except ValueError as exc:
         return Unroutable(str(exc), malformed=True)
-    return PublishRoute(email.subject, MessageInfo(source, received_timestamp, pub_gid, pub_seq))
+    return PublishRoute(
+        email.subject,
+        MessageInfo(source, received_timestamp, pub_gid, pub_seq, headers.get(HEADER_MESSAGE_TYPE)),
+    )

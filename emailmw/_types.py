@@ -207,13 +207,14 @@ class MessageInfo:
 
     Timestamps are integer nanoseconds since the Unix epoch. ``sequence_number`` is the
     ``Publisher-Sequence-Number`` header (``None`` for mail from publishers that do not send
-    it, such as rmw_email).
+    it, such as rmw_email); ``message_type`` the ``Message-Type`` header of typed messages.
     """
 
     source_timestamp: int
     received_timestamp: int
     publisher_gid: Gid
     sequence_number: int | None = None
+    message_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,8 @@ HEADER_CLIENT_GID: Final = "Client-GID"
 HEADER_REQUEST_SEQUENCE_NUMBER: Final = "Request-Sequence-Number"
 # New in emailmw: per-publisher sequence number, from 0, to detect loss and reordering.
 HEADER_PUBLISHER_SEQUENCE_NUMBER: Final = "Publisher-Sequence-Number"
+# New in emailmw: the ROS type of a typed message (``std_msgs/msg/String``).
+HEADER_MESSAGE_TYPE: Final = "Message-Type"
 
 # Headers with a field of their own in Email, or produced by the MIME layer here.
 _FIELD_HEADERS: Final = frozenset(

@@ -1,0 +1,587 @@
+"""The ROS-style layer: :class:`Node`, its typed entities, timers and executors (rclpy's shape).
+
+Built on the core entities, which stay as they are. Callbacks run in an executor's
+``spin*()``: messages and requests are taken in the spinning thread and their callbacks run
+there (single-threaded) or on a thread pool (multi-threaded). Service responses complete
+:class:`Future` objects as soon as they arrive (on the polling thread), so
+:meth:`Client.call` works from any thread, spun or not.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from ._context import Context, resolve
+from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
+from ._exceptions import ClosedError, ServiceTimeoutError
+from ._interfaces import (
+    HEADER_MESSAGE_TYPE,
+    ServiceType,
+    TypeMismatchError,
+    deserialize,
+    serialize,
+    type_name,
+)
+from ._log import get_logger
+from ._names import resolve_name, validate_namespace, validate_node_name
+from ._types import ServiceInfo
+from ._waitset import GuardCondition, WaitSet
+
+__all__ = [
+    "Client",
+    "Executor",
+    "Future",
+    "MultiThreadedExecutor",
+    "Node",
+    "NodeGuardCondition",
+    "NodePublisher",
+    "NodeSubscription",
+    "Service",
+    "SingleThreadedExecutor",
+    "Timer",
+    "spin",
+    "spin_once",
+    "spin_until_future_complete",
+]
+
+_log = get_logger("node")
+T = TypeVar("T")
+
+
+class Future(Generic[T]):
+    """The result of an asynchronous call. Thread-safe; done callbacks run in the thread
+    that completes the future."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._result: T | None = None
+        self._exception: BaseException | None = None
+        self._cancelled = False
+        self._callbacks: list[Callable[[Future[T]], None]] = []
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def result(self, timeout: float | None = None) -> T:
+        """The result, waiting up to ``timeout``; raises the call's exception if it failed."""
+        if not self._done.wait(timeout):
+            raise ServiceTimeoutError(f"future not done within {timeout} s")
+        if self._exception is not None:
+            raise self._exception
+        return self._result  # type: ignore[return-value]
+
+    def exception(self) -> BaseException | None:
+        return self._exception
+
+    def _finish(
+        self, result: T | None, exception: BaseException | None, cancelled: bool = False
+    ) -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._result, self._exception, self._cancelled = result, exception, cancelled
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback(self)
+            except Exception:  # noqa: BLE001 - a user callback may raise anything
+                _log.exception("future done callback failed")
+
+    def set_result(self, result: T) -> None:
+        self._finish(result, None)
+
+    def set_exception(self, exception: BaseException) -> None:
+        self._finish(None, exception)
+
+    def cancel(self) -> None:
+        self._finish(None, None, cancelled=True)
+
+    def add_done_callback(self, callback: Callable[[Future[T]], None]) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+
+class NodePublisher(Generic[T]):
+    """Publishes typed messages; the body is YAML, the type in ``Message-Type``."""
+
+    def __init__(self, node: Node, msg_type: type[T], topic: str) -> None:
+        self.msg_type = msg_type
+        self.topic = topic
+        self._type_name = type_name(msg_type)
+        self._core = Publisher(topic, context=node.context)
+
+    def publish(self, msg: T) -> None:
+        if not isinstance(msg, self.msg_type):
+            raise TypeMismatchError(
+                f"publisher of {self._type_name} on {self.topic} given {type(msg).__name__}"
+            )
+        self._core.publish(serialize(msg), {HEADER_MESSAGE_TYPE: self._type_name})
+
+    def destroy(self) -> None:
+        self._core.close()
+
+
+class NodeSubscription(Generic[T]):
+    """A typed subscription whose callback runs in the executor. Mail of another type (or
+    that does not fit the type) is counted in :attr:`type_mismatches`, logged once and
+    reported to ``on_type_mismatch`` if given: never a crash."""
+
+    def __init__(
+        self,
+        node: Node,
+        msg_type: type[T],
+        topic: str,
+        callback: Callable[[T], Any],
+        depth: int | None,
+        on_type_mismatch: Callable[[TypeMismatchError], Any] | None = None,
+    ) -> None:
+        self.msg_type = msg_type
+        self.topic = topic
+        self.callback = callback
+        self.on_type_mismatch = on_type_mismatch
+        self.type_mismatches = 0
+        self._type_name = type_name(msg_type)
+        self._core = Subscription(topic, depth, context=node.context)
+
+    def _take(self) -> Callable[[], None] | None:
+        got = self._core.get_message_with_info()
+        if got is None:
+            return None
+        body, info = got
+        try:
+            if info.message_type not in (None, self._type_name):
+                raise TypeMismatchError(
+                    f"subscription of {self._type_name} on {self.topic} received "
+                    f"{info.message_type}"
+                )
+            msg = deserialize(self.msg_type, body)
+        except TypeMismatchError as exc:
+            self.type_mismatches += 1
+            if self.type_mismatches == 1:
+                _log.warning("%s", exc)
+            handler, error = self.on_type_mismatch, exc
+            return None if handler is None else (lambda: handler(error))
+        return lambda: self.callback(msg)
+
+    def destroy(self) -> None:
+        self._core.close()
+
+
+class Client(Generic[T]):
+    """A typed service client: :meth:`call_async` returns a :class:`Future`."""
+
+    def __init__(self, node: Node, srv_type: ServiceType, name: str) -> None:
+        self.srv_type = srv_type
+        self.service_name = name
+        self._core = ServiceClient(name, context=node.context)
+        self._pending: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._core._response_hook = self._on_response
+
+    def _on_response(self, body: str, info: ServiceInfo) -> bool:
+        with self._lock:
+            future = self._pending.pop(info.sequence_number, None)
+        if future is None:
+            return False
+        try:
+            future.set_result(deserialize(self.srv_type.Response, body))
+        except TypeMismatchError as exc:
+            future.set_exception(exc)
+        return True
+
+    def call_async(self, request: Any) -> Future[Any]:
+        if not isinstance(request, self.srv_type.Request):
+            raise TypeMismatchError(f"{self.srv_type.name} request expected, got {request!r}")
+        future: Future[Any] = Future()
+        with self._lock:
+            seq = self._core.send_request(serialize(request))
+            self._pending[seq] = future
+        return future
+
+    def call(self, request: Any, timeout: float | None = None) -> Any:
+        """Block for the response; :class:`ServiceTimeoutError` after ``timeout`` s."""
+        return self.call_async(request).result(timeout)
+
+    def destroy(self) -> None:
+        self._core.close()
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for future in pending.values():
+            future.cancel()
+
+
+class Service:
+    """A typed service server; ``callback(request, response) -> response`` runs in the
+    executor and its return value is sent back."""
+
+    def __init__(
+        self, node: Node, srv_type: ServiceType, name: str, callback: Callable[[Any, Any], Any]
+    ) -> None:
+        self.srv_type = srv_type
+        self.service_name = name
+        self.callback = callback
+        self._core = ServiceServer(name, context=node.context)
+
+    def _take(self) -> Callable[[], None] | None:
+        got = self._core.get_request_with_info()
+        if got is None:
+            return None
+        request, _ = got
+        try:
+            typed = deserialize(self.srv_type.Request, request.content)
+        except TypeMismatchError as exc:
+            _log.warning("service %s: %s", self.service_name, exc)
+            return None
+
+        def run() -> None:
+            response = self.callback(typed, self.srv_type.Response())
+            if response is not None:
+                self._core.send_response(request.id, serialize(response))
+
+        return run
+
+    def destroy(self) -> None:
+        self._core.close()
+
+
+class Timer:
+    """Calls ``callback`` every ``period`` seconds while its node is spun."""
+
+    def __init__(self, period: float, callback: Callable[[], Any]) -> None:
+        if period <= 0:
+            raise ValueError(f"timer period must be > 0, got {period}")
+        self.timer_period_ns = int(period * 1e9)
+        self.callback = callback
+        self._next = time.monotonic() + period
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def is_canceled(self) -> bool:
+        return self._cancelled
+
+    def reset(self) -> None:
+        self._cancelled = False
+        self._next = time.monotonic() + self.timer_period_ns / 1e9
+
+    def _due_in(self, now: float) -> float:
+        return self._next - now
+
+    def _fire(self, now: float) -> None:
+        period = self.timer_period_ns / 1e9
+        self._next += period
+        if self._next <= now:  # fell behind: skip missed periods instead of bursting
+            self._next = now + period
+
+
+class NodeGuardCondition:
+    """A guard condition whose callback runs in the executor after :meth:`trigger`."""
+
+    def __init__(self, callback: Callable[[], Any]) -> None:
+        self.callback = callback
+        self._core = GuardCondition()
+
+    def trigger(self) -> None:
+        self._core.trigger()
+
+
+class Node:
+    """A named participant, rclpy's ``Node``. Names are resolved with ROS rules."""
+
+    def __init__(
+        self, node_name: str, *, namespace: str = "/", context: Context | None = None
+    ) -> None:
+        self._name = validate_node_name(node_name)
+        self._namespace = validate_namespace(namespace)
+        self.context = resolve(context)
+        self.publishers: list[NodePublisher[Any]] = []
+        self.subscriptions: list[NodeSubscription[Any]] = []
+        self.clients: list[Client[Any]] = []
+        self.services: list[Service] = []
+        self.timers: list[Timer] = []
+        self.guards: list[NodeGuardCondition] = []
+        self.executor: Executor | None = None
+
+    def get_name(self) -> str:
+        return self._name
+
+    def get_namespace(self) -> str:
+        return self._namespace
+
+    def get_fully_qualified_name(self) -> str:
+        return f"{self._namespace.rstrip('/')}/{self._name}"
+
+    def resolve(self, name: str, what: str = "topic name") -> str:
+        return resolve_name(name, self._name, self._namespace, what)
+
+    def _changed(self) -> None:
+        if self.executor is not None:
+            self.executor.wake()
+
+    def create_publisher(self, msg_type: type[T], topic: str, qos: int = 10) -> NodePublisher[T]:
+        del qos  # history depth matters to subscriptions; kept for rclpy's signature
+        publisher = NodePublisher(self, msg_type, self.resolve(topic))
+        self.publishers.append(publisher)
+        return publisher
+
+    def create_subscription(
+        self,
+        msg_type: type[T],
+        topic: str,
+        callback: Callable[[T], Any],
+        qos: int | None = 10,
+        *,
+        on_type_mismatch: Callable[[TypeMismatchError], Any] | None = None,
+    ) -> NodeSubscription[T]:
+        subscription = NodeSubscription(
+            self, msg_type, self.resolve(topic), callback, qos, on_type_mismatch
+        )
+        self.subscriptions.append(subscription)
+        self._changed()
+        return subscription
+
+    def create_client(self, srv_type: ServiceType, srv_name: str) -> Client[Any]:
+        client: Client[Any] = Client(self, srv_type, self.resolve(srv_name, "service name"))
+        self.clients.append(client)
+        return client
+
+    def create_service(
+        self, srv_type: ServiceType, srv_name: str, callback: Callable[[Any, Any], Any]
+    ) -> Service:
+        service = Service(self, srv_type, self.resolve(srv_name, "service name"), callback)
+        self.services.append(service)
+        self._changed()
+        return service
+
+    def create_timer(self, timer_period_sec: float, callback: Callable[[], Any]) -> Timer:
+        timer = Timer(timer_period_sec, callback)
+        self.timers.append(timer)
+        self._changed()
+        return timer
+
+    def create_guard_condition(self, callback: Callable[[], Any]) -> NodeGuardCondition:
+        guard = NodeGuardCondition(callback)
+        self.guards.append(guard)
+        self._changed()
+        return guard
+
+    def destroy_publisher(self, publisher: NodePublisher[Any]) -> None:
+        self.publishers.remove(publisher)
+        publisher.destroy()
+
+    def destroy_subscription(self, subscription: NodeSubscription[Any]) -> None:
+        self.subscriptions.remove(subscription)
+        subscription.destroy()
+        self._changed()
+
+    def destroy_client(self, client: Client[Any]) -> None:
+        self.clients.remove(client)
+        client.destroy()
+
+    def destroy_service(self, service: Service) -> None:
+        self.services.remove(service)
+        service.destroy()
+        self._changed()
+
+    def destroy_timer(self, timer: Timer) -> None:
+        self.timers.remove(timer)
+        timer.cancel()
+        self._changed()
+
+    def destroy_guard_condition(self, guard: NodeGuardCondition) -> None:
+        self.guards.remove(guard)
+        self._changed()
+
+    def destroy_node(self) -> None:
+        entities: list[Any] = [*self.publishers, *self.subscriptions, *self.clients, *self.services]
+        for entity in entities:
+            entity.destroy()
+        for timer in self.timers:
+            timer.cancel()
+        self.publishers.clear()
+        self.subscriptions.clear()
+        self.clients.clear()
+        self.services.clear()
+        self.timers.clear()
+        self.guards.clear()
+        if self.executor is not None:
+            self.executor.remove_node(self)
+
+
+class Executor:
+    """Runs the callbacks of its nodes. One thread spins at a time."""
+
+    def __init__(self) -> None:
+        self._nodes: list[Node] = []
+        self._wake = GuardCondition()
+        self._shutdown = False
+
+    def add_node(self, node: Node) -> None:
+        if node.executor is not None and node.executor is not self:
+            raise RuntimeError(f"node {node.get_name()} is already in another executor")
+        node.executor = self
+        if node not in self._nodes:
+            self._nodes.append(node)
+        self.wake()
+
+    def remove_node(self, node: Node) -> None:
+        if node in self._nodes:
+            self._nodes.remove(node)
+        node.executor = None
+        self.wake()
+
+    def get_nodes(self) -> list[Node]:
+        return list(self._nodes)
+
+    def wake(self) -> None:
+        """Make a blocked spin re-examine its nodes (thread-safe)."""
+        self._wake.trigger()
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        self.wake()
+
+    def _dispatch(self, work: list[Callable[[], None]]) -> None:
+        for item in work:
+            item()
+
+    def spin_once(self, timeout_sec: float | None = None) -> None:
+        """Wait for work (up to ``timeout_sec``; None: no limit) and run what is ready."""
+        now = time.monotonic()
+        timers = [t for n in self._nodes for t in n.timers if not t.is_canceled()]
+        wait = -1.0 if timeout_sec is None else max(0.0, timeout_sec)
+        if timers:
+            soonest = max(0.0, min(t._due_in(now) for t in timers))
+            wait = soonest if wait < 0 else min(wait, soonest)
+        subs = {s._core: s for n in self._nodes for s in n.subscriptions}
+        services = {s._core: s for n in self._nodes for s in n.services}
+        guards = {g._core: g for n in self._nodes for g in n.guards}
+        with WaitSet(
+            list(subs), servers=list(services), guard_conditions=[self._wake, *guards]
+        ) as wait_set:
+            ready = wait_set.wait(wait)
+        work: list[Callable[[], None]] = []
+        for core_sub in ready.subscriptions:
+            item = subs[core_sub]._take()
+            if item is not None:
+                work.append(item)
+        for core_server in ready.servers:
+            item = services[core_server]._take()
+            if item is not None:
+                work.append(item)
+        for core_guard in ready.guard_conditions:
+            if core_guard in guards:
+                work.append(guards[core_guard].callback)
+        now = time.monotonic()
+        for timer in timers:
+            if not timer.is_canceled() and timer._due_in(now) <= 0:
+                timer._fire(now)
+                work.append(timer.callback)
+        self._dispatch(work)
+
+    def spin(self) -> None:
+        """Spin until :meth:`shutdown` or the nodes' context shuts down."""
+        self._shutdown = False
+        while not self._shutdown:
+            try:
+                self.spin_once(None)
+            except ClosedError:
+                return
+
+    def spin_until_future_complete(
+        self, future: Future[Any], timeout_sec: float | None = None
+    ) -> None:
+        deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
+        future.add_done_callback(lambda _: self.wake())
+        while not future.done():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            self.spin_once(remaining)
+
+
+class SingleThreadedExecutor(Executor):
+    """Runs every callback in the spinning thread, one after the other."""
+
+
+class MultiThreadedExecutor(Executor):
+    """Takes messages in the spinning thread and runs callbacks on ``num_threads`` threads."""
+
+    def __init__(self, num_threads: int | None = None) -> None:
+        super().__init__()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=num_threads or 4, thread_name_prefix="emailmw-executor"
+        )
+
+    def _dispatch(self, work: list[Callable[[], None]]) -> None:
+        for item in work:
+            self._pool.submit(self._run, item)
+
+    @staticmethod
+    def _run(item: Callable[[], None]) -> None:
+        try:
+            item()
+        except Exception:  # noqa: BLE001 - one callback must not stop the others
+            _log.exception("callback failed")
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._pool.shutdown(wait=True)
+
+
+def _with_executor(node: Node, executor: Executor | None) -> tuple[Executor, bool]:
+    if executor is not None:
+        executor.add_node(node)
+        return executor, False
+    if node.executor is not None:
+        return node.executor, False
+    temporary = SingleThreadedExecutor()
+    temporary.add_node(node)
+    return temporary, True
+
+
+def spin_once(
+    node: Node, *, executor: Executor | None = None, timeout_sec: float | None = None
+) -> None:
+    used, temporary = _with_executor(node, executor)
+    try:
+        used.spin_once(timeout_sec)
+    finally:
+        if temporary:
+            used.remove_node(node)
+
+
+def spin(node: Node, executor: Executor | None = None) -> None:
+    used, temporary = _with_executor(node, executor)
+    try:
+        used.spin()
+    finally:
+        if temporary:
+            used.remove_node(node)
+
+
+def spin_until_future_complete(
+    node: Node,
+    future: Future[Any],
+    executor: Executor | None = None,
+    timeout_sec: float | None = None,
+) -> None:
+    used, temporary = _with_executor(node, executor)
+    try:
+        used.spin_until_future_complete(future, timeout_sec)
+    finally:
+        if temporary:
+            used.remove_node(node)

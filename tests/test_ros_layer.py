@@ -1,0 +1,229 @@
+"""The ROS-style layer: names, typed messages, nodes, executors (intraprocess)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import emailmw
+from emailmw import (
+    Context,
+    InvalidNameError,
+    MultiThreadedExecutor,
+    Node,
+    SingleThreadedExecutor,
+    TypeMismatchError,
+    example_interfaces,
+    std_msgs,
+)
+from emailmw._names import resolve_name
+
+from .helpers import Recorder
+
+
+@pytest.mark.parametrize(
+    ("name", "resolved"),
+    [
+        ("chatter", "/ns/chatter"),
+        ("/chatter", "/chatter"),
+        ("~", "/ns/talker"),
+        ("~/private", "/ns/talker/private"),
+        ("a/b_2", "/ns/a/b_2"),
+        ("{node}/x", "/ns/talker/x"),
+    ],
+)
+def test_names_resolve_like_ros(name: str, resolved: str) -> None:
+    assert resolve_name(name, "talker", "/ns") == resolved
+
+
+@pytest.mark.parametrize("name", ["", "a//b", "a/", "1abc", "a b", "a~b", "ä", "a/-b"])
+def test_invalid_names_are_rejected_clearly(name: str) -> None:
+    with pytest.raises(InvalidNameError):
+        resolve_name(name, "talker", "/ns")
+
+
+def test_invalid_node_names_and_namespaces(ctx: Context) -> None:
+    for bad in ("", "1node", "my-node", "a/b"):
+        with pytest.raises(InvalidNameError):
+            Node(bad, context=ctx)
+    with pytest.raises(InvalidNameError):
+        Node("ok", namespace="/a/", context=ctx)
+    node = Node("talker", namespace="robot", context=ctx)
+    assert node.get_fully_qualified_name() == "/robot/talker"
+
+
+def test_typed_messages_round_trip_as_readable_yaml() -> None:
+    header = std_msgs.msg.Header(
+        stamp=emailmw.builtin_interfaces.msg.Time(sec=3, nanosec=4), frame_id="map"
+    )
+    text = emailmw.serialize(header)
+    assert "frame_id: map" in text
+    assert "sec: 3" in text
+    assert emailmw.deserialize(std_msgs.msg.Header, text) == header
+    assert emailmw.deserialize(std_msgs.msg.Float64, "data: 2") == std_msgs.msg.Float64(2.0)
+    with pytest.raises(TypeMismatchError):
+        emailmw.deserialize(std_msgs.msg.Int64, "data: not a number")
+    with pytest.raises(TypeMismatchError):
+        emailmw.deserialize(std_msgs.msg.String, "unknown_field: 1")
+    assert "std_msgs/msg/String" in emailmw.interface_names()
+    assert emailmw.get_interface("example_interfaces/srv/AddTwoInts") is (
+        example_interfaces.srv.AddTwoInts
+    )
+
+
+def test_user_defined_type_with_the_decorator() -> None:
+    @emailmw.message("my_pkg/msg/Pose2D")
+    class Pose2D:
+        x: float = 0.0
+        y: float = 0.0
+        labels: list[str] | None = None
+
+    pose = Pose2D(1.5, -2.0, ["a", "b"])
+    assert emailmw.deserialize(Pose2D, emailmw.serialize(pose)) == pose
+
+
+def _spin_until(executor: emailmw.Executor, condition: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        executor.spin_once(remaining)
+    return True
+
+
+def test_publish_subscribe_with_callbacks_in_spin(ctx: Context) -> None:
+    talker = Node("talker", context=ctx)
+    listener = Node("listener", context=ctx)
+    heard: list[str] = []
+    listener.create_subscription(std_msgs.msg.String, "chatter", lambda m: heard.append(m.data))
+    pub = talker.create_publisher(std_msgs.msg.String, "chatter")
+    executor = SingleThreadedExecutor()
+    executor.add_node(listener)
+    for i in range(3):
+        pub.publish(std_msgs.msg.String(data=f"hello {i}"))
+    assert _spin_until(executor, lambda: len(heard) == 3)
+    assert heard == ["hello 0", "hello 1", "hello 2"]
+    with pytest.raises(TypeMismatchError):
+        pub.publish(std_msgs.msg.Int64(data=1))  # type: ignore[arg-type]
+
+
+def test_subscription_of_another_type_gets_an_event_not_a_crash(ctx: Context) -> None:
+    node = Node("n", context=ctx)
+    events: list[TypeMismatchError] = []
+    got: list[int] = []
+    sub = node.create_subscription(
+        std_msgs.msg.Int64, "/mixed", lambda m: got.append(m.data), on_type_mismatch=events.append
+    )
+    node.create_publisher(std_msgs.msg.String, "/mixed").publish(std_msgs.msg.String("x"))
+    node.create_publisher(std_msgs.msg.Int64, "/mixed").publish(std_msgs.msg.Int64(7))
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    assert _spin_until(executor, lambda: got == [7])
+    assert len(events) == 1
+    assert "std_msgs/msg/String" in str(events[0])
+    assert sub.type_mismatches == 1
+
+
+def test_service_call_async_and_spin_until_future_complete(ctx: Context) -> None:
+    server = Node("add_two_ints_server", context=ctx)
+
+    def add(request: Any, response: Any) -> Any:
+        response.sum = request.a + request.b
+        return response
+
+    server.create_service(example_interfaces.srv.AddTwoInts, "add_two_ints", add)
+    client_node = Node("client", context=ctx)
+    client = client_node.create_client(example_interfaces.srv.AddTwoInts, "add_two_ints")
+    executor = SingleThreadedExecutor()
+    executor.add_node(server)
+    future = client.call_async(example_interfaces.srv.AddTwoInts.Request(a=2, b=3))
+    executor.spin_until_future_complete(future, timeout_sec=10)
+    assert future.done()
+    assert future.result().sum == 5
+
+
+def test_blocking_call_while_another_thread_spins(ctx: Context) -> None:
+    server = Node("server", context=ctx)
+    server.create_service(
+        example_interfaces.srv.SetBool,
+        "set",
+        lambda req, resp: type(resp)(success=req.data, message="ok"),
+    )
+    executor = SingleThreadedExecutor()
+    executor.add_node(server)
+    spinner = threading.Thread(target=executor.spin)
+    spinner.start()
+    try:
+        client = Node("c", context=ctx).create_client(example_interfaces.srv.SetBool, "/set")
+        response = client.call(example_interfaces.srv.SetBool.Request(data=True), timeout=10)
+        assert (response.success, response.message) == (True, "ok")
+    finally:
+        executor.shutdown()
+        spinner.join(10)
+    assert not spinner.is_alive()
+
+
+def test_timer_fires_repeatedly_and_can_be_cancelled(ctx: Context) -> None:
+    node = Node("timed", context=ctx)
+    ticks: list[float] = []
+    timer = node.create_timer(0.02, lambda: ticks.append(time.monotonic()))
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    assert _spin_until(executor, lambda: len(ticks) >= 5)
+    assert all(b > a for a, b in itertools.pairwise(ticks))
+    timer.cancel()
+    count = len(ticks)
+    executor.spin_once(0.1)
+    assert len(ticks) == count
+
+
+def test_guard_condition_callback_runs_in_spin(ctx: Context) -> None:
+    node = Node("guarded", context=ctx)
+    fired: list[str] = []
+    guard = node.create_guard_condition(lambda: fired.append("yes"))
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    threading.Timer(0.05, guard.trigger).start()
+    assert _spin_until(executor, lambda: fired == ["yes"])
+
+
+def test_multithreaded_executor_runs_callbacks_concurrently(ctx: Context) -> None:
+    node = Node("busy", context=ctx)
+    both_running = threading.Barrier(2, timeout=10)
+    done: Recorder[str] = Recorder()
+
+    def slow(msg: Any) -> None:
+        both_running.wait()  # only passes if two callbacks run at the same time
+        done(msg.data)
+
+    node.create_subscription(std_msgs.msg.String, "work", slow)
+    pub = node.create_publisher(std_msgs.msg.String, "work")
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    pub.publish(std_msgs.msg.String("a"))
+    pub.publish(std_msgs.msg.String("b"))
+    spinner = threading.Thread(target=executor.spin)
+    spinner.start()
+    try:
+        assert sorted(done.wait_count(2)) == ["a", "b"]
+    finally:
+        executor.shutdown()
+        spinner.join(10)
+
+
+def test_node_lifecycle_destroy(ctx: Context) -> None:
+    node = Node("life", context=ctx)
+    sub = node.create_subscription(std_msgs.msg.Empty, "e", lambda m: None)
+    timer = node.create_timer(1.0, lambda: None)
+    node.destroy_subscription(sub)
+    node.destroy_timer(timer)
+    assert node.subscriptions == []
+    assert timer.is_canceled()
+    node.create_publisher(std_msgs.msg.Empty, "e")
+    node.destroy_node()
+    assert node.publishers == []

@@ -53,12 +53,14 @@ from ._node import (
     NodeSubscription,
     Service,
     SingleThreadedExecutor,
+    SubscriptionEventCallbacks,
     Timer,
     spin,
     spin_once,
     spin_until_future_complete,
 )
 from ._protocol import Recipients
+from ._qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
 from ._transport.base import EmailReceiver, EmailSender
 from ._transport.intraprocess import IntraprocessReceiver, IntraprocessSender, intraprocess_pair
 from ._types import Email, Gid, Headers, MessageInfo, RequestId, ServiceInfo, ServiceRequest
@@ -91,7 +93,13 @@ __all__ = [
     "Service",
     "ServiceType",
     "SingleThreadedExecutor",
+    "SubscriptionEventCallbacks",
     "Timer",
+    "DeadlineMissed",
+    "DurabilityPolicy",
+    "HistoryPolicy",
+    "MessageLost",
+    "QoSProfile",
     "TypeMismatchError",
     "builtin_interfaces",
     "deserialize",

@@ -10,6 +10,8 @@ there (single-threaded) or on a thread pool (multi-threaded). Service responses 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +30,9 @@ from ._interfaces import (
 )
 from ._log import get_logger
 from ._names import resolve_name, validate_namespace, validate_node_name
-from ._types import ServiceInfo
+from ._protocol import PublishRoute, classify
+from ._qos import DeadlineMissed, Delivery, DurabilityPolicy, MessageLost, QoSProfile
+from ._types import MessageInfo, ServiceInfo
 from ._waitset import GuardCondition, WaitSet
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "NodeSubscription",
     "Service",
     "SingleThreadedExecutor",
+    "SubscriptionEventCallbacks",
     "Timer",
     "spin",
     "spin_once",
@@ -133,10 +138,22 @@ class NodePublisher(Generic[T]):
         self._core.close()
 
 
+@dataclasses.dataclass
+class SubscriptionEventCallbacks:
+    """Callbacks for a subscription's QoS events; they run in the executor."""
+
+    deadline: Callable[[DeadlineMissed], Any] | None = None
+    message_lost: Callable[[MessageLost], Any] | None = None
+    type_mismatch: Callable[[TypeMismatchError], Any] | None = None
+
+
 class NodeSubscription(Generic[T]):
-    """A typed subscription whose callback runs in the executor. Mail of another type (or
-    that does not fit the type) is counted in :attr:`type_mismatches`, logged once and
-    reported to ``on_type_mismatch`` if given: never a crash."""
+    """A typed subscription whose callback runs in the executor, with QoS applied.
+
+    Mail of another type (or that does not fit the type) is counted in
+    :attr:`type_mismatches`, logged once and reported to the ``type_mismatch`` event
+    callback: never a crash.
+    """
 
     def __init__(
         self,
@@ -144,36 +161,107 @@ class NodeSubscription(Generic[T]):
         msg_type: type[T],
         topic: str,
         callback: Callable[[T], Any],
-        depth: int | None,
-        on_type_mismatch: Callable[[TypeMismatchError], Any] | None = None,
+        qos: QoSProfile,
+        events: SubscriptionEventCallbacks,
     ) -> None:
         self.msg_type = msg_type
         self.topic = topic
         self.callback = callback
-        self.on_type_mismatch = on_type_mismatch
+        self.qos = qos
+        self.events = events
         self.type_mismatches = 0
         self._type_name = type_name(msg_type)
-        self._core = Subscription(topic, depth, context=node.context)
+        self._delivery = Delivery(qos, time.time_ns())
+        self._core = Subscription(topic, qos.queue_depth, context=node.context)
+        if qos.durability is DurabilityPolicy.TRANSIENT_LOCAL:
+            self._replay_history(node.context)
 
-    def _take(self) -> Callable[[], None] | None:
+    @property
+    def expired(self) -> int:
+        """Messages dropped because they were older than the lifespan."""
+        return self._delivery.expired
+
+    @property
+    def lost(self) -> int:
+        return self._delivery.lost
+
+    def _replay_history(self, context: Context) -> None:
+        """transient_local: the newest ``depth`` messages of the topic, from the mailbox.
+        Live messages that overlap are dropped as duplicates by sequence number."""
+        depth = self.qos.depth
+        try:
+            # a mail server may store a burst out of order: look further back than depth,
+            # then keep the newest by source timestamp and sequence number
+            history = context.receiver.history(self.topic, 4 * depth + 16)
+        except NotImplementedError as exc:
+            _log.warning("transient_local on %s: %s", self.topic, exc)
+            return
+        now = time.time_ns()
+        routed = [
+            (email.body, route.info)
+            for email in history
+            if isinstance(route := classify(email, now), PublishRoute) and route.topic == self.topic
+        ]
+        routed.sort(key=lambda item: (item[1].source_timestamp, item[1].sequence_number or 0))
+        for body, info in routed[-depth:]:
+            self._core._push_message(body, info)
+
+    def _mismatch(self, exc: TypeMismatchError) -> list[Callable[[], None]]:
+        self.type_mismatches += 1
+        if self.type_mismatches == 1:
+            _log.warning("%s", exc)
+        handler = self.events.type_mismatch
+        return [] if handler is None else [lambda: handler(exc)]
+
+    def _work(
+        self, items: list[tuple[str, MessageInfo]], events: list[MessageLost | DeadlineMissed]
+    ) -> list[Callable[[], None]]:
+        work: list[Callable[[], None]] = []
+        for body, _ in items:
+            try:
+                msg = deserialize(self.msg_type, body)
+            except TypeMismatchError as exc:
+                work += self._mismatch(exc)
+                continue
+            work.append(functools.partial(self.callback, msg))
+        for event in events:
+            handler: Any = (
+                self.events.deadline
+                if isinstance(event, DeadlineMissed)
+                else self.events.message_lost
+            )
+            if isinstance(event, MessageLost):
+                _log.info(
+                    "%s: lost %s from publisher %d",
+                    self.topic,
+                    list(event.sequence_numbers),
+                    event.publisher_gid,
+                )
+            if handler is not None:
+                work.append(functools.partial(handler, event))
+        return work
+
+    def _take(self) -> list[Callable[[], None]]:
         got = self._core.get_message_with_info()
         if got is None:
-            return None
+            return []
         body, info = got
-        try:
-            if info.message_type not in (None, self._type_name):
-                raise TypeMismatchError(
+        if info.message_type not in (None, self._type_name):
+            return self._mismatch(
+                TypeMismatchError(
                     f"subscription of {self._type_name} on {self.topic} received "
                     f"{info.message_type}"
                 )
-            msg = deserialize(self.msg_type, body)
-        except TypeMismatchError as exc:
-            self.type_mismatches += 1
-            if self.type_mismatches == 1:
-                _log.warning("%s", exc)
-            handler, error = self.on_type_mismatch, exc
-            return None if handler is None else (lambda: handler(error))
-        return lambda: self.callback(msg)
+            )
+        return self._work(*self._delivery.offer(body, info, time.time_ns()))
+
+    def _poll(self) -> list[Callable[[], None]]:
+        return self._work(*self._delivery.poll(time.time_ns()))
+
+    def _next_check(self) -> float | None:
+        """Seconds until the QoS rules need a look (gap timeout, deadline), or None."""
+        when = self._delivery.next_check_ns()
+        return None if when is None else max(0.0, (when - time.time_ns()) / 1e9)
 
     def destroy(self) -> None:
         self._core.close()
@@ -342,12 +430,19 @@ class Node:
         msg_type: type[T],
         topic: str,
         callback: Callable[[T], Any],
-        qos: int | None = 10,
+        qos: int | QoSProfile = 10,
         *,
-        on_type_mismatch: Callable[[TypeMismatchError], Any] | None = None,
+        event_callbacks: SubscriptionEventCallbacks | None = None,
     ) -> NodeSubscription[T]:
+        """``qos`` is a :class:`QoSProfile`, or an int: keep-last with that depth."""
+        profile = qos if isinstance(qos, QoSProfile) else QoSProfile(depth=qos)
         subscription = NodeSubscription(
-            self, msg_type, self.resolve(topic), callback, qos, on_type_mismatch
+            self,
+            msg_type,
+            self.resolve(topic),
+            callback,
+            profile,
+            event_callbacks or SubscriptionEventCallbacks(),
         )
         self.subscriptions.append(subscription)
         self._changed()
@@ -463,10 +558,12 @@ class Executor:
         now = time.monotonic()
         timers = [t for n in self._nodes for t in n.timers if not t.is_canceled()]
         wait = -1.0 if timeout_sec is None else max(0.0, timeout_sec)
-        if timers:
-            soonest = max(0.0, min(t._due_in(now) for t in timers))
-            wait = soonest if wait < 0 else min(wait, soonest)
         subs = {s._core: s for n in self._nodes for s in n.subscriptions}
+        checks = [t._due_in(now) for t in timers]
+        checks += [c for s in subs.values() if (c := s._next_check()) is not None]
+        if checks:
+            soonest = max(0.0, min(checks))
+            wait = soonest if wait < 0 else min(wait, soonest)
         services = {s._core: s for n in self._nodes for s in n.services}
         guards = {g._core: g for n in self._nodes for g in n.guards}
         with WaitSet(
@@ -475,9 +572,9 @@ class Executor:
             ready = wait_set.wait(wait)
         work: list[Callable[[], None]] = []
         for core_sub in ready.subscriptions:
-            item = subs[core_sub]._take()
-            if item is not None:
-                work.append(item)
+            work += subs[core_sub]._take()
+        for subscription in subs.values():
+            work += subscription._poll()
         for core_server in ready.servers:
             item = services[core_server]._take()
             if item is not None:

@@ -117,7 +117,10 @@ def test_subscription_of_another_type_gets_an_event_not_a_crash(ctx: Context) ->
     events: list[TypeMismatchError] = []
     got: list[int] = []
     sub = node.create_subscription(
-        std_msgs.msg.Int64, "/mixed", lambda m: got.append(m.data), on_type_mismatch=events.append
+        std_msgs.msg.Int64,
+        "/mixed",
+        lambda m: got.append(m.data),
+        event_callbacks=emailmw.SubscriptionEventCallbacks(type_mismatch=events.append),
     )
     node.create_publisher(std_msgs.msg.String, "/mixed").publish(std_msgs.msg.String("x"))
     node.create_publisher(std_msgs.msg.Int64, "/mixed").publish(std_msgs.msg.Int64(7))

@@ -90,6 +90,15 @@ class EmailReceiver(abc.ABC):
     def wakeup(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Make a :meth:`receive` blocked in another thread return soon. Thread-safe."""
 
+    def history(self, subject: str, limit: int) -> list[Email]:
+        """The newest ``limit`` stored emails whose Subject is exactly ``subject``, oldest
+        first, whether or not they were received before. Thread-safe; may use its own
+        connection. The mailbox is the durable store behind ``transient_local``.
+
+        Raises ``NotImplementedError`` for transports without a store.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no history")
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connection and wake a blocked :meth:`receive`. Idempotent."""

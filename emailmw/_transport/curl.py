@@ -409,6 +409,40 @@ class CurlReceiver(EmailReceiver):
                     self._wake.clear()
                     return []
 
+    def history(self, subject: str, limit: int) -> list[Email]:
+        """``UID SEARCH HEADER SUBJECT`` then one ``UID FETCH`` of the newest matches.
+
+        ASCII subjects only: a non-ASCII one needs a SEARCH literal, which libcurl's custom
+        commands cannot carry.
+        """
+        if not subject.isascii():
+            raise NotImplementedError("the curl transport searches ASCII subjects only")
+        quoted = subject.replace("\\", "\\\\").replace('"', '\\"')
+        self._executor.imap(f'EXAMINE "{self._folder}"')
+        answer = self._executor.imap(f'UID SEARCH HEADER SUBJECT "{quoted}"')
+        uids = sorted(
+            int(n)
+            for line in answer.splitlines()
+            if line.startswith(b"* SEARCH")
+            for n in line.split()[2:]
+        )
+        if not uids or limit <= 0:
+            return []
+        wanted = uids[-max(limit * 4, 50) :]
+        stream = self._executor.imap(f"UID FETCH {','.join(map(str, wanted))} (UID BODY.PEEK[])")
+        messages, _ = parse_fetch_stream(stream)
+        found = [
+            e
+            for uid, raw in sorted(messages)
+            if (
+                e := parse_fetched(
+                    raw, uid=uid, where=self._where, max_size=self._options.max_message_size
+                )
+            )
+            and e.subject == subject
+        ]
+        return found[-limit:]
+
     def wakeup(self) -> None:
         self._wake.set()
 

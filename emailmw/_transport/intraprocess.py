@@ -18,6 +18,7 @@ from .base import EmailReceiver, EmailSender
 __all__ = ["IntraprocessReceiver", "IntraprocessSender", "intraprocess_pair"]
 
 _ids = itertools.count()
+HISTORY_PER_SUBJECT = 1000
 
 
 class IntraprocessReceiver(EmailReceiver):
@@ -28,6 +29,8 @@ class IntraprocessReceiver(EmailReceiver):
         self._queue: deque[Email] = deque()
         self._closed = False
         self._woken = False
+        # what a mailbox would still hold: the newest emails of each subject
+        self._stored: dict[str, deque[Email]] = {}
 
     def _deliver(self, email: Email) -> None:
         if email.message_id is None:
@@ -36,6 +39,8 @@ class IntraprocessReceiver(EmailReceiver):
             if self._closed:
                 raise ClosedError("intraprocess receiver is closed")
             self._queue.append(email)
+            stored = self._stored.setdefault(email.subject, deque(maxlen=HISTORY_PER_SUBJECT))
+            stored.append(email)
             self._cond.notify()
 
     def receive(self, timeout: float | None = None) -> list[Email]:
@@ -48,6 +53,11 @@ class IntraprocessReceiver(EmailReceiver):
             emails = list(self._queue)
             self._queue.clear()
         return emails
+
+    def history(self, subject: str, limit: int) -> list[Email]:
+        with self._cond:
+            stored = list(self._stored.get(subject, ()))
+        return stored[-limit:] if limit > 0 else []
 
     def wakeup(self) -> None:
         with self._cond:

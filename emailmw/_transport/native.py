@@ -482,6 +482,50 @@ class NativeReceiver(EmailReceiver):
                 "on-receive %s failed for UIDs %s in %s: %s", action, uids, self._where, exc
             )
 
+    def history(self, subject: str, limit: int) -> list[Email]:
+        """IMAP ``SEARCH`` on a short-lived connection of its own (the main one may be in
+        IDLE): the newest ``limit`` routable emails with exactly this Subject."""
+        implicit = self._endpoint.scheme == "imaps"
+        try:
+            client = imapclient.IMAPClient(
+                self._endpoint.host,
+                port=self._endpoint.port,
+                ssl=implicit,
+                ssl_context=self._ssl if implicit else None,
+                timeout=self._options.timeout,
+            )
+            with client:
+                if not implicit and self._options.tls.starttls:
+                    client.starttls(self._ssl)
+                client.login(self._user.username, self._user.password)
+                client.select_folder(self._options.folder, readonly=True)
+                uids = sorted(client.search(["HEADER", "SUBJECT", subject], charset="UTF-8"))
+                found: list[Email] = []
+                # SEARCH matches substrings: walk back from the newest until enough match
+                for end in range(len(uids), 0, -max(limit, 50)):
+                    batch = uids[max(0, end - max(limit, 50)) : end]
+                    data = client.fetch(batch, ["BODY.PEEK[]"])
+                    older = [
+                        e
+                        for uid in batch
+                        if isinstance(raw := data.get(uid, {}).get(b"BODY[]"), bytes)
+                        and (
+                            e := parse_fetched(
+                                raw,
+                                uid=uid,
+                                where=self._where,
+                                max_size=self._options.max_message_size,
+                            )
+                        )
+                        and e.subject == subject
+                    ]
+                    found = older + found
+                    if len(found) >= limit:
+                        break
+                return found[-limit:] if limit > 0 else []
+        except (imapclient.exceptions.IMAPClientError, OSError) as exc:
+            raise self._translate(exc, "reading history") from exc
+
     def wakeup(self) -> None:
         self._wake.set()
 

@@ -207,6 +207,25 @@ class TransportConformance:
         assert got[0].in_reply_to == original.message_id
         assert got[0].to == (transport.address,)
 
+    def test_history_returns_the_newest_emails_of_a_subject(
+        self, transport: TransportUnderTest
+    ) -> None:
+        subject = f"conformance/history/{_token()}"
+        # one at a time: a mail server may store a burst in another order than it was sent
+        for sub, body in (
+            (subject, "one"),
+            (subject, "two"),
+            (subject, "three"),
+            (f"{subject}/other", "x"),
+        ):
+            self._send_and_receive(
+                transport, Email(sub, body, transport.sender.address, transport.address)
+            )
+        # the store still has them after they were received: the newest two, oldest first
+        assert [e.body for e in transport.receiver.history(subject, 2)] == ["two", "three"]
+        assert [e.body for e in transport.receiver.history(subject, 10)] == ["one", "two", "three"]
+        assert transport.receiver.history(f"{subject}/none", 5) == []
+
     def test_receive_times_out_empty(self, transport: TransportUnderTest) -> None:
         # drain whatever is there, then a quiet mailbox gives [] once the timeout passes
         while transport.receiver.receive(0.2):

@@ -21,9 +21,10 @@ def _pair(
     sender, receiver = make_transport(
         load_options({"email": mailserver.config(me, transport=transport, **extra)})
     )
-    _, other_receiver = make_transport(
+    other_sender, other_receiver = make_transport(
         load_options({"email": mailserver.config(other, transport=transport, **extra)})
     )
+    other_sender.close()
     yield TransportUnderTest(
         sender, receiver, me, other_receiver=other_receiver, other_address=other
     )

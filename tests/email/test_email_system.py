@@ -353,3 +353,45 @@ def test_refused_recipient_is_reported_by_flush(
         with pytest.raises(emailmw.SendError, match=r"nobody-here@example\.test"):
             sender.flush(30)
         assert sender.flush(30)  # reported once; nothing else pending
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_transient_local_late_joiner_reads_the_mailbox(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    email_context: MakeContext,
+    transport: str,
+) -> None:
+    """The mailbox is the durable store: the publisher may be gone when the subscriber
+    joins, and the subscriber's context started after the messages arrived."""
+    listener = account()
+    pub_ctx = email_context(account(), to=listener)
+    pub = emailmw.Node("talker", context=pub_ctx).create_publisher(
+        emailmw.std_msgs.msg.Int64, "/latched"
+    )
+    for i in range(4):
+        pub.publish(emailmw.std_msgs.msg.Int64(i))
+    assert pub_ctx.flush(30)
+    pub_ctx.shutdown()
+    sender, receiver = emailmw.open_transport({"email": mailserver.config(listener)})
+    sender.close()
+    deadline = time.monotonic() + 30
+    while len(receiver.history("/latched", 10)) < 4 and time.monotonic() < deadline:
+        threading.Event().wait(0.1)  # delivery through Postfix: a deadline loop on it
+    receiver.close()
+
+    ctx = email_context(listener, transport=transport, **_extra(transport))
+    node = emailmw.Node("late", context=ctx)
+    got: list[int] = []
+    node.create_subscription(
+        emailmw.std_msgs.msg.Int64,
+        "/latched",
+        lambda m: got.append(m.data),
+        emailmw.QoSProfile(depth=2, durability=emailmw.DurabilityPolicy.TRANSIENT_LOCAL),
+    )
+    executor = emailmw.SingleThreadedExecutor()
+    executor.add_node(node)
+    end = time.monotonic() + 30
+    while got != [2, 3] and time.monotonic() < end:
+        executor.spin_once(end - time.monotonic())
+    assert got == [2, 3]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._exceptions import EmailMWError
+from ._ros_cli import add_ros_commands, run_ros_command
 
 __all__ = ["main"]
 
@@ -48,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     analyze.add_argument("--workers", type=int, help="processes reading the archives")
     analyze.add_argument("--no-report", action="store_true", help="tables only")
+    add_ros_commands(commands)
     return parser
 
 
@@ -86,13 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "analyze":
             return _analyze(args)
+        return run_ros_command(args)
     except KeyboardInterrupt:
         print("emailmw: interrupted", file=sys.stderr)
         return 130
-    except (EmailMWError, OSError, ImportError) as exc:
+    except (EmailMWError, OSError, ImportError, KeyError) as exc:
         if args.debug:
             raise
-        print(f"emailmw: error: {exc}", file=sys.stderr)
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"emailmw: error: {message}", file=sys.stderr)
         return 1
-    parser.error(f"unknown command {args.command}")
-    return 2

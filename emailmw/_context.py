@@ -84,6 +84,7 @@ class Context:
         self._lock = threading.Lock()
         self._entities: weakref.WeakSet[Any] = weakref.WeakSet()
         self._shut_down = False
+        self._announcer: Any = None  # the graph announcer, created by the first Node
         self._subscription_handler = SubscriptionHandler()
         self._service_handler = ServiceHandler()
         self._polling = PollingManager(receiver)
@@ -134,6 +135,9 @@ class Context:
                 return
             self._shut_down = True
             entities = list(self._entities)
+            announcer, self._announcer = self._announcer, None
+        if announcer is not None:
+            announcer.close()
         for entity in entities:
             entity.close()
         try:

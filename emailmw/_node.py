@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 from ._context import Context, resolve
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
 from ._exceptions import ClosedError, ServiceTimeoutError
+from ._graph import Announcer
 from ._interfaces import (
     HEADER_MESSAGE_TYPE,
     ServiceType,
@@ -387,13 +388,25 @@ class NodeGuardCondition:
 
 
 class Node:
-    """A named participant, rclpy's ``Node``. Names are resolved with ROS rules."""
+    """A named participant, rclpy's ``Node``. Names are resolved with ROS rules.
+
+    The node announces itself and its entities on the graph topic when it starts, when its
+    entities change and every ``announce_period`` seconds, and leaves when destroyed.
+    """
 
     def __init__(
-        self, node_name: str, *, namespace: str = "/", context: Context | None = None
+        self,
+        node_name: str,
+        *,
+        namespace: str = "/",
+        context: Context | None = None,
+        announce_period: float = 30.0,
     ) -> None:
         self._name = validate_node_name(node_name)
         self._namespace = validate_namespace(namespace)
+        if announce_period <= 0:
+            raise ValueError(f"announce_period must be > 0, got {announce_period}")
+        self.announce_period = announce_period
         self.context = resolve(context)
         self.publishers: list[NodePublisher[Any]] = []
         self.subscriptions: list[NodeSubscription[Any]] = []
@@ -402,6 +415,22 @@ class Node:
         self.timers: list[Timer] = []
         self.guards: list[NodeGuardCondition] = []
         self.executor: Executor | None = None
+        self._destroyed = False
+        self._announcer().add(self)
+
+    def _announcer(self) -> Announcer:
+        context = self.context
+        existing: Announcer | None = context._announcer
+        if existing is not None:
+            return existing
+        created = Announcer(context)  # not under the context's lock: it creates an entity
+        with context._lock:
+            if context._announcer is None:
+                context._announcer = created
+            announcer: Announcer = context._announcer
+        if announcer is not created:
+            created.close()  # another node won the race
+        return announcer
 
     def get_name(self) -> str:
         return self._name
@@ -418,11 +447,14 @@ class Node:
     def _changed(self) -> None:
         if self.executor is not None:
             self.executor.wake()
+        if not self._destroyed:
+            self._announcer().send(self)
 
     def create_publisher(self, msg_type: type[T], topic: str, qos: int = 10) -> NodePublisher[T]:
         del qos  # history depth matters to subscriptions; kept for rclpy's signature
         publisher = NodePublisher(self, msg_type, self.resolve(topic))
         self.publishers.append(publisher)
+        self._changed()
         return publisher
 
     def create_subscription(
@@ -451,6 +483,7 @@ class Node:
     def create_client(self, srv_type: ServiceType, srv_name: str) -> Client[Any]:
         client: Client[Any] = Client(self, srv_type, self.resolve(srv_name, "service name"))
         self.clients.append(client)
+        self._changed()
         return client
 
     def create_service(
@@ -501,6 +534,12 @@ class Node:
         self._changed()
 
     def destroy_node(self) -> None:
+        """Destroy every entity and leave the graph. Idempotent."""
+        if self._destroyed:
+            return
+        self._destroyed = True
+        if self.context.ok():
+            self._announcer().remove(self)
         entities: list[Any] = [*self.publishers, *self.subscriptions, *self.clients, *self.services]
         for entity in entities:
             entity.destroy()

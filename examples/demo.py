@@ -1,8 +1,9 @@
 """The emailmw demo: a talker, a listener and an add-two-ints service exchanging real email.
 
-Four separate processes (the examples pub.py, sub_wait_message_info.py,
-service_server_wait_service_info.py, service_client_wait_service_info.py) talk through a mail
-server, then the traffic report is made from the mailboxes.
+Four separate node processes (the examples talker.py, listener.py, add_two_ints_server.py,
+add_two_ints_client.py) talk through a mail server; while they run, the command line is
+used against them (``emailmw topic echo``, ``emailmw service call``, ``emailmw node list``);
+then the traffic report is made from the mailboxes.
 
 Which mail server: the account in EMAILMW_CONFIG_FILE when set (every process uses it, so its
 recipients should include itself); else a local Postfix + Dovecot started here (needs root
@@ -32,7 +33,7 @@ import yaml
 import emailmw
 
 HERE = Path(__file__).resolve().parent
-MESSAGES, CALLS = 5, 3
+MESSAGES, CALLS = 10, 3
 
 
 def log(text: str) -> None:
@@ -60,11 +61,20 @@ def start_local_server() -> tuple[object | None, str]:
 
 
 class Role:
-    def __init__(self, name: str, script: str, config: Path) -> None:
+    def __init__(self, name: str, script: str, config: Path, count: int) -> None:
         self.name = name
         self.ready = threading.Event()
         self.process = subprocess.Popen(
-            [sys.executable, str(HERE / script), "--config", str(config), "--timeout", "60"],
+            [
+                sys.executable,
+                str(HERE / script),
+                "--config",
+                str(config),
+                "--timeout",
+                "60",
+                "--count",
+                str(count),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -89,14 +99,42 @@ class Role:
             return -1
 
 
+def cli(config: Path, *args: str) -> int:
+    """Run ``emailmw ARGS`` against the running demo and show what it prints."""
+    log(f"$ emailmw {' '.join(args)}")
+    result = subprocess.run(
+        [sys.executable, "-m", "emailmw", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    for line in (result.stdout + result.stderr).splitlines():
+        print(f"        cli | {line}", flush=True)
+    return result.returncode
+
+
 def run_processes(configs: dict[str, Path]) -> bool:
-    listener = Role("listener", "sub_wait_message_info.py", configs["listener"])
-    server = Role("server", "service_server_wait_service_info.py", configs["server"])
+    listener = Role("listener", "listener.py", configs["listener"], MESSAGES)
+    server = Role("server", "add_two_ints_server.py", configs["server"], CALLS + 1)
     listener.ready.wait(60)
     server.ready.wait(60)
-    talker = Role("talker", "pub.py", configs["talker"])
-    client = Role("client", "service_client_wait_service_info.py", configs["client"])
+    talker = Role("talker", "talker.py", configs["talker"], MESSAGES)
+    client = Role("client", "add_two_ints_client.py", configs["client"], CALLS)
+    cli_codes = [
+        cli(configs["listener"], "topic", "echo", "/chatter", "--once"),
+        cli(
+            configs["client"],
+            "service",
+            "call",
+            "/add_two_ints",
+            "example_interfaces/srv/AddTwoInts",
+            "{a: 20, b: 22}",
+        ),
+        cli(configs["listener"], "node", "list"),
+    ]
     codes = {role.name: role.wait(180) for role in (talker, client, listener, server)}
+    codes |= {f"cli {i}": code for i, code in enumerate(cli_codes)}
     failed = {name: code for name, code in codes.items() if code != 0}
     if failed:
         log(f"FAILED: {failed}")

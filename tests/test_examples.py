@@ -38,5 +38,5 @@ def test_demo_falls_back_to_intraprocess_and_still_reports(tmp_path: Path) -> No
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "running on the intraprocess transport" in result.stdout
-    assert "5 messages, 3 requests, 3 responses" in result.stdout
+    assert "10 messages, 3 requests, 3 responses" in result.stdout
     assert (tmp_path / "report" / "report.html").exists()

@@ -7,7 +7,7 @@ with their configuration and state under one directory (default ``/tmp/emailmw-t
 started. A private CA signs the server certificate (SAN ``localhost``, ``127.0.0.1``, ``::1``);
 clients verify it with :attr:`MailServer.ca_file`.
 
-Accounts ``alice``, ``bob``, ``robot`` and ``u001`` ... ``u200`` at ``example.test``, password
+Accounts ``alice``, ``bob``, ``robot`` and ``u0001`` ... ``u1000`` at ``example.test``, password
 ``secret``. :meth:`MailServer.fresh_account` hands out accounts nobody used since the start.
 
 Needs root (the daemons' masters do) and the Debian packages, which :func:`ensure_installed`
@@ -136,7 +136,7 @@ class MailServer:
     imaps_port: int = 10993
     domain: str = "example.test"
     password: str = field(default="secret", repr=False)
-    pool_size: int = 200
+    pool_size: int = 1000
     vmail_user: str = "vmail"
     ready_timeout: float = 30.0
 
@@ -144,13 +144,13 @@ class MailServer:
         self.state_dir = Path(self.state_dir)
         if not self.state_dir.is_absolute() or len(str(self.state_dir)) > 60:
             raise MailServerError("state_dir must be absolute and at most 60 characters")
-        self._pool = (f"u{i:03d}" for i in range(1, self.pool_size + 1))
+        self._pool = (f"u{i:04d}" for i in range(1, self.pool_size + 1))
 
     # ------------------------------------------------------------------ accounts
 
     @property
     def users(self) -> list[str]:
-        return ["alice", "bob", "robot", *(f"u{i:03d}" for i in range(1, self.pool_size + 1))]
+        return ["alice", "bob", "robot", *(f"u{i:04d}" for i in range(1, self.pool_size + 1))]
 
     def address(self, user: str) -> str:
         return f"{user}@{self.domain}"

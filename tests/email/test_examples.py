@@ -105,6 +105,11 @@ def test_demo_runs_over_the_local_server(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.stdout.count("listener | got:") == 5
-    assert "2 + 3 = 5" in result.stdout
-    assert "intraprocess" not in result.stdout
+    out = result.stdout
+    assert out.count("listener | I heard: 'Hello World:") == 10
+    assert "Result of add_two_ints: 2 + 3 = 5" in out
+    assert "cli | data: 'Hello World:" in out  # emailmw topic echo against the running demo
+    assert "cli | sum: 42" in out  # emailmw service call
+    assert "cli | /listener" in out  # emailmw node list
+    assert "report | service calls: 4 (4 answered" in out  # the 3 client calls and the CLI's
+    assert "intraprocess" not in out

@@ -1,0 +1,186 @@
+"""Discovery: nodes announce themselves on a reserved topic; the graph is computed from the
+announcements (a pure function, :func:`build_graph`).
+
+Every node sends an announcement (its name, its publishers, subscriptions, services and
+clients with their types) when it starts, whenever its entities change and every
+``announce_period`` seconds, and a leave message when it is destroyed. An announcement
+expires after three periods, so a node that dies without leaving disappears. Because the
+mailbox keeps the announcements, a tool that starts later reads the graph from the
+mailbox's history at once instead of waiting for the next round.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import yaml
+
+from ._entities import Publisher
+from ._log import get_logger
+from ._protocol import PublishRoute, classify
+from ._types import Email
+
+if TYPE_CHECKING:
+    from ._context import Context
+    from ._node import Node
+
+__all__ = ["GRAPH_TOPIC", "Graph", "NodeRecord", "build_graph", "read_graph"]
+
+GRAPH_TOPIC: Final = "/_emailmw/graph"
+GRAPH_TYPE: Final = "emailmw/msg/NodeAnnouncement"
+_EXPIRY_PERIODS: Final = 3
+_log = get_logger("graph")
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    gid: int
+    period: float
+    announced_ns: int
+    publishers: tuple[tuple[str, str], ...] = ()
+    subscriptions: tuple[tuple[str, str], ...] = ()
+    services: tuple[tuple[str, str], ...] = ()
+    clients: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Graph:
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+
+    def topics(self) -> dict[str, set[str]]:
+        """Topic -> its types, over every live node's publishers and subscriptions."""
+        out: dict[str, set[str]] = {}
+        for node in self.nodes.values():
+            for topic, kind in (*node.publishers, *node.subscriptions):
+                out.setdefault(topic, set()).add(kind)
+        return out
+
+    def services(self) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for node in self.nodes.values():
+            for name, kind in node.services:
+                out.setdefault(name, set()).add(kind)
+        return out
+
+
+def announcement(node: Node, event: str = "announce") -> str:
+    def pairs(entities: list[Any], attr: str) -> list[dict[str, str]]:
+        return [{"name": getattr(e, attr), "type": _type_of(e)} for e in entities]
+
+    return str(
+        yaml.safe_dump(
+            {
+                "event": event,
+                "node": node.get_fully_qualified_name(),
+                "period": node.announce_period,
+                "publishers": pairs(node.publishers, "topic"),
+                "subscriptions": pairs(node.subscriptions, "topic"),
+                "services": pairs(node.services, "service_name"),
+                "clients": pairs(node.clients, "service_name"),
+            },
+            sort_keys=False,
+        )
+    )
+
+
+def _type_of(entity: Any) -> str:
+    kind = getattr(entity, "msg_type", None) or getattr(entity, "srv_type", None)
+    return str(getattr(kind, "__emailmw_type__", None) or getattr(kind, "name", "?"))
+
+
+def build_graph(emails: list[Email], now_ns: int) -> Graph:
+    """The live nodes according to these graph emails (any order): for each node its
+    newest message counts; a leave or an expired announcement removes it."""
+    latest: dict[str, tuple[int, int, dict[str, Any]]] = {}
+    for email in emails:
+        route = classify(email, now_ns)
+        if not isinstance(route, PublishRoute) or route.topic != GRAPH_TOPIC:
+            continue
+        try:
+            data = yaml.safe_load(email.body)
+            name = str(data["node"])
+        except (yaml.YAMLError, KeyError, TypeError):
+            _log.info("ignored a malformed graph announcement %s", email.message_id)
+            continue
+        key = (route.info.source_timestamp, route.info.sequence_number or 0)
+        if name not in latest or key > latest[name][:2]:
+            latest[name] = (*key, data | {"_gid": route.info.publisher_gid.value})
+    graph = Graph()
+    for name, (stamp, _, data) in latest.items():
+        period = float(data.get("period", 30.0))
+        if data.get("event") == "leave" or now_ns - stamp > _EXPIRY_PERIODS * period * 1e9:
+            continue
+
+        def pairs(key: str, data: dict[str, Any] = data) -> tuple[tuple[str, str], ...]:
+            return tuple((str(e["name"]), str(e["type"])) for e in data.get(key) or ())
+
+        graph.nodes[name] = NodeRecord(
+            name,
+            int(data["_gid"]),
+            period,
+            stamp,
+            pairs("publishers"),
+            pairs("subscriptions"),
+            pairs("services"),
+            pairs("clients"),
+        )
+    return graph
+
+
+def read_graph(context: Context, limit: int = 2000) -> Graph:
+    """The graph from the mailbox's history of the graph topic."""
+    return build_graph(context.receiver.history(GRAPH_TOPIC, limit), time.time_ns())
+
+
+class Announcer:
+    """One per context: announces its nodes periodically on a thread of its own (it waits
+    on an event between rounds: no busy loop)."""
+
+    def __init__(self, context: Context) -> None:
+        self._publisher = Publisher(GRAPH_TOPIC, context=context)
+        self._nodes: weakref.WeakSet[Node] = weakref.WeakSet()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="emailmw-graph", daemon=True)
+        self._thread.start()
+
+    def send(self, node: Node, event: str = "announce") -> None:
+        try:
+            self._publisher.publish(announcement(node, event), {"Message-Type": GRAPH_TYPE})
+        except Exception as exc:  # noqa: BLE001 - discovery must never break the node
+            _log.warning("announcing %s failed: %s", node.get_fully_qualified_name(), exc)
+
+    def add(self, node: Node) -> None:
+        with self._lock:
+            self._nodes.add(node)
+        self.send(node)
+
+    def remove(self, node: Node) -> None:
+        with self._lock:
+            self._nodes.discard(node)
+        self.send(node, "leave")
+
+    def _run(self) -> None:
+        due: dict[int, float] = {}
+        while not self._stop.is_set():
+            now = time.monotonic()
+            with self._lock:
+                nodes = list(self._nodes)
+            wait = 60.0
+            for node in nodes:
+                when = due.setdefault(id(node), now + node.announce_period)
+                if when <= now:
+                    self.send(node)
+                    when = due[id(node)] = now + node.announce_period
+                wait = min(wait, when - now)
+            self._stop.wait(max(0.01, wait))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._publisher.close()

@@ -1,0 +1,36 @@
+"""Discovery: the graph is a pure function of the announcements."""
+
+from __future__ import annotations
+
+import emailmw
+from emailmw import Context, Node, std_msgs
+from emailmw._graph import GRAPH_TOPIC, build_graph
+
+S = 1_000_000_000
+
+
+def test_nodes_announce_leave_and_expire(ctx: Context) -> None:
+    talker = Node("talker", namespace="/robot", context=ctx, announce_period=1.0)
+    talker.create_publisher(std_msgs.msg.String, "chatter")
+    talker.create_service(emailmw.example_interfaces.srv.AddTwoInts, "add", lambda q, r: r)
+    gone = Node("gone", context=ctx, announce_period=1.0)
+    gone.create_subscription(std_msgs.msg.String, "/robot/chatter", lambda m: None)
+    probe = emailmw.Subscription("/probe", context=ctx)  # all earlier mail has gone through
+    emailmw.Publisher("/probe", context=ctx).publish("x")
+    assert emailmw.wait_for_message(probe, 5) == "x"
+    history = ctx.receiver.history(GRAPH_TOPIC, 100)
+    now = max(int(e.headers["Source-Timestamp"]) for e in history)
+
+    graph = build_graph(history, now)
+    assert set(graph.nodes) == {"/robot/talker", "/gone"}
+    assert graph.topics()["/robot/chatter"] == {"std_msgs/msg/String"}
+    assert graph.services() == {"/robot/add": {"example_interfaces/srv/AddTwoInts"}}
+    assert graph.nodes["/robot/talker"].publishers == (("/robot/chatter", "std_msgs/msg/String"),)
+
+    gone.destroy_node()  # leaves
+    emailmw.Publisher("/probe", context=ctx).publish("y")
+    assert emailmw.wait_for_message(probe, 5) == "y"
+    graph = build_graph(ctx.receiver.history(GRAPH_TOPIC, 100), now)
+    assert set(graph.nodes) == {"/robot/talker"}
+    # a node that stops announcing (died without leaving) expires after three periods
+    assert build_graph(ctx.receiver.history(GRAPH_TOPIC, 100), now + 4 * S).nodes == {}

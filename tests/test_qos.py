@@ -189,3 +189,30 @@ def test_lost_message_event_through_a_node(ctx: Context) -> None:
     executor.add_node(node)
     assert _spin_until(executor, lambda: got == ["m0", "m1", "m3"])
     assert lost == [MessageLost(77, (2,), 1)]
+
+
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [(HistoryPolicy.KEEP_LAST, [3, 4]), (HistoryPolicy.KEEP_ALL, [0, 1, 2, 3, 4])],
+)
+def test_keep_last_and_keep_all_through_a_node(
+    ctx: Context, history: HistoryPolicy, expected: list[int]
+) -> None:
+    node = Node("hist", context=ctx)
+    got: list[int] = []
+    node.create_subscription(
+        std_msgs.msg.Int64, "/h", lambda m: got.append(m.data), QoSProfile(depth=2, history=history)
+    )
+    pub = node.create_publisher(std_msgs.msg.Int64, "/h")
+    for i in range(5):
+        pub.publish(std_msgs.msg.Int64(i))
+    # nobody spins yet: all five have reached the subscription's queue once a later
+    # message on another topic has come through
+    probe = emailmw.Subscription("/probe-h", context=ctx)
+    emailmw.Publisher("/probe-h", context=ctx).publish("x")
+    assert emailmw.wait_for_message(probe, 5) == "x"
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    assert _spin_until(executor, lambda: len(got) >= len(expected))
+    executor.spin_once(0)
+    assert got == expected

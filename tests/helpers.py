@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -37,3 +37,14 @@ def deadline_loop(timeout: float) -> Callable[[], bool]:
     """``while more(): ...`` runs until ``timeout`` seconds have passed."""
     end = time.monotonic() + timeout
     return lambda: time.monotonic() < end
+
+
+def spin_until(executor: Any, condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Spin ``executor`` until ``condition()`` holds, at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        executor.spin_once(remaining)
+    return True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,8 @@ from emailmw import (
     std_msgs,
 )
 from emailmw._qos import Delivery
+
+from .helpers import spin_until
 
 S = 1_000_000_000
 
@@ -93,16 +94,6 @@ def test_invalid_profiles_are_rejected() -> None:
             QoSProfile(**kwargs)  # type: ignore[arg-type]
 
 
-def _spin_until(executor: emailmw.Executor, condition: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        executor.spin_once(remaining)
-    return True
-
-
 def test_transient_local_late_joiner_gets_the_last_depth_messages(ctx: Context) -> None:
     node = Node("late", context=ctx)
     pub = node.create_publisher(std_msgs.msg.Int64, "/history")
@@ -123,9 +114,9 @@ def test_transient_local_late_joiner_gets_the_last_depth_messages(ctx: Context) 
     node.create_subscription(std_msgs.msg.Int64, "/history", lambda m: volatile.append(m.data))
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    assert _spin_until(executor, lambda: len(got) == 3)
+    assert spin_until(executor, lambda: len(got) == 3)
     pub.publish(std_msgs.msg.Int64(5))
-    assert _spin_until(executor, lambda: got == [2, 3, 4, 5])
+    assert spin_until(executor, lambda: got == [2, 3, 4, 5])
     assert volatile == [5]  # a volatile subscription sees only what comes after it
 
 
@@ -142,7 +133,7 @@ def test_deadline_and_lifespan_through_a_node(ctx: Context) -> None:
     )
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    assert _spin_until(executor, lambda: len(missed) >= 2)
+    assert spin_until(executor, lambda: len(missed) >= 2)
     # an old message (Source-Timestamp an hour ago) is dropped by the lifespan
     emailmw.Publisher("/beat", context=ctx)._send(
         emailmw.Email(
@@ -157,7 +148,7 @@ def test_deadline_and_lifespan_through_a_node(ctx: Context) -> None:
         )
     )
     node.create_publisher(std_msgs.msg.String, "/beat").publish(std_msgs.msg.String("fresh"))
-    assert _spin_until(executor, lambda: got == ["fresh"])
+    assert spin_until(executor, lambda: got == ["fresh"])
     assert sub.expired == 1
 
 
@@ -187,7 +178,7 @@ def test_lost_message_event_through_a_node(ctx: Context) -> None:
         )
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    assert _spin_until(executor, lambda: got == ["m0", "m1", "m3"])
+    assert spin_until(executor, lambda: got == ["m0", "m1", "m3"])
     assert lost == [MessageLost(77, (2,), 1)]
 
 
@@ -213,6 +204,6 @@ def test_keep_last_and_keep_all_through_a_node(
     assert emailmw.wait_for_message(probe, 5) == "x"
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    assert _spin_until(executor, lambda: len(got) >= len(expected))
+    assert spin_until(executor, lambda: len(got) >= len(expected))
     executor.spin_once(0)
     assert got == expected

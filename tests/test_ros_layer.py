@@ -22,7 +22,7 @@ from emailmw import (
 )
 from emailmw._names import resolve_name
 
-from .helpers import Recorder
+from .helpers import Recorder, spin_until
 
 
 @pytest.mark.parametrize(
@@ -86,16 +86,6 @@ def test_user_defined_type_with_the_decorator() -> None:
     assert emailmw.deserialize(Pose2D, emailmw.serialize(pose)) == pose
 
 
-def _spin_until(executor: emailmw.Executor, condition: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        executor.spin_once(remaining)
-    return True
-
-
 def test_publish_subscribe_with_callbacks_in_spin(ctx: Context) -> None:
     talker = Node("talker", context=ctx)
     listener = Node("listener", context=ctx)
@@ -106,7 +96,7 @@ def test_publish_subscribe_with_callbacks_in_spin(ctx: Context) -> None:
     executor.add_node(listener)
     for i in range(3):
         pub.publish(std_msgs.msg.String(data=f"hello {i}"))
-    assert _spin_until(executor, lambda: len(heard) == 3)
+    assert spin_until(executor, lambda: len(heard) == 3)
     assert heard == ["hello 0", "hello 1", "hello 2"]
     with pytest.raises(TypeMismatchError):
         pub.publish(std_msgs.msg.Int64(data=1))  # type: ignore[arg-type]
@@ -126,7 +116,7 @@ def test_subscription_of_another_type_gets_an_event_not_a_crash(ctx: Context) ->
     node.create_publisher(std_msgs.msg.Int64, "/mixed").publish(std_msgs.msg.Int64(7))
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    assert _spin_until(executor, lambda: got == [7])
+    assert spin_until(executor, lambda: got == [7])
     assert len(events) == 1
     assert "std_msgs/msg/String" in str(events[0])
     assert sub.type_mismatches == 1
@@ -177,7 +167,7 @@ def test_timer_fires_repeatedly_and_can_be_cancelled(ctx: Context) -> None:
     timer = node.create_timer(0.02, lambda: ticks.append(time.monotonic()))
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    assert _spin_until(executor, lambda: len(ticks) >= 5)
+    assert spin_until(executor, lambda: len(ticks) >= 5)
     assert all(b > a for a, b in itertools.pairwise(ticks))
     timer.cancel()
     count = len(ticks)
@@ -192,7 +182,7 @@ def test_guard_condition_callback_runs_in_spin(ctx: Context) -> None:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     threading.Timer(0.05, guard.trigger).start()
-    assert _spin_until(executor, lambda: fired == ["yes"])
+    assert spin_until(executor, lambda: fired == ["yes"])
 
 
 def test_multithreaded_executor_runs_callbacks_concurrently(ctx: Context) -> None:

@@ -330,25 +330,31 @@ class NativeReceiver(EmailReceiver):
             return ConnectError(f"cannot connect: {exc}", server=self._server)
         return ReceiveError(f"{doing} failed: {exc}", server=self._server)
 
-    def _connect(self) -> None:
+    def _open_client(self, *, readonly: bool) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
+        """A logged-in connection with the folder selected (raw backend errors propagate)."""
         implicit = self._endpoint.scheme == "imaps"
-        client: imapclient.IMAPClient | None = None
+        client = imapclient.IMAPClient(
+            self._endpoint.host,
+            port=self._endpoint.port,
+            ssl=implicit,
+            ssl_context=self._ssl if implicit else None,
+            timeout=self._options.timeout,
+        )
         try:
-            client = imapclient.IMAPClient(
-                self._endpoint.host,
-                port=self._endpoint.port,
-                ssl=implicit,
-                ssl_context=self._ssl if implicit else None,
-                timeout=self._options.timeout,
-            )
             if not implicit and self._options.tls.starttls:
                 client.starttls(self._ssl)
             client.login(self._user.username, self._user.password)
-            info = client.select_folder(self._options.folder, readonly=self._readonly)
+            info: dict[bytes, Any] = client.select_folder(self._options.folder, readonly=readonly)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                client.shutdown()
+            raise
+        return client, info
+
+    def _connect(self) -> None:
+        try:
+            client, info = self._open_client(readonly=self._readonly)
         except (imapclient.exceptions.IMAPClientError, OSError) as exc:
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.shutdown()
             raise self._translate(exc, "connecting") from exc
         self._client = client
         next_uid = self._position.start(int(info[b"UIDVALIDITY"]), int(info[b"UIDNEXT"]))
@@ -485,20 +491,9 @@ class NativeReceiver(EmailReceiver):
     def history(self, subject: str, limit: int) -> list[Email]:
         """IMAP ``SEARCH`` on a short-lived connection of its own (the main one may be in
         IDLE): the newest ``limit`` routable emails with exactly this Subject."""
-        implicit = self._endpoint.scheme == "imaps"
         try:
-            client = imapclient.IMAPClient(
-                self._endpoint.host,
-                port=self._endpoint.port,
-                ssl=implicit,
-                ssl_context=self._ssl if implicit else None,
-                timeout=self._options.timeout,
-            )
+            client, _ = self._open_client(readonly=True)
             with client:
-                if not implicit and self._options.tls.starttls:
-                    client.starttls(self._ssl)
-                client.login(self._user.username, self._user.password)
-                client.select_folder(self._options.folder, readonly=True)
                 uids = sorted(client.search(["HEADER", "SUBJECT", subject], charset="UTF-8"))
                 found: list[Email] = []
                 # SEARCH matches substrings: walk back from the newest until enough match

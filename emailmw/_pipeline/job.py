@@ -22,7 +22,6 @@ from .landing import LANDING_SCHEMA
 
 __all__ = ["JobOptions", "Tables", "build_session", "run_job"]
 
-TABLES = ("messages", "topic_stats", "service_calls", "publisher_health", "rejects")
 _SPARK_TYPES = {"string": "string", "int64": "bigint"}
 LANDING_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in LANDING_SCHEMA)
 
@@ -38,7 +37,6 @@ class JobOptions:
 class Tables:
     messages: DataFrame
     topic_stats: DataFrame
-    minute_rates: DataFrame
     service_calls: DataFrame
     publisher_health: DataFrame
     rejects: DataFrame
@@ -203,7 +201,7 @@ def compute(
     rejects = landed.filter(F.col("status") != "ok").select(
         "source", "mailbox", "key", "status", "reason", "topic", "size"
     )
-    return Tables(messages, topic_stats, minute_rates, service_calls, publisher_health, rejects)
+    return Tables(messages, topic_stats, service_calls, publisher_health, rejects)
 
 
 def write(tables: Tables, out: Path) -> None:
@@ -276,7 +274,6 @@ def run_job(
     written = Tables(
         read("messages"),
         read("topic_stats"),
-        tables.minute_rates,
         read("service_calls"),
         read("publisher_health"),
         read("rejects"),

@@ -9,7 +9,7 @@ import os
 import ssl
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from email.utils import parseaddr
 from pathlib import Path
 
@@ -23,6 +23,8 @@ from .._wire import ForeignEmailError, format_date, new_message_id, parse
 __all__ = [
     "ResumePosition",
     "envelope_recipients",
+    "hand_out",
+    "parse_batch",
     "parse_fetched",
     "prepare_outgoing",
     "ssl_context",
@@ -74,6 +76,43 @@ def parse_fetched(raw: bytes, *, uid: int, where: str, max_size: int) -> Email |
     if parsed.message_id is None:
         parsed = parsed.with_message_id(f"<uid{uid}.{time.time_ns()}@{where.replace('/', '.')}>")
     return parsed
+
+
+def parse_batch(
+    raw_by_uid: Mapping[int, bytes | None], *, where: str, max_size: int
+) -> list[tuple[int, Email]]:
+    """Parse fetched messages in UID order; mail that is not emailmw's is left out."""
+    parsed: list[tuple[int, Email]] = []
+    for uid in sorted(raw_by_uid):
+        raw = raw_by_uid[uid]
+        if raw is None:
+            _log.warning("UID %d in %s: no body in FETCH response", uid, where)
+            continue
+        email = parse_fetched(raw, uid=uid, where=where, max_size=max_size)
+        if email is not None:
+            parsed.append((uid, email))
+    return parsed
+
+
+def hand_out(
+    raw_by_uid: Mapping[int, bytes | None],
+    *,
+    position: ResumePosition,
+    where: str,
+    max_size: int,
+    apply_on_receive: Callable[[list[int]], None],
+) -> list[Email]:
+    """A fetched batch as the emails to return from ``receive()``.
+
+    The resume position is advanced past the whole batch *before* the handlers run (so a
+    restart never hands out the same mail twice), then the on-receive action is applied to
+    emailmw's own mail only.
+    """
+    fetched = parse_batch(raw_by_uid, where=where, max_size=max_size)
+    if raw_by_uid:
+        position.advance(max(raw_by_uid))
+        apply_on_receive(ours(fetched))
+    return [email for _, email in fetched]
 
 
 def is_ours(email: Email) -> bool:

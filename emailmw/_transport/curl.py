@@ -44,8 +44,8 @@ from .base import EmailReceiver, EmailSender
 from .common import (
     ResumePosition,
     envelope_recipients,
-    ours,
-    parse_fetched,
+    hand_out,
+    parse_batch,
     prepare_outgoing,
 )
 
@@ -360,19 +360,13 @@ class CurlReceiver(EmailReceiver):
                 for uid in range(first, uidnext)
                 if uid not in known and self._exists(uid)
             ]
-        fetched: list[tuple[int, Email]] = []
-        uids = sorted({uid for uid, _ in messages if uid >= first})
-        raw_by_uid = dict(messages)
-        for uid in uids:
-            email = parse_fetched(
-                raw_by_uid[uid], uid=uid, where=self._where, max_size=self._options.max_message_size
-            )
-            if email is not None:
-                fetched.append((uid, email))
-        if uids:
-            self._position.advance(uids[-1])
-            self._apply_on_receive(ours(fetched))
-        return [email for _, email in fetched]
+        return hand_out(
+            {uid: raw for uid, raw in messages if uid >= first},
+            position=self._position,
+            where=self._where,
+            max_size=self._options.max_message_size,
+            apply_on_receive=self._apply_on_receive,
+        )
 
     def _exists(self, uid: int) -> bool:
         return f" {uid}".encode() in self._executor.imap(f"UID SEARCH UID {uid}")
@@ -433,13 +427,10 @@ class CurlReceiver(EmailReceiver):
         messages, _ = parse_fetch_stream(stream)
         found = [
             e
-            for uid, raw in sorted(messages)
-            if (
-                e := parse_fetched(
-                    raw, uid=uid, where=self._where, max_size=self._options.max_message_size
-                )
+            for _, e in parse_batch(
+                dict(messages), where=self._where, max_size=self._options.max_message_size
             )
-            and e.subject == subject
+            if e.subject == subject
         ]
         return found[-limit:]
 

@@ -51,8 +51,8 @@ from .base import EmailReceiver, EmailSender
 from .common import (
     ResumePosition,
     envelope_recipients,
-    ours,
-    parse_fetched,
+    hand_out,
+    parse_batch,
     prepare_outgoing,
     ssl_context,
 )
@@ -266,6 +266,11 @@ class NativeSender(EmailSender):
 # ----------------------------------------------------------------------------- receiver
 
 
+def _body(item: dict[bytes, Any]) -> bytes | None:
+    raw = item.get(b"BODY[]")
+    return raw if isinstance(raw, bytes) else None
+
+
 def _uid_fetch_from(client: imapclient.IMAPClient, first: int) -> dict[int, dict[bytes, Any]]:
     """``UID FETCH first:* (BODY.PEEK[])``: every message from UID ``first`` on, one round trip.
 
@@ -455,21 +460,13 @@ class NativeReceiver(EmailReceiver):
         if not uids:
             return []
         self._last_activity = time.monotonic()
-        fetched: list[tuple[int, Email]] = []
-        for uid in uids:
-            raw = data[uid].get(b"BODY[]")
-            if not isinstance(raw, bytes):
-                _log.warning("UID %d in %s: no body in FETCH response", uid, self._where)
-                continue
-            email = parse_fetched(
-                raw, uid=uid, where=self._where, max_size=self._options.max_message_size
-            )
-            if email is not None:
-                fetched.append((uid, email))
-        # handed out from here on: persist before the handlers run (see ResumePosition)
-        self._position.advance(uids[-1])
-        self._apply_on_receive(ours(fetched))
-        return [email for _, email in fetched]
+        return hand_out(
+            {uid: _body(data[uid]) for uid in uids},
+            position=self._position,
+            where=self._where,
+            max_size=self._options.max_message_size,
+            apply_on_receive=self._apply_on_receive,
+        )
 
     def _apply_on_receive(self, uids: list[int]) -> None:
         action = self._options.on_receive
@@ -502,17 +499,12 @@ class NativeReceiver(EmailReceiver):
                     data = client.fetch(batch, ["BODY.PEEK[]"])
                     older = [
                         e
-                        for uid in batch
-                        if isinstance(raw := data.get(uid, {}).get(b"BODY[]"), bytes)
-                        and (
-                            e := parse_fetched(
-                                raw,
-                                uid=uid,
-                                where=self._where,
-                                max_size=self._options.max_message_size,
-                            )
+                        for _, e in parse_batch(
+                            {uid: _body(data.get(uid, {})) for uid in batch},
+                            where=self._where,
+                            max_size=self._options.max_message_size,
                         )
-                        and e.subject == subject
+                        if e.subject == subject
                     ]
                     found = older + found
                     if len(found) >= limit:

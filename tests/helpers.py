@@ -48,3 +48,16 @@ def spin_until(executor: Any, condition: Callable[[], bool], timeout: float = 10
             return False
         executor.spin_once(remaining)
     return True
+
+
+def round_trip(context: Any, timeout: float = 10.0) -> None:
+    """Return once a message sent now has come back: everything the context sent earlier
+    has gone through its mailbox by then (one sender, one receiver: FIFO)."""
+    import uuid
+
+    import emailmw
+
+    topic = f"/probe/{uuid.uuid4().hex[:8]}"
+    with emailmw.Subscription(topic, context=context) as probe:
+        emailmw.Publisher(topic, context=context).publish("sync")
+        assert emailmw.wait_for_message(probe, timeout) == "sync"

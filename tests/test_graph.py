@@ -6,6 +6,8 @@ import emailmw
 from emailmw import Context, Node, std_msgs
 from emailmw._graph import GRAPH_TOPIC, build_graph
 
+from .helpers import round_trip
+
 S = 1_000_000_000
 
 
@@ -15,9 +17,7 @@ def test_nodes_announce_leave_and_expire(ctx: Context) -> None:
     talker.create_service(emailmw.example_interfaces.srv.AddTwoInts, "add", lambda q, r: r)
     gone = Node("gone", context=ctx, announce_period=1.0)
     gone.create_subscription(std_msgs.msg.String, "/robot/chatter", lambda m: None)
-    probe = emailmw.Subscription("/probe", context=ctx)  # all earlier mail has gone through
-    emailmw.Publisher("/probe", context=ctx).publish("x")
-    assert emailmw.wait_for_message(probe, 5) == "x"
+    round_trip(ctx)  # all earlier mail has gone through
     history = ctx.receiver.history(GRAPH_TOPIC, 100)
     now = max(int(e.headers["Source-Timestamp"]) for e in history)
 
@@ -28,8 +28,7 @@ def test_nodes_announce_leave_and_expire(ctx: Context) -> None:
     assert graph.nodes["/robot/talker"].publishers == (("/robot/chatter", "std_msgs/msg/String"),)
 
     gone.destroy_node()  # leaves
-    emailmw.Publisher("/probe", context=ctx).publish("y")
-    assert emailmw.wait_for_message(probe, 5) == "y"
+    round_trip(ctx)
     graph = build_graph(ctx.receiver.history(GRAPH_TOPIC, 100), now)
     assert set(graph.nodes) == {"/robot/talker"}
     # a node that stops announcing (died without leaving) expires after three periods

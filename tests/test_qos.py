@@ -22,7 +22,7 @@ from emailmw import (
 )
 from emailmw._qos import Delivery
 
-from .helpers import spin_until
+from .helpers import round_trip, spin_until
 
 S = 1_000_000_000
 
@@ -100,9 +100,7 @@ def test_transient_local_late_joiner_gets_the_last_depth_messages(ctx: Context) 
     for i in range(5):
         pub.publish(std_msgs.msg.Int64(i))
     # wait until the five went through the (intraprocess) mailbox
-    probe = emailmw.Subscription("/probe", context=ctx)
-    emailmw.Publisher("/probe", context=ctx).publish("sync")
-    assert emailmw.wait_for_message(probe, 5) == "sync"
+    round_trip(ctx)
     got: list[int] = []
     node.create_subscription(
         std_msgs.msg.Int64,
@@ -199,9 +197,7 @@ def test_keep_last_and_keep_all_through_a_node(
         pub.publish(std_msgs.msg.Int64(i))
     # nobody spins yet: all five have reached the subscription's queue once a later
     # message on another topic has come through
-    probe = emailmw.Subscription("/probe-h", context=ctx)
-    emailmw.Publisher("/probe-h", context=ctx).publish("x")
-    assert emailmw.wait_for_message(probe, 5) == "x"
+    round_trip(ctx)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     assert spin_until(executor, lambda: len(got) >= len(expected))

@@ -15,6 +15,7 @@ import emailmw
 from emailmw import example_interfaces, std_msgs
 from emailmw.testing.mailserver import MailServer
 
+from ..helpers import round_trip
 from .helpers import write_config
 
 
@@ -42,9 +43,7 @@ def system(
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
     # the announcements are in the mailbox once a later message has come back
-    probe = emailmw.Subscription("/probe", context=ctx)
-    emailmw.Publisher("/probe", context=ctx).publish("sync")
-    assert emailmw.wait_for_message(probe, 30) == "sync"
+    round_trip(ctx, 30)
     yield {"config": config, "pub": pub, "ctx": ctx, "listener": listener}
     executor.shutdown()
     ctx.shutdown()

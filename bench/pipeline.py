@@ -180,9 +180,9 @@ def run_analyze(path: Path, out: Path) -> tuple[float, float, str]:
     shutil.rmtree(out, ignore_errors=True)
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "emailmw", "analyze", str(path), "--out", str(out), "--no-report"],
+        [sys.executable, "-m", "emailmw", "analyze", str(path), "--out", str(out)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )
     peak = 0.0
@@ -201,13 +201,14 @@ def run_analyze(path: Path, out: Path) -> tuple[float, float, str]:
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    output, _ = proc.communicate()
+    output, errors = proc.communicate()
     elapsed = time.monotonic() - start
     stop.set()
     watcher.join()
     if proc.returncode != 0:
         raise SystemExit(f"analyze failed ({proc.returncode})")
-    return elapsed, peak, output
+    times = [line for line in errors.splitlines() if line.startswith("[analyze] time:")]
+    return elapsed, peak, output + "\n" + "\n".join(times)
 
 
 def main() -> int:

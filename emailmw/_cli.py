@@ -68,7 +68,12 @@ def _analyze(args: argparse.Namespace) -> int:
         workers=args.workers,
         report=not args.no_report,
     )
-    summary = analyze(request)
+    try:
+        summary = analyze(request)
+    finally:
+        from ._pipeline.jvm import stop_session
+
+        stop_session()
     print(
         f"{summary['publish']} messages, {summary['request']} requests, "
         f"{summary['response']} responses; {summary['foreign']} foreign and "

@@ -11,7 +11,7 @@ import random
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Union
+from typing import Any, Final, TypeVar, Union, overload
 
 __all__ = [
     "Email",
@@ -26,6 +26,7 @@ __all__ = [
 HeadersLike = Union["Headers", Mapping[str, str], Iterable[tuple[str, str]]]
 
 _GID_MASK: Final = 0xFFFF_FFFF
+_T = TypeVar("_T")
 
 
 class Headers(Mapping[str, str]):
@@ -48,6 +49,14 @@ class Headers(Mapping[str, str]):
 
     def __getitem__(self, name: str) -> str:
         return self._by_lower[name.lower()][1]
+
+    @overload
+    def get(self, name: str, /) -> str | None: ...
+    @overload
+    def get(self, name: str, /, default: str | _T) -> str | _T: ...
+    def get(self, name: str, /, default: object = None) -> object:
+        found = self._by_lower.get(name.lower())
+        return default if found is None else found[1]
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._by_lower
@@ -72,6 +81,14 @@ class Headers(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"Headers({dict(self._items)!r})"
+
+    @classmethod
+    def _from_lowered(cls, by_lower: dict[str, tuple[str, str]]) -> Headers:
+        """Adopt ``{name.lower(): (name, value)}`` as is (the parser's fast path)."""
+        headers = cls.__new__(cls)
+        headers._by_lower = by_lower
+        headers._items = tuple(by_lower.values())
+        return headers
 
     def merged(self, other: HeadersLike) -> Headers:
         """A new :class:`Headers` with ``other``'s entries added (``other`` wins on a clash)."""

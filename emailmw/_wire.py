@@ -23,6 +23,7 @@ import base64
 import binascii
 import email.header
 import email.utils
+import functools
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -95,6 +96,8 @@ _ONLY_ENCODED_WORDS_RE: Final = re.compile(
     r"=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=(?:[ \t]+=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=)*"
 )
 _MSGID_RE: Final = re.compile(r"<[^<>\s]+>")
+# One unfolded header line: the name, then the value without surrounding blanks.
+_HEADER_LINE_RE: Final = re.compile(r"(?m)^([!-9;-~]+):[ \t]*((?:[^\n]*[^ \t\n])?)[ \t]*$")
 # Control characters that are not safe in a 7bit/8bit body (everything below 0x20 but TAB
 # and LF, plus DEL). CR is in this set: a CR forces base64 so CRLF vs LF survives.
 _UNSAFE_BODY_CHARS_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -345,11 +348,50 @@ def parse_header_block(block: bytes) -> list[tuple[str, str]]:
     Values are stripped of surrounding white space but not RFC 2047-decoded. A leading mbox
     ``From `` envelope line is skipped. Raises :class:`MalformedEmailError` on a line that
     is neither a header nor a continuation.
+
+    The common case (a UTF-8 block without empty lines) is handled on the decoded text in
+    one pass; anything else takes the line-by-line path, which defines the result.
     """
+    if block.startswith(b"From "):
+        newline = block.find(b"\n")
+        block = block[newline + 1 :] if newline != -1 else b""
+    lf_block = block
+    if b"\r" in block:
+        lf_block = block.replace(b"\r\n", b"\n")
+        if lf_block.endswith(b"\r"):
+            lf_block = lf_block[:-1]
+    try:
+        text = lf_block.decode("utf-8")
+    except UnicodeDecodeError:
+        return _parse_header_lines(block)
+    pairs: list[tuple[str, str]] = _HEADER_LINE_RE.findall(text)
+    if len(pairs) == text.count("\n") + 1:
+        return pairs  # every line a plain "Name: value" line (the usual case)
+    if text[:1] in (" ", "\t", "\n") or "\n\n" in text or text.endswith("\n") or "\r" in text:
+        return _parse_header_lines(block)
+    headers: list[tuple[str, str]] = []
+    name: str | None = None
+    value = ""
+    for line in text.split("\n") if text else ():
+        if line[:1] in (" ", "\t"):
+            value += line  # a continuation: never first, the check above saw to that
+            continue
+        if name is not None:
+            headers.append((name, value.strip(" \t")))
+        raw_name, colon, value = line.partition(":")
+        if not colon or not raw_name:
+            raise MalformedEmailError(f"not a header line: {line[:60].encode()!r}")
+        if not raw_name.isascii():
+            raw_name = raw_name.encode().decode("ascii", "replace")
+        name = raw_name.strip()
+    if name is not None:
+        headers.append((name, value.strip(" \t")))
+    return headers
+
+
+def _parse_header_lines(block: bytes) -> list[tuple[str, str]]:
     headers: list[tuple[str, str]] = []
     lines = block.split(b"\n")
-    if lines and lines[0].startswith(b"From "):
-        lines = lines[1:]
     name: str | None = None
     parts: list[bytes] = []
     for raw_line in lines:
@@ -413,6 +455,7 @@ def _bytes_to_str(data: bytes, charset: str) -> str:
         raise MalformedEmailError(f"encoded word is not valid {charset}") from exc
 
 
+@functools.lru_cache(maxsize=1024)
 def _addresses(value: str) -> tuple[str, ...]:
     if value.isascii() and '"' not in value and "(" not in value and "=?" not in value:
         return tuple(part.strip() for part in value.split(",") if part.strip())
@@ -424,6 +467,7 @@ def _addresses(value: str) -> tuple[str, ...]:
     )
 
 
+@functools.lru_cache(maxsize=256)
 def _content_type(value: str) -> tuple[str, str]:
     main, _, params = value.partition(";")
     charset = "utf-8"
@@ -474,47 +518,34 @@ def parse(
     """
     block, payload = split_message(raw)
     pairs = parse_header_block(block)
-    subject: str | None = None
-    from_ = ""
-    to: tuple[str, ...] = ()
-    cc: tuple[str, ...] = ()
-    bcc: tuple[str, ...] = ()
-    reply_to: tuple[str, ...] = ()
-    message_id = in_reply_to = None
-    references: tuple[str, ...] = ()
-    content_type, charset, cte = "text/plain", "utf-8", ""
-    extra: list[tuple[str, str]] = []
-    seen: set[str] = set()
+    fields: dict[str, tuple[str, str]] = {}
     for name, value in pairs:
         lower = name.lower()
-        if lower in seen and lower in _RESERVED_HEADERS:
-            continue  # first occurrence wins, as for extra headers
-        seen.add(lower)
-        if lower == "subject":
-            subject = _decode_words(value)
-        elif lower == "from":
-            from_ = ", ".join(_addresses(value))
-        elif lower == "to":
-            to = _addresses(value)
-        elif lower == "cc":
-            cc = _addresses(value)
-        elif lower == "bcc":
-            bcc = _addresses(value)
-        elif lower == "reply-to":
-            reply_to = _addresses(value)
-        elif lower == "message-id":
-            message_id = value or None
-        elif lower == "in-reply-to":
-            found = _MSGID_RE.search(value)
-            in_reply_to = found.group(0) if found else (value or None)
-        elif lower == "references":
-            references = tuple(_MSGID_RE.findall(value))
-        elif lower == "content-type":
-            content_type, charset = _content_type(value)
-        elif lower == "content-transfer-encoding":
-            cte = value.strip().lower()
-        elif lower != "mime-version":
-            extra.append((name, _decode_words(value)))
+        if lower not in fields:  # the first occurrence wins, for every header
+            fields[lower] = (name, value)
+    take = fields.pop
+    subject: str | None = None
+    if (item := take("subject", None)) is not None:
+        subject = _decode_words(item[1])
+    from_ = ", ".join(_addresses(item[1])) if (item := take("from", None)) else ""
+    to = _addresses(item[1]) if (item := take("to", None)) else ()
+    cc = _addresses(item[1]) if (item := take("cc", None)) else ()
+    bcc = _addresses(item[1]) if (item := take("bcc", None)) else ()
+    reply_to = _addresses(item[1]) if (item := take("reply-to", None)) else ()
+    message_id = (item[1] or None) if (item := take("message-id", None)) else None
+    in_reply_to = None
+    if item := take("in-reply-to", None):
+        found = _MSGID_RE.search(item[1])
+        in_reply_to = found.group(0) if found else (item[1] or None)
+    references = tuple(_MSGID_RE.findall(item[1])) if (item := take("references", None)) else ()
+    content_type, charset = "text/plain", "utf-8"
+    if item := take("content-type", None):
+        content_type, charset = _content_type(item[1])
+    cte = item[1].strip().lower() if (item := take("content-transfer-encoding", None)) else ""
+    take("mime-version", None)
+    for lower, (name, value) in fields.items():  # what is left: the extra headers
+        if "=?" in value:
+            fields[lower] = (name, _decode_words(value))
     if subject is None:
         raise ForeignEmailError("no Subject header")
     if "\r" in subject or "\n" in subject or "\x00" in subject:
@@ -530,7 +561,7 @@ def parse(
         cc=cc,
         bcc=bcc,
         reply_to=reply_to,
-        headers=Headers(extra),
+        headers=Headers._from_lowered(fields),
         message_id=message_id,
         in_reply_to=in_reply_to,
         references=references,

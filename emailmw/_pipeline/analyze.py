@@ -7,7 +7,9 @@ of an earlier run (its landed data is merged in).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import importlib
 import os
 import shutil
 import sys
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import ConfigError
-from .landing import Source, land
+from .landing import Source, land, maildirs
 
 __all__ = ["AnalyzeRequest", "analyze", "parse_time"]
 
@@ -113,6 +115,28 @@ def _link_tree(source: Path, target: Path) -> None:
     shutil.copytree(source, target, copy_function=link)
 
 
+def _estimate(archives: list[Source], earlier: list[Path]) -> int:
+    """A rough message count, before landing: files in Maildirs, ~512 bytes per mbox
+    message (emailmw mail is small), ~10 bytes of landed Parquet per earlier message."""
+    count = 0
+    for source in archives:
+        if source.kind == "mbox":
+            count += source.path.stat().st_size // 512
+            continue
+        for maildir, _ in maildirs(source.path):
+            for sub in ("cur", "new"):
+                with contextlib.suppress(OSError), os.scandir(maildir / sub) as entries:
+                    count += sum(1 for _ in entries)
+    for directory in earlier:
+        count += sum(p.stat().st_size for p in directory.rglob("*.parquet")) // 10
+    return count
+
+
+def _import_report() -> None:
+    with contextlib.suppress(Exception):  # a real failure shows when the report is written
+        importlib.import_module(".report", __package__)
+
+
 def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     """Run the whole job; returns the summary figures."""
     started = time.monotonic()
@@ -120,24 +144,23 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     archives, earlier = _classify(request)
 
-    # The JVM takes seconds to start: with cores to spare it starts while archives land.
+    # The JVM starts while the archives land (with the class-data archive of jvm.py it
+    # needs ~3 CPU-seconds). Running a warm-up job there as well was measured and dropped:
+    # on 2 cores it slowed the landing more than it saved the job.
     session: dict[str, Any] = {}
 
     def start_spark() -> None:
         try:
             from .job import build_session
 
-            session["spark"] = build_session(request.master, request.conf)
+            session["spark"] = build_session(
+                request.master, request.conf, expected_messages=_estimate(archives, earlier)
+            )
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
             session["error"] = exc
 
     spark_thread = threading.Thread(target=start_spark, name="spark-start", daemon=True)
-    # Overlapping helps only with cores to spare: on 2 cores the JVM's start-up and the
-    # landing workers are both CPU-bound and slow each other down (measured: 17 s of
-    # landing instead of 6.5 s for 200k Maildir files).
-    overlap = (os.cpu_count() or 1) >= 4
-    if overlap:
-        spark_thread.start()
+    spark_thread.start()
 
     landing = out / "_landing"
     landed = (
@@ -160,28 +183,37 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             shutil.rmtree(stale, ignore_errors=True)
     if not dirs:
         raise ConfigError("nothing to analyze", source=" ".join(request.sources))
-    landed_s = time.monotonic() - started
+    phases = {"landing": time.monotonic() - started}
 
-    if not overlap:
-        spark_thread.start()
+    mark = time.monotonic()
     spark_thread.join()
     if "error" in session:
         raise session["error"]
     from .job import JobOptions, run_job
 
+    phases["spark_start"] = time.monotonic() - mark
+    if request.report:  # matplotlib takes a second to import: do it while Spark works
+        threading.Thread(target=_import_report, name="report-import", daemon=True).start()
+    mark = time.monotonic()
     _say("computing tables with Spark")
-    tables, summary = run_job(
+    tables, overview = run_job(
         session["spark"],
         dirs,
         out,
         JobOptions(request.since_ns, request.until_ns, request.topic_glob),
         deduplicate=bool(earlier),
     )
+    phases["tables"] = time.monotonic() - mark
+    summary = overview.summary()
     if request.report:
         from .report import write_report
 
-        report = write_report(tables, summary, out)
+        mark = time.monotonic()
+        report = write_report(tables, overview, summary, out)
+        phases["report"] = time.monotonic() - mark
         _say(f"report: {report}")
     summary["seconds"] = round(time.monotonic() - started, 2)
-    summary["landing_seconds"] = round(landed_s, 2)
+    summary["landing_seconds"] = round(phases["landing"], 2)
+    summary["phases"] = {name: round(value, 2) for name, value in phases.items()}
+    _say("time: " + ", ".join(f"{name} {value:.1f} s" for name, value in phases.items()))
     return summary

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._exceptions import MalformedEmailError
-from .._protocol import PublishRoute, RequestRoute, ResponseRoute, Unroutable, classify
+from .._protocol import PublishRoute, RequestRoute, ResponseRoute, classify
 from .._wire import ForeignEmailError, parse
 
 __all__ = ["LANDING_SCHEMA", "Source", "describe", "land", "maildirs"]
@@ -56,6 +56,7 @@ LANDING_SCHEMA: Final = pa.schema(
     ]
 )
 _BATCH: Final = 20_000
+_READ_CHUNK: Final = 1 << 16
 _DOVECOT_NAME: Final = re.compile(r"^(\d+)\.M(\d+)P")
 _LARGE: Final = 1 << 30
 _MBOXRD_QUOTED: Final = re.compile(rb"(?m)^>(>*From )")
@@ -97,63 +98,85 @@ def maildir_name_ns(name: str) -> int | None:
     return int(found.group(1)) * 1_000_000_000 + int(found.group(2)) * 1000
 
 
+# The columns :func:`_row` fills, in LANDING_SCHEMA order (all but source, mailbox, key).
+_DESCRIBED: Final = tuple(LANDING_SCHEMA.names[3:])
+_Row = tuple[Any, ...]
+
+
 def describe(raw: bytes, name_ns: int | None = None) -> dict[str, Any]:
     """The landing columns (all but source/mailbox/key) for one stored email."""
-    row: dict[str, Any] = {"size": len(raw)}
+    return dict(zip(_DESCRIBED, _row(raw, name_ns), strict=True))
+
+
+def _row(raw: bytes, name_ns: int | None) -> _Row:
+    # status, reason, kind, topic, message_id, in_reply_to, publisher_gid, publisher_seq,
+    # client_gid, request_seq, source_ns, delivered_ns, size, from_addr, to_addr
+    size = len(raw)
     try:
         parsed = parse(raw, max_size=_LARGE, headers_only=True)
     except ForeignEmailError as exc:
-        return row | {"status": "foreign", "reason": str(exc)}
+        return ("foreign", str(exc), *_NONE_10, size, None, None)
     except MalformedEmailError as exc:
-        return row | {"status": "malformed", "reason": str(exc)}
+        return ("malformed", str(exc), *_NONE_10, size, None, None)
     route = classify(parsed, 0)
     headers = parsed.headers
-    row["delivered_ns"] = delivery_time(headers.get("Received"), headers.get("Date"), name_ns)
-    row["message_id"] = parsed.message_id
-    row["from_addr"] = parsed.from_
-    row["to_addr"] = ", ".join(parsed.to)
-    if isinstance(route, Unroutable):
-        return row | {
-            "status": "malformed" if route.malformed else "foreign",
-            "reason": route.reason,
-            "topic": parsed.subject,
-        }
-    row["status"] = "ok"
-    row["in_reply_to"] = parsed.in_reply_to
+    delivered = delivery_time(headers.get("Received"), headers.get("Date"), name_ns)
+    message_id = parsed.message_id
+    to = ", ".join(parsed.to)
     if isinstance(route, PublishRoute):
-        row |= {
-            "kind": "publish",
-            "topic": route.topic,
-            "publisher_gid": route.info.publisher_gid.value,
-            "publisher_seq": route.info.sequence_number,
-            "source_ns": route.info.source_timestamp,
-        }
-    elif isinstance(route, RequestRoute | ResponseRoute):
-        row |= {
-            "kind": "request" if isinstance(route, RequestRoute) else "response",
-            "topic": route.service,
-            "client_gid": route.info.client_gid.value,
-            "request_seq": route.info.sequence_number,
-            "source_ns": route.info.source_timestamp,
-        }
-    return row
+        info = route.info
+        return (
+            "ok", None, "publish", route.topic, message_id, parsed.in_reply_to,
+            info.publisher_gid.value, info.sequence_number, None, None,
+            info.source_timestamp, delivered, size, parsed.from_, to,
+        )  # fmt: skip
+    if isinstance(route, RequestRoute | ResponseRoute):
+        service_info = route.info
+        return (
+            "ok", None, "request" if isinstance(route, RequestRoute) else "response",
+            route.service, message_id, parsed.in_reply_to, None, None,
+            service_info.client_gid.value, service_info.sequence_number,
+            service_info.source_timestamp, delivered, size, parsed.from_, to,
+        )  # fmt: skip
+    return (
+        "malformed" if route.malformed else "foreign", route.reason, None, parsed.subject,
+        message_id, None, None, None, None, None, None, delivered, size, parsed.from_, to,
+    )  # fmt: skip
+
+
+_NONE_10: Final = (None,) * 10
 
 
 class _Columns:
-    def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {name: [] for name in LANDING_SCHEMA.names}
-        self.count = 0
+    """Rows of one Parquet part, kept as tuples and turned into columns once, at the end."""
 
-    def add(self, source: str, mailbox: str, key: str, row: dict[str, Any]) -> None:
-        row |= {"source": source, "mailbox": mailbox, "key": key}
-        for name, column in self.columns.items():
-            column.append(row.get(name))
-        self.count += 1
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.mailboxes: list[str] = []
+        self.keys: list[str] = []
+        self.rows: list[_Row] = []
+
+    def add(self, mailbox: str, key: str, row: _Row) -> None:
+        self.mailboxes.append(mailbox)
+        self.keys.append(key)
+        self.rows.append(row)
 
     def write(self, path: Path) -> int:
-        table = pa.Table.from_pydict(self.columns, schema=LANDING_SCHEMA)
-        pq.write_table(table, path, compression="zstd")
-        return self.count
+        count = len(self.rows)
+        described = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(_DESCRIBED)
+        arrays = [
+            pa.array([self.source] * count, pa.string()),
+            pa.array(self.mailboxes, pa.string()),
+            pa.array(self.keys, pa.string()),
+        ]
+        arrays += [
+            pa.array(column, field.type)
+            for column, field in zip(described, list(LANDING_SCHEMA)[3:], strict=True)
+        ]
+        pq.write_table(
+            pa.Table.from_arrays(arrays, schema=LANDING_SCHEMA), path, compression="zstd"
+        )
+        return count
 
 
 # ----------------------------------------------------------------------------- sources
@@ -183,17 +206,32 @@ def maildirs(root: Path) -> Iterator[tuple[Path, str]]:
         subdirs[:] = [d for d in subdirs if d not in ("cur", "new", "tmp")]
 
 
+def _read_file(path: str) -> bytes:
+    """The whole file, with bare system calls (half the cost of ``open().read()``, which
+    matters at 200k small files)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, _READ_CHUNK)
+        if len(data) < _READ_CHUNK:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, _READ_CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _land_files(task: tuple[str, list[tuple[str, str, str]], str]) -> int:
     source, files, out = task
-    columns = _Columns()
+    columns = _Columns(source)
     for path, mailbox, name in files:
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
+            raw = _read_file(path)
         except FileNotFoundError:
             continue  # moved or expunged while we walked
         key = name.partition(":2,")[0]
-        columns.add(source, mailbox, key, describe(raw, maildir_name_ns(name)))
+        columns.add(mailbox, key, _row(raw, maildir_name_ns(name)))
     return columns.write(Path(out))
 
 
@@ -233,7 +271,7 @@ def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
 
 def _land_mbox_range(task: tuple[str, str, str, int, int, str]) -> int:
     source, path, mailbox, start, end, out = task
-    columns = _Columns()
+    columns = _Columns(source)
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
         pos = start
         while pos < end:
@@ -248,7 +286,7 @@ def _land_mbox_range(task: tuple[str, str, str, int, int, str]) -> int:
             if b"\n>" in raw:
                 raw = _MBOXRD_QUOTED.sub(rb"\1", raw)  # mboxrd: '>From ' -> 'From '
             if raw.strip():
-                columns.add(source, mailbox, f"{pos:016d}", describe(raw))
+                columns.add(mailbox, f"{pos:016d}", _row(raw, None))
             pos = stop
     return columns.write(Path(out))
 

@@ -1,7 +1,8 @@
 """``report.html``: one self-contained page (tables and PNG plots inlined) plus the PNGs.
 
-Everything plotted is an aggregate computed by Spark (quantiles, per-minute counts, per
-publisher figures, a bounded sample of round trips), so the driver never holds the archive.
+Everything plotted is an aggregate computed by Spark (the per-topic latency CDF and
+per-minute counts in ``topic_stats``, per-publisher figures, a bounded sample of round
+trips), so the driver never holds the archive.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from pyspark.sql import functions as F
 
-from .job import Tables
+from .job import CDF_POINTS, Overview, Tables
 
 __all__ = ["write_report"]
 
-_QUANTILES = [i / 100 for i in range(1, 101)]
 _MAX_ROWS = 200
 _RTT_SAMPLE = 50_000
 
@@ -56,12 +56,12 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>{more}"
 
 
-def write_report(tables: Tables, summary: dict[str, Any], out: Path) -> Path:
+def write_report(tables: Tables, overview: Overview, summary: dict[str, Any], out: Path) -> Path:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     images: list[tuple[str, str]] = []
 
-    stats = [r.asDict() for r in tables.topic_stats.orderBy("topic").collect()]
+    stats = overview.topic_stats
     if stats:
         fig, ax = plt.subplots(figsize=(9, 4))
         for stat in stats:
@@ -77,15 +77,10 @@ def write_report(tables: Tables, summary: dict[str, Any], out: Path) -> Path:
         ax.legend(fontsize="small")
         images.append(("Message rate over time", _png(fig, plots / "rate.png")))
 
-        quantiles = (
-            tables.messages.filter(F.col("kind") == "publish")
-            .groupBy("topic")
-            .agg(F.percentile_approx("latency_ms", _QUANTILES, 10_000).alias("q"))
-            .collect()
-        )
         fig, ax = plt.subplots(figsize=(9, 4))
-        for quantile in quantiles:
-            ax.plot(quantile["q"], [q * 100 for q in _QUANTILES], label=quantile["topic"])
+        for stat in stats:
+            if stat["latency_cdf_ms"]:
+                ax.plot(stat["latency_cdf_ms"], [q * 100 for q in CDF_POINTS], label=stat["topic"])
         ax.set(
             title="Latency CDF per topic (delivery - source timestamp)",
             xlabel="latency (ms)",
@@ -111,12 +106,7 @@ def write_report(tables: Tables, summary: dict[str, Any], out: Path) -> Path:
         ax.legend(fontsize="small")
         images.append(("Round-trip histogram", _png(fig, plots / "round_trips.png")))
 
-    health = [
-        r.asDict()
-        for r in tables.publisher_health.orderBy(
-            F.desc("lost"), F.desc("duplicated"), "publisher_gid"
-        ).collect()
-    ]
+    health = overview.publisher_health
     if health:
         top = health[:30]
         fig, ax = plt.subplots(figsize=(9, max(3, len(top) * 0.3)))
@@ -133,26 +123,8 @@ def write_report(tables: Tables, summary: dict[str, Any], out: Path) -> Path:
         ax.legend(fontsize="small")
         images.append(("Loss per publisher", _png(fig, plots / "loss.png")))
 
-    services = [
-        r.asDict()
-        for r in tables.service_calls.groupBy("service")
-        .agg(
-            F.count(F.lit(1)).alias("calls"),
-            F.sum(F.col("answered").cast("int")).alias("answered"),
-            F.sum("duplicates").alias("duplicate_responses"),
-            F.percentile("round_trip_ms", 0.5).alias("round_trip_p50_ms"),
-            F.max("round_trip_ms").alias("round_trip_max_ms"),
-        )
-        .orderBy("service")
-        .collect()
-    ]
-    rejects = [
-        r.asDict()
-        for r in tables.rejects.groupBy("status", "reason")
-        .agg(F.count(F.lit(1)).alias("emails"))
-        .orderBy(F.desc("emails"))
-        .collect()
-    ]
+    services = overview.services
+    rejects = overview.rejects
 
     summary_rows = [{"figure": k.replace("_", " "), "value": v} for k, v in summary.items()]
     sections = [

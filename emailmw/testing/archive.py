@@ -275,6 +275,7 @@ def _expected(
                 for q in (0.5, 0.9, 0.99)
             },
             "latency_max_ms": max(values),
+            "latency_cdf_ms": [linear_percentile(values, i / 100) for i in range(1, 101)],
         }
         for topic, values in latencies.items()
     }

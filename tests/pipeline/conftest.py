@@ -11,10 +11,11 @@ pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installe
 from pyspark.sql import SparkSession  # noqa: E402
 
 from emailmw._pipeline.job import build_session  # noqa: E402
+from emailmw._pipeline.jvm import stop_session  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = build_session("local[2]", {"spark.driver.memory": "2g"})
     yield session
-    session.stop()
+    stop_session(session)

@@ -1,0 +1,50 @@
+"""The driver JVM's start-up options: a class-data archive recorded once, then reused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark import SparkContext
+
+from emailmw._pipeline import jvm
+
+
+@pytest.fixture
+def no_running_jvm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    monkeypatch.setenv("EMAILMW_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("EMAILMW_SPARK_CDS", raising=False)
+    monkeypatch.setattr(jvm, "_pending", None)
+    return tmp_path
+
+
+def test_first_run_records_the_archive_later_runs_map_it(no_running_jvm: Path) -> None:
+    first = jvm.driver_java_options("-Dmine=1")
+    assert first is not None
+    assert "-XX:ArchiveClassesAtExit=" in first and "SharedArchiveFile" not in first
+    assert first.endswith("-Dmine=1")  # the user's options come last, so they win
+    temp, final = jvm._pending or (None, None)
+    assert temp is not None and final is not None and temp.parent == final.parent
+    assert final.parent == no_running_jvm
+
+    final.write_bytes(b"archive")  # what stop_session() renames into place
+    second = jvm.driver_java_options(None, short_job=False)
+    assert second is not None
+    assert f"-XX:SharedArchiveFile={final}" in second
+    assert "ArchiveClassesAtExit" not in second
+    assert "TieredStopAtLevel" not in second  # long jobs keep C2
+    assert jvm._pending is None
+
+
+def test_opting_out_leaves_the_jvm_untouched(
+    no_running_jvm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EMAILMW_SPARK_CDS", "off")
+    assert jvm.driver_java_options("-Dmine=1") == "-Dmine=1"
+    assert jvm.driver_java_options(None) is None
+
+
+def test_a_running_jvm_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SparkContext, "_gateway", object())
+    assert jvm.driver_java_options("-Dx=1") == "-Dx=1"

@@ -313,7 +313,23 @@ def test_mbox_from_line_is_skipped() -> None:
 
 
 _HEADER_PIECES = st.sampled_from(
-    ["Subject", "X-Y", ":", ": ", " ", "\t", "\r\n", "\n", "\r", "é", "\xff", "=?", "From ", "a", ""]
+    [
+        "Subject",
+        "X-Y",
+        ":",
+        ": ",
+        " ",
+        "\t",
+        "\r\n",
+        "\n",
+        "\r",
+        "é",
+        "\xff",
+        "=?",
+        "From ",
+        "a",
+        "",
+    ]
 )
 
 

@@ -22,10 +22,13 @@ def no_running_jvm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_first_run_records_the_archive_later_runs_map_it(no_running_jvm: Path) -> None:
     first = jvm.driver_java_options("-Dmine=1")
     assert first is not None
-    assert "-XX:ArchiveClassesAtExit=" in first and "SharedArchiveFile" not in first
+    assert "-XX:ArchiveClassesAtExit=" in first
+    assert "SharedArchiveFile" not in first
     assert first.endswith("-Dmine=1")  # the user's options come last, so they win
     temp, final = jvm._pending or (None, None)
-    assert temp is not None and final is not None and temp.parent == final.parent
+    assert temp is not None
+    assert final is not None
+    assert temp.parent == final.parent
     assert final.parent == no_running_jvm
 
     final.write_bytes(b"archive")  # what stop_session() renames into place

@@ -128,7 +128,8 @@ def _estimate(archives: list[Source], earlier: list[Path]) -> int:
                 with contextlib.suppress(OSError), os.scandir(maildir / sub) as entries:
                     count += sum(1 for _ in entries)
     for directory in earlier:
-        count += sum(p.stat().st_size for p in directory.rglob("*.parquet")) // 10
+        with contextlib.suppress(OSError):
+            count += sum(p.stat().st_size for p in directory.rglob("*.parquet")) // 10
     return count
 
 
@@ -148,13 +149,14 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     # needs ~3 CPU-seconds). Running a warm-up job there as well was measured and dropped:
     # on 2 cores it slowed the landing more than it saved the job.
     session: dict[str, Any] = {}
+    expected = _estimate(archives, earlier)  # before landing replaces any directory
 
     def start_spark() -> None:
         try:
             from .job import build_session
 
             session["spark"] = build_session(
-                request.master, request.conf, expected_messages=_estimate(archives, earlier)
+                request.master, request.conf, expected_messages=expected
             )
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
             session["error"] = exc

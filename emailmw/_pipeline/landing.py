@@ -15,6 +15,7 @@ import email.utils
 import functools
 import hashlib
 import mmap
+import multiprocessing
 import os
 import re
 import shutil
@@ -333,7 +334,11 @@ def land(
         len(t[1]) if k == "maildir" else t[4] - t[3] for t, k in zip(tasks, kinds, strict=True)
     )
     done = 0
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # Workers come from a fork server, never a fork of this process: the Spark driver starts
+    # in another thread meanwhile, and a fork taken while that thread holds a lock (imports,
+    # the JVM launch) left workers hung forever in a test run.
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = [
             pool.submit(_land_files if kind == "maildir" else _land_mbox_range, task)
             for task, kind in zip(tasks, kinds, strict=True)

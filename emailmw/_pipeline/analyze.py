@@ -215,7 +215,6 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         phases["report"] = time.monotonic() - mark
         _say(f"report: {report}")
     summary["seconds"] = round(time.monotonic() - started, 2)
-    summary["landing_seconds"] = round(phases["landing"], 2)
     summary["phases"] = {name: round(value, 2) for name, value in phases.items()}
     _say("time: " + ", ".join(f"{name} {value:.1f} s" for name, value in phases.items()))
     return summary

@@ -102,6 +102,7 @@ def maildir_name_ns(name: str) -> int | None:
 # The columns :func:`_row` fills, in LANDING_SCHEMA order (all but source, mailbox, key).
 _DESCRIBED: Final = tuple(LANDING_SCHEMA.names[3:])
 _Row = tuple[Any, ...]
+_NONE_10: Final = (None,) * 10  # kind .. delivered_ns of mail that does not parse
 
 
 def describe(raw: bytes, name_ns: int | None = None) -> dict[str, Any]:
@@ -143,9 +144,6 @@ def _row(raw: bytes, name_ns: int | None) -> _Row:
         "malformed" if route.malformed else "foreign", route.reason, None, parsed.subject,
         message_id, None, None, None, None, None, None, delivered, size, parsed.from_, to,
     )  # fmt: skip
-
-
-_NONE_10: Final = (None,) * 10
 
 
 class _Columns:

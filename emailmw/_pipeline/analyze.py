@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import ConfigError
-from .landing import Source, land, maildirs
+from .landing import Source, TableSink, land, maildirs
 
 __all__ = ["AnalyzeRequest", "analyze", "parse_time"]
 
@@ -165,8 +165,19 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     spark_thread.start()
 
     landing = out / "_landing"
+    # a plain run's landing writes the messages and rejects tables itself; a merge leaves
+    # them to Spark, which drops the emails landed twice
+    sink = (
+        None if earlier else TableSink(out, request.since_ns, request.until_ns, request.topic_glob)
+    )
     landed = (
-        land(archives, landing, workers=request.workers, progress=_progress("reading archives"))
+        land(
+            archives,
+            landing,
+            workers=request.workers,
+            progress=_progress("reading archives"),
+            sink=sink,
+        )
         if archives
         else []
     )
@@ -191,20 +202,17 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     spark_thread.join()
     if "error" in session:
         raise session["error"]
-    from .job import JobOptions, run_job
+    from .job import JobOptions, run_job, write_landed
 
     phases["spark_start"] = time.monotonic() - mark
     if request.report:  # matplotlib takes a second to import: do it while Spark works
         threading.Thread(target=_import_report, name="report-import", daemon=True).start()
     mark = time.monotonic()
     _say("computing tables with Spark")
-    tables, overview = run_job(
-        session["spark"],
-        dirs,
-        out,
-        JobOptions(request.since_ns, request.until_ns, request.topic_glob),
-        deduplicate=bool(earlier),
-    )
+    if sink is None:
+        options = JobOptions(request.since_ns, request.until_ns, request.topic_glob)
+        write_landed(session["spark"], dirs, out, options, deduplicate=True)
+    tables, overview = run_job(session["spark"], out)
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()
     if request.report:

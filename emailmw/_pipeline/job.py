@@ -17,18 +17,34 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from .jvm import driver_java_options
-from .landing import LANDING_SCHEMA
+from .landing import LANDING_SCHEMA, MESSAGES_SCHEMA, REJECTS_COLUMNS
 
-__all__ = ["CDF_POINTS", "JobOptions", "Overview", "Tables", "build_session", "overview", "run_job"]
+__all__ = [
+    "CDF_POINTS",
+    "JobOptions",
+    "Overview",
+    "Tables",
+    "build_session",
+    "compute",
+    "overview",
+    "run_job",
+    "write_landed",
+]
 
-_SPARK_TYPES = {"string": "string", "int64": "bigint"}
+_SPARK_TYPES = {"string": "string", "int64": "bigint", "double": "double", "date32[day]": "date"}
 # below this many messages the driver JIT-compiles with C1 only (see jvm.py)
 SHORT_JOB_MESSAGES = 500_000
 # latency_cdf_ms[i] is the (i + 1)th percentile: [49] is p50, [89] p90, [98] p99
 CDF_POINTS = [i / 100 for i in range(1, 101)]
 LANDING_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in LANDING_SCHEMA)
+MESSAGES_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in MESSAGES_SCHEMA)
+REJECTS_DDL = ", ".join(
+    f"{name} {_SPARK_TYPES[str(LANDING_SCHEMA.field(name).type)]}" for name in REJECTS_COLUMNS
+)
+AGGREGATES = ("topic_stats", "service_calls", "publisher_health")
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,14 @@ def _ms(delta: Column) -> Column:
 def compute(
     spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptions, *, deduplicate: bool
 ) -> Tables:
+    """Every table from landed parts, as DataFrames (nothing runs until they are used)."""
+    messages, rejects = _from_landed(spark, landing_dirs, options, deduplicate=deduplicate)
+    return Tables(messages, *aggregate(messages), rejects)
+
+
+def _from_landed(
+    spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptions, *, deduplicate: bool
+) -> tuple[DataFrame, DataFrame]:
     # the landing schema is known: no inference job over the parts
     landed = spark.read.schema(LANDING_DDL).parquet(*[str(d) for d in landing_dirs])
     if deduplicate:  # merged runs may hold the same stored email twice
@@ -98,8 +122,8 @@ def compute(
     if options.until_ns is not None:
         landed = landed.filter(F.col("delivered_ns") < options.until_ns)
     ok = landed.filter(F.col("status") == "ok")
-    if options.topic_glob:
-        ok = ok.filter(F.col("topic").rlike(fnmatch.translate(options.topic_glob)))
+    if options.topic_glob:  # anchored: a glob matches the whole topic
+        ok = ok.filter(F.col("topic").rlike("^" + fnmatch.translate(options.topic_glob)))
 
     messages = ok.select(
         "kind",
@@ -122,6 +146,12 @@ def compute(
         F.to_date(F.timestamp_micros((F.col("delivered_ns") / 1000).cast("long"))).alias("day"),
     )
 
+    rejects = landed.filter(F.col("status") != "ok").select(*REJECTS_COLUMNS)
+    return messages, rejects
+
+
+def aggregate(messages: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """``topic_stats``, ``service_calls`` and ``publisher_health`` of a ``messages`` table."""
     publishes = messages.filter(F.col("kind") == "publish")
     minute_rates = publishes.groupBy(
         "topic", (F.col("delivered_ns") / F.lit(60_000_000_000)).cast("long").alias("minute")
@@ -216,25 +246,26 @@ def compute(
             "out_of_order",
         )
     )
-
-    rejects = landed.filter(F.col("status") != "ok").select(
-        "source", "mailbox", "key", "status", "reason", "topic", "size"
-    )
-    return Tables(messages, topic_stats, service_calls, publisher_health, rejects)
+    return topic_stats, service_calls, publisher_health
 
 
-def write(tables: Tables, out: Path) -> None:
+def write_landed(
+    spark: SparkSession,
+    landing_dirs: Iterable[Path],
+    out: Path,
+    options: JobOptions,
+    *,
+    deduplicate: bool,
+) -> None:
+    """Write ``messages`` and ``rejects`` from landed parts with Spark: the path for merged
+    runs, whose landed data may hold the same email twice. (A plain run's landing writes
+    them itself, see :class:`~emailmw._pipeline.landing.TableSink`.)"""
+    messages, rejects = _from_landed(spark, landing_dirs, options, deduplicate=deduplicate)
     # Neither shuffled nor sorted: each task keeps a writer open per topic-day it meets
     # (spark.sql.maxConcurrentOutputFileWriters; past that many it falls back to sorting),
     # so a part per input split and topic-day, and no exchange of the whole archive.
-    (
-        tables.messages.write.mode("overwrite")
-        .partitionBy("topic", "day")
-        .parquet(str(out / "messages"))
-    )
-    for name in ("topic_stats", "service_calls", "publisher_health", "rejects"):
-        frame: DataFrame = getattr(tables, name)
-        frame.coalesce(1).write.mode("overwrite").parquet(str(out / name))
+    messages.write.mode("overwrite").partitionBy("topic", "day").parquet(str(out / "messages"))
+    rejects.write.mode("overwrite").parquet(str(out / "rejects"))
 
 
 @dataclass
@@ -295,27 +326,24 @@ def overview(tables: Tables) -> Overview:
     )
 
 
-def run_job(
-    spark: SparkSession,
-    landing_dirs: list[Path],
-    out: Path,
-    options: JobOptions,
-    *,
-    deduplicate: bool,
-) -> tuple[Tables, Overview]:
-    tables = compute(spark, landing_dirs, options, deduplicate=deduplicate)
-    write(tables, out)
+def run_job(spark: SparkSession, out: Path) -> tuple[Tables, Overview]:
+    """The aggregates of ``out/messages`` (written by the landing or :func:`write_landed`),
+    written next to it; returns every table as read back from ``out`` and the overview."""
 
-    # the rest reads the tables just written: small, and no recomputation of the archive
-    def read(name: str) -> DataFrame:  # with the schema: an empty table has no files
-        frame: DataFrame = getattr(tables, name)
-        return spark.read.schema(frame.schema).parquet(str(out / name))
+    # with the schema: no inference, and an empty table has no files
+    def read(name: str, schema: str | StructType) -> DataFrame:
+        return spark.read.schema(schema).parquet(str(out / name))
 
+    messages = read("messages", MESSAGES_DDL)
+    computed = dict(zip(AGGREGATES, aggregate(messages), strict=True))
+    for name, frame in computed.items():
+        frame.coalesce(1).write.mode("overwrite").parquet(str(out / name))
+    back = {name: read(name, frame.schema) for name, frame in computed.items()}
     written = Tables(
-        read("messages"),
-        read("topic_stats"),
-        read("service_calls"),
-        read("publisher_health"),
-        read("rejects"),
+        messages,
+        back["topic_stats"],
+        back["service_calls"],
+        back["publisher_health"],
+        read("rejects", REJECTS_DDL),
     )
     return written, overview(written)

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
-from emailmw._pipeline.job import JobOptions, compute
+from emailmw._pipeline.job import MESSAGES_DDL, REJECTS_DDL, JobOptions, compute
 from emailmw._pipeline.landing import LANDING_SCHEMA
 from emailmw.testing.archive import Archive, generate
 
@@ -191,6 +191,68 @@ def test_an_earlier_run_merges_without_double_counting(
         spark, [tmp_path / "merged", tmp_path / "other.mbox"], tmp_path / "merged", report=False
     )
     assert again["publish"] == merged["publish"]
+
+
+def _odd_topics(archive: Archive) -> list[bytes]:
+    """Publishes whose topics need escaping in a partition directory name, or have none."""
+    topics = ["/a b/caf\u00e9/\u20ac\U0001f600", "/x=y:z", '/%#"*?[]^{}\\q', "/tab\there", ""]
+    mails = [
+        (
+            f"Received: from m by m; Tue, 17 Nov 2026 10:00:0{i} +0000\n"
+            f"Subject: {topic}\nPublisher-GID: {900 + i}\nPublisher-Sequence-Number: 0\n"
+            f"Source-Timestamp: {1_794_909_600_000_000_000 + i}\n\nodd\n"
+        ).encode()
+        for i, topic in enumerate(topics)
+    ]
+    # no Received and no Date: no delivery time, so no day (and no latency)
+    mails.append(
+        b"Subject: /undated\nPublisher-GID: 999\nPublisher-Sequence-Number: 0\n"
+        b"Source-Timestamp: 1\n\nodd\n"
+    )
+    return mails
+
+
+def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: Path) -> None:
+    """A plain run's landing writes messages and rejects itself; a merge has Spark write
+    them from the landed parts. Both must give the same directories and the same rows,
+    filters included, whatever the topic names."""
+    archive = generate(topics=2, services=1, seed=5)
+    mbox = archive.write_mbox(tmp_path / "a.mbox")
+    with open(mbox, "ab") as out:
+        for raw in _odd_topics(archive):
+            out.write(b"From x@example.test Thu Jan  1 00:00:00 2026\n" + raw + b"\n")
+    runs: list[dict[str, Any]] = [
+        {},
+        {"topic_glob": "/sensors/*"},
+        {"topic_glob": "sensors/t1"},
+        {"since_ns": archive.stored[40].delivered_ns, "until_ns": archive.stored[90].delivered_ns},
+    ]
+    for i, filters in enumerate(runs):
+        landed = _run(spark, [mbox], tmp_path / f"landed{i}", report=False, **filters)
+        # the unfiltered run's landed parts, re-read by Spark with the same filters
+        merged = _run(
+            spark, [tmp_path / "landed0"], tmp_path / f"spark{i}", report=False, **filters
+        )
+        assert landed == merged | {"seconds": landed["seconds"], "phases": landed["phases"]}
+        a, b = tmp_path / f"landed{i}", tmp_path / f"spark{i}"
+        for name, ddl in (("messages", MESSAGES_DDL), ("rejects", REJECTS_DDL)):
+            assertDataFrameEqual(
+                spark.read.schema(ddl).parquet(str(a / name)),
+                spark.read.schema(ddl).parquet(str(b / name)),
+            )
+        dirs = [
+            sorted(str(p.relative_to(root / "messages")) for p in (root / "messages").glob("*/*"))
+            for root in (a, b)
+        ]
+        assert dirs[0] == dirs[1], filters
+    everything = tmp_path / "landed0" / "messages"
+    assert (everything / "topic=%2Fx%3Dy%3Az").is_dir()
+    assert (everything / "topic=__HIVE_DEFAULT_PARTITION__").is_dir()
+    assert (everything / "topic=%2Fundated" / "day=__HIVE_DEFAULT_PARTITION__").is_dir()
+    rows = spark.read.schema(MESSAGES_DDL).parquet(str(everything)).collect()
+    assert {r["topic"] for r in rows} >= {"/a b/caf\u00e9/\u20ac\U0001f600", "/tab\there", None}
+    # a glob matches whole topics, not their ends
+    assert not list((tmp_path / "landed2" / "messages").glob("topic=*"))
 
 
 def test_command_line(tmp_path: Path) -> None:

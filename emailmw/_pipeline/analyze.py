@@ -212,7 +212,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if sink is None:
         options = JobOptions(request.since_ns, request.until_ns, request.topic_glob)
         write_landed(session["spark"], dirs, out, options, deduplicate=True)
-    tables, overview = run_job(session["spark"], out)
+    tables, overview = run_job(session["spark"], out, None if sink is None else sink.tally)
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()
     if request.report:

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from .jvm import driver_java_options
-from .landing import LANDING_SCHEMA, MESSAGES_SCHEMA, REJECTS_COLUMNS
+from .landing import LANDING_SCHEMA, MESSAGES_SCHEMA, REJECTS_COLUMNS, Tally
 
 __all__ = [
     "CDF_POINTS",
@@ -227,12 +227,18 @@ def aggregate(messages: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     sequenced = publishes.filter(F.col("publisher_seq").isNotNull()).withColumn(
         "late", (F.col("publisher_seq") < F.max("publisher_seq").over(ordered)).cast("int")
     )
+    # copies per sequence number first, then per stream: the second grouping needs no new
+    # exchange (the window's partitioning serves both), and no countDistinct's Expand
+    # (at 2M messages 3.3 s against 4.4 s, warm)
+    per_seq = sequenced.groupBy("publisher_gid", "topic", "mailbox", "publisher_seq").agg(
+        F.count(F.lit(1)).alias("copies"), F.sum("late").alias("late")
+    )
     publisher_health = (
-        sequenced.groupBy("publisher_gid", "topic", "mailbox")
+        per_seq.groupBy("publisher_gid", "topic", "mailbox")
         .agg(
             (F.max("publisher_seq") + 1).alias("sent"),
-            F.countDistinct("publisher_seq").alias("received"),
-            F.count(F.lit(1)).alias("copies"),
+            F.count(F.lit(1)).alias("received"),
+            F.sum("copies").alias("copies"),
             F.coalesce(F.sum("late"), F.lit(0)).alias("out_of_order"),
         )
         .select(
@@ -299,9 +305,12 @@ class Overview:
         }
 
 
-def overview(tables: Tables) -> Overview:
+def overview(tables: Tables, tally: Tally | None = None) -> Overview:
     """Collect the per-topic, per-publisher, per-service and per-reason rows (small: they
-    grow with topics, publishers and services, never with messages) and the kind counts."""
+    grow with topics, publishers and services, never with messages) and the kind counts.
+
+    ``tally``, the landing's count of what it wrote (see ``TableSink``), stands in for the
+    jobs that count kinds and reject reasons."""
 
     def rows(frame: DataFrame) -> list[dict[str, Any]]:
         return [r.asDict() for r in frame.collect()]
@@ -313,22 +322,37 @@ def overview(tables: Tables) -> Overview:
         F.percentile("round_trip_ms", 0.5).alias("round_trip_p50_ms"),
         F.max("round_trip_ms").alias("round_trip_max_ms"),
     )
-    rejects = tables.rejects.groupBy("status", "reason").agg(F.count(F.lit(1)).alias("emails"))
-    kinds = tables.messages.groupBy("kind").agg(F.count(F.lit(1)).alias("n"))
+    if tally is None:
+        grouped = tables.rejects.groupBy("status", "reason").agg(F.count(F.lit(1)).alias("emails"))
+        rejects = rows(grouped.orderBy(F.desc("emails"), "status", "reason"))
+        kinds = tables.messages.groupBy("kind").agg(F.count(F.lit(1)).alias("n"))
+        kind_counts = {r["kind"]: r["n"] for r in kinds.collect()}
+    else:
+        rejects = [
+            {"status": key[1], "reason": key[2], "emails": n}
+            for key, n in tally.items()
+            if key[0] == "reject"
+        ]
+        # Spark's order: most emails first, then status and reason, nulls first
+        rejects.sort(
+            key=lambda r: (-r["emails"], r["status"], r["reason"] is not None, r["reason"] or "")
+        )
+        kind_counts = {key[1]: n for key, n in tally.items() if key[0] == "kind"}
     return Overview(
         topic_stats=rows(tables.topic_stats.orderBy("topic")),
         publisher_health=rows(
             tables.publisher_health.orderBy(F.desc("lost"), F.desc("duplicated"), "publisher_gid")
         ),
         services=rows(services.orderBy("service")),
-        rejects=rows(rejects.orderBy(F.desc("emails"), "status", "reason")),
-        kinds={r["kind"]: r["n"] for r in kinds.collect()},
+        rejects=rejects,
+        kinds=kind_counts,
     )
 
 
-def run_job(spark: SparkSession, out: Path) -> tuple[Tables, Overview]:
+def run_job(spark: SparkSession, out: Path, tally: Tally | None = None) -> tuple[Tables, Overview]:
     """The aggregates of ``out/messages`` (written by the landing or :func:`write_landed`),
-    written next to it; returns every table as read back from ``out`` and the overview."""
+    written next to it; returns every table as read back from ``out`` and the overview
+    (``tally``: see :func:`overview`)."""
 
     # with the schema: no inference, and an empty table has no files
     def read(name: str, schema: str | StructType) -> DataFrame:
@@ -346,4 +370,4 @@ def run_job(spark: SparkSession, out: Path) -> tuple[Tables, Overview]:
         back["publisher_health"],
         read("rejects", REJECTS_DDL),
     )
-    return written, overview(written)
+    return written, overview(written, tally)

@@ -21,9 +21,10 @@ import multiprocessing
 import os
 import re
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,6 +42,7 @@ __all__ = [
     "REJECTS_COLUMNS",
     "Source",
     "TableSink",
+    "Tally",
     "describe",
     "land",
     "maildirs",
@@ -185,7 +187,7 @@ class _Columns:
         self.keys.append(key)
         self.rows.append(row)
 
-    def write(self, path: Path, sink: TableSink | None = None) -> int:
+    def write(self, path: Path, sink: TableSink | None = None) -> Tally | None:
         count = len(self.rows)
         described = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(_DESCRIBED)
         arrays = [
@@ -199,9 +201,9 @@ class _Columns:
         ]
         table = pa.Table.from_arrays(arrays, schema=LANDING_SCHEMA)
         pq.write_table(table, path, compression="zstd")
-        if sink is not None:
-            sink.write(table, f"{path.parent.name.removeprefix('src=')}-{path.stem}")
-        return count
+        if sink is None:
+            return None
+        return sink.write(table, f"{path.parent.name.removeprefix('src=')}-{path.stem}")
 
 
 # ----------------------------------------------------------------------------- tables
@@ -225,7 +227,10 @@ def partition_dir(column: str, value: object) -> str:
     return f"{column}={text}"
 
 
-@dataclass(frozen=True)
+Tally = Counter[tuple[str, ...]]  # ("kind", kind) and ("reject", status, reason) -> emails
+
+
+@dataclass
 class TableSink:
     """The run's ``messages`` and ``rejects`` tables, written by the landing workers as they
     go (one file per part and topic-day), with the run's filters applied.
@@ -233,14 +238,22 @@ class TableSink:
     Spark then only reads them: writing 2M rows a second time from the landed parts cost it
     9-11 s. The layout and the values are Spark's own (a test writes the same rows with
     Spark and compares), so the tables read the same whoever wrote them.
+
+    ``tally`` counts what was written, by kind and by reject reason; it is filled in the
+    calling process as parts finish (the summary needs no Spark job for it).
     """
 
     out: Path
     since_ns: int | None = None
     until_ns: int | None = None
     topic_glob: str | None = None
+    tally: Tally = field(default_factory=Counter, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:  # workers get the settings, not the tally
+        return {**self.__dict__, "tally": Counter()}
 
     def prepare(self) -> None:
+        self.tally.clear()
         for name in ("messages", "rejects"):
             shutil.rmtree(self.out / name, ignore_errors=True)
             (self.out / name).mkdir(parents=True)
@@ -249,8 +262,9 @@ class TableSink:
         for name in ("messages", "rejects"):
             (self.out / name / "_SUCCESS").touch()
 
-    def write(self, landed: pa.Table, name: str) -> None:
+    def write(self, landed: pa.Table, name: str) -> Tally:
         """Write the rows of one landed part that pass the filters (a worker's call)."""
+        tally: Tally = Counter()
         delivered = landed["delivered_ns"]
         keep = None
         if self.since_ns is not None:
@@ -262,6 +276,8 @@ class TableSink:
             landed = landed.filter(keep)
         ok = pc.equal(landed["status"], "ok")
         rejects = landed.filter(pc.invert(ok)).select(list(REJECTS_COLUMNS))
+        reasons = zip(rejects["status"].to_pylist(), rejects["reason"].to_pylist(), strict=True)
+        tally.update(("reject", status, reason) for status, reason in reasons)
         if rejects.num_rows:
             pq.write_table(
                 rejects, self.out / "rejects" / f"part-{name}.zstd.parquet", compression="zstd"
@@ -274,6 +290,9 @@ class TableSink:
             messages = messages.filter(pc.is_in(messages["topic"], wanted))
         if messages.num_rows:
             self._write_messages(messages, name)
+            kinds = pc.value_counts(messages["kind"]).to_pylist()
+            tally.update({("kind", kind["values"]): kind["counts"] for kind in kinds})
+        return tally
 
     def _write_messages(self, messages: pa.Table, name: str) -> None:
         delivered = messages["delivered_ns"]
@@ -357,7 +376,9 @@ def _read_file(path: str) -> bytes:
         os.close(fd)
 
 
-def _land_files(task: tuple[str, list[tuple[str, str, str]], str, TableSink | None]) -> int:
+def _land_files(
+    task: tuple[str, list[tuple[str, str, str]], str, TableSink | None],
+) -> Tally | None:
     source, files, out, sink = task
     columns = _Columns(source)
     for path, mailbox, name in files:
@@ -405,7 +426,7 @@ def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(starts, [*starts[1:], size], strict=True) if b > a]
 
 
-def _land_mbox_range(task: tuple[str, str, str, int, int, str, TableSink | None]) -> int:
+def _land_mbox_range(task: tuple[str, str, str, int, int, str, TableSink | None]) -> Tally | None:
     source, path, mailbox, start, end, out, sink = task
     columns = _Columns(source)
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
@@ -488,7 +509,9 @@ def land(
             for task, kind in zip(tasks, kinds, strict=True)
         ]
         for future, task, kind in zip(futures, tasks, kinds, strict=True):
-            future.result()
+            tally = future.result()
+            if sink is not None and tally:
+                sink.tally.update(tally)
             done += _task_size(task, kind)
             if progress is not None:
                 progress(done, total)

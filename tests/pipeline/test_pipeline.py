@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
-from emailmw._pipeline.job import MESSAGES_DDL, REJECTS_DDL, JobOptions, compute
-from emailmw._pipeline.landing import LANDING_SCHEMA
+from emailmw._pipeline.job import MESSAGES_DDL, REJECTS_DDL, JobOptions, compute, run_job
+from emailmw._pipeline.landing import LANDING_SCHEMA, Source, TableSink, land
 from emailmw.testing.archive import Archive, generate
 
 pytestmark = pytest.mark.spark
@@ -253,6 +253,22 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
     assert {r["topic"] for r in rows} >= {"/a b/caf\u00e9/\u20ac\U0001f600", "/tab\there", None}
     # a glob matches whole topics, not their ends
     assert not list((tmp_path / "landed2" / "messages").glob("topic=*"))
+
+
+def test_the_landing_tally_counts_what_spark_counts(
+    spark: SparkSession, archive: Archive, tmp_path: Path
+) -> None:
+    """The summary's kind and reject counts come from the landing's tally; Spark's own count
+    of the written tables must agree, row for row and in the same order."""
+    archive.write_maildir(tmp_path / "maildirs")
+    sink = TableSink(tmp_path / "out", since_ns=archive.stored[10].delivered_ns)
+    land([Source("maildir", tmp_path / "maildirs", "m")], tmp_path / "out" / "_landing", sink=sink)
+    assert sum(n for key, n in sink.tally.items() if key[0] == "reject") > 0
+    _, counted = run_job(spark, tmp_path / "out")
+    _, tallied = run_job(spark, tmp_path / "out", sink.tally)
+    assert tallied.kinds == counted.kinds
+    assert tallied.rejects == counted.rejects
+    assert tallied.summary() == counted.summary()
 
 
 def test_command_line(tmp_path: Path) -> None:

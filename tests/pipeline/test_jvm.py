@@ -51,3 +51,11 @@ def test_opting_out_leaves_the_jvm_untouched(
 def test_a_running_jvm_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SparkContext, "_gateway", object())
     assert jvm.driver_java_options("-Dx=1") == "-Dx=1"
+
+
+def test_a_collector_the_user_names_replaces_ours(no_running_jvm: Path) -> None:
+    assert "-XX:+UseParallelGC" in (jvm.driver_java_options("-Dmine=1") or "")
+    # naming two collectors would stop the JVM from starting
+    mine = jvm.driver_java_options("-XX:+UseG1GC -Xmx1g") or ""
+    assert "UseParallelGC" not in mine
+    assert mine.endswith("-XX:+UseG1GC -Xmx1g")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._exceptions import InvalidHeaderError
-from ._types import Email, Gid, Headers, MessageInfo, ServiceInfo
+from ._types import Email, Gid, Headers, MessageInfo, ServiceInfo, gid_value
 from ._wire import (
     HEADER_CLIENT_GID,
     HEADER_MESSAGE_TYPE,
@@ -44,6 +44,7 @@ __all__ = [
     "Unroutable",
     "classify",
     "publish_email",
+    "read_metadata",
     "request_email",
     "response_email",
 ]
@@ -182,9 +183,22 @@ def response_email(request: Email, response: str, *, from_: str, timestamp_ns: i
     )
 
 
+_LOWER: Final = {
+    name: name.lower()
+    for name in (
+        HEADER_SOURCE_TIMESTAMP,
+        HEADER_PUBLISHER_GID,
+        HEADER_PUBLISHER_SEQUENCE_NUMBER,
+        HEADER_CLIENT_GID,
+        HEADER_REQUEST_SEQUENCE_NUMBER,
+    )
+}
+Metadata = tuple[bool, int, int, int | None]
+
+
 def _uint(headers: Headers, name: str) -> int | None:
     """The header as a non-negative integer; None if absent; ValueError if not a number."""
-    value = headers.get(name)
+    value = headers._lookup(_LOWER[name])
     if value is None:
         return None
     value = value.strip()
@@ -193,18 +207,25 @@ def _uint(headers: Headers, name: str) -> int | None:
     return int(value)
 
 
-def _gid(headers: Headers, name: str) -> Gid:
+def _gid(headers: Headers, name: str) -> int:
+    text = headers._lookup(_LOWER[name]) or ""
     try:
-        return Gid.parse(headers[name])
+        return gid_value(text)
     except ValueError:
-        raise ValueError(f"{name} is not a GID: {headers[name][:40]!r}") from None
+        raise ValueError(f"{name} is not a GID: {text[:40]!r}") from None
 
 
-def classify(email: Email, received_timestamp: int) -> Route:
-    """Decide what ``email`` is for emailmw; ``received_timestamp`` goes into the info."""
-    headers = email.headers
-    has_client = HEADER_CLIENT_GID in headers
-    if not has_client and HEADER_PUBLISHER_GID not in headers:
+def read_metadata(headers: Headers) -> Metadata | Unroutable:
+    """emailmw's metadata headers as plain values, or why they are missing or broken.
+
+    Returns ``(is_service, source_timestamp, gid, sequence_number)``: a service email's
+    ``Client-GID`` and ``Request-Sequence-Number`` (never None), else a topic message's
+    ``Publisher-GID`` and ``Publisher-Sequence-Number`` (None when absent, as from
+    rmw_email). :func:`classify` is this plus the route objects; the archive pipeline calls
+    it directly, once per stored email.
+    """
+    has_client = headers._lookup(_LOWER[HEADER_CLIENT_GID]) is not None
+    if not has_client and headers._lookup(_LOWER[HEADER_PUBLISHER_GID]) is None:
         return Unroutable("no emailmw metadata headers")
     try:
         source = _uint(headers, HEADER_SOURCE_TIMESTAMP)
@@ -215,15 +236,28 @@ def classify(email: Email, received_timestamp: int) -> Route:
             seq = _uint(headers, HEADER_REQUEST_SEQUENCE_NUMBER)
             if seq is None:
                 return Unroutable(f"no {HEADER_REQUEST_SEQUENCE_NUMBER} header", malformed=True)
-            info = ServiceInfo(source, received_timestamp, gid, seq)
-            if email.in_reply_to:
-                return ResponseRoute(email.subject, info)
-            return RequestRoute(email.subject, info)
-        pub_gid = _gid(headers, HEADER_PUBLISHER_GID)
-        pub_seq = _uint(headers, HEADER_PUBLISHER_SEQUENCE_NUMBER)
+            return True, source, gid, seq
+        gid = _gid(headers, HEADER_PUBLISHER_GID)
+        return False, source, gid, _uint(headers, HEADER_PUBLISHER_SEQUENCE_NUMBER)
     except ValueError as exc:
         return Unroutable(str(exc), malformed=True)
+
+
+def classify(email: Email, received_timestamp: int) -> Route:
+    """Decide what ``email`` is for emailmw; ``received_timestamp`` goes into the info."""
+    metadata = read_metadata(email.headers)
+    if isinstance(metadata, Unroutable):
+        return metadata
+    is_service, source, gid, seq = metadata
+    if is_service:
+        assert seq is not None  # read_metadata's promise for service emails
+        info = ServiceInfo(source, received_timestamp, Gid(gid), seq)
+        if email.in_reply_to:
+            return ResponseRoute(email.subject, info)
+        return RequestRoute(email.subject, info)
     return PublishRoute(
         email.subject,
-        MessageInfo(source, received_timestamp, pub_gid, pub_seq, headers.get(HEADER_MESSAGE_TYPE)),
+        MessageInfo(
+            source, received_timestamp, Gid(gid), seq, email.headers.get(HEADER_MESSAGE_TYPE)
+        ),
     )

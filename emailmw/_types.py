@@ -58,6 +58,11 @@ class Headers(Mapping[str, str]):
         found = self._by_lower.get(name.lower())
         return default if found is None else found[1]
 
+    def _lookup(self, lower: str) -> str | None:
+        """``get`` for a name already in lower case (the classifier's hot path)."""
+        found = self._by_lower.get(lower)
+        return None if found is None else found[1]
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._by_lower
 
@@ -117,6 +122,18 @@ class _GidAllocator:
 _ALLOCATOR: Final = _GidAllocator()
 
 
+def gid_value(text: str) -> int:
+    """The value of a GID's decimal wire form; ``ValueError`` when it is not one (what
+    :meth:`Gid.parse` accepts, without building the object)."""
+    text = text.strip()
+    if not text.isdigit() or not text.isascii():
+        raise ValueError(f"not a GID: {text!r}")
+    value = int(text)
+    if value > _GID_MASK:
+        raise ValueError(f"GID out of range (uint32): {value}")
+    return value
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Gid:
     """Globally unique identifier of a publisher or a service client.
@@ -138,10 +155,7 @@ class Gid:
     @classmethod
     def parse(cls, text: str) -> Gid:
         """Parse the decimal wire form; raises ``ValueError`` when it is not one."""
-        text = text.strip()
-        if not text.isdigit() or not text.isascii():
-            raise ValueError(f"not a GID: {text!r}")
-        return cls(int(text))
+        return cls(gid_value(text))
 
     def __str__(self) -> str:
         return str(self.value)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from emailmw import Email, Gid
+from hypothesis import given
+from hypothesis import strategies as st
+
+from emailmw import Email, Gid, Headers
 from emailmw._protocol import (
     PublishRoute,
     Recipients,
@@ -11,6 +14,7 @@ from emailmw._protocol import (
     Unroutable,
     classify,
     publish_email,
+    read_metadata,
     request_email,
     response_email,
 )
@@ -68,3 +72,92 @@ def test_broken_metadata_is_unroutable_and_malformed() -> None:
         route = classify(Email("t", "b", headers=headers), 1)
         assert isinstance(route, Unroutable)
         assert route.malformed, headers
+
+
+def test_a_gid_past_uint32_is_malformed() -> None:
+    route = classify(
+        Email("t", "b", headers={"Publisher-GID": "4294967296", "Source-Timestamp": "1"}), 1
+    )
+    assert route == Unroutable("Publisher-GID is not a GID: '4294967296'", malformed=True)
+
+
+_VALUES = st.sampled_from(
+    ["0", "7", " 12 ", "4294967295", "4294967296", "", "seven", "-1", "\u0661"]
+)
+_METADATA = (
+    "Source-Timestamp",
+    "Publisher-GID",
+    "Publisher-Sequence-Number",
+    "Client-GID",
+    "Request-Sequence-Number",
+)
+# each metadata header present or not, any case, then repeats and strangers in any order
+_HEADER_SETS = st.tuples(
+    st.lists(
+        st.tuples(st.sampled_from(_METADATA), _VALUES, st.booleans()),
+        max_size=len(_METADATA),
+        unique_by=lambda item: item[0],
+    ),
+    st.lists(st.tuples(st.sampled_from([*_METADATA, "Message-Type", "X-Other"]), _VALUES)),
+).map(lambda drawn: [(n.lower() if low else n, v) for n, v, low in drawn[0]] + list(drawn[1]))
+
+
+def _oracle(pairs: list[tuple[str, str]]) -> str | tuple[bool, int, int, int | None]:
+    """The metadata rules, restated: "foreign", "malformed" or the values."""
+    first: dict[str, str] = {}
+    for name, value in pairs:
+        first.setdefault(name.lower(), value)
+
+    def number(name: str, bound: int | None = None) -> int | None:
+        text = first.get(name.lower())
+        if text is None:
+            return None
+        text = text.strip()
+        if not (text.isascii() and text.isdigit()) or (bound is not None and int(text) > bound):
+            raise ValueError(name)
+        return int(text)
+
+    service = "client-gid" in first
+    if not service and "publisher-gid" not in first:
+        return "foreign"
+    try:
+        source = number("Source-Timestamp")
+        gid = number("Client-GID" if service else "Publisher-GID", 2**32 - 1)
+        seq = number("Request-Sequence-Number" if service else "Publisher-Sequence-Number")
+    except ValueError:
+        return "malformed"
+    if source is None or gid is None or (service and seq is None):
+        return "malformed"
+    return service, source, gid, seq
+
+
+@given(_HEADER_SETS, st.booleans())
+def test_read_metadata_and_classify_follow_the_metadata_rules(
+    pairs: list[tuple[str, str]], reply: bool
+) -> None:
+    """The archive pipeline calls read_metadata() where the transport calls classify(): both
+    give the same verdict and values on any mix of metadata headers (the first of repeated
+    headers wins, whatever its case)."""
+    email = Email("/t", "b", headers=Headers(pairs), in_reply_to="<q@x>" if reply else None)
+    want = _oracle(pairs)
+    route = classify(email, 3)
+    metadata = read_metadata(email.headers)
+    if isinstance(want, str):
+        assert isinstance(route, Unroutable)
+        assert route.malformed == (want == "malformed")
+        assert metadata == route
+        return
+    assert metadata == want
+    service, source, gid, seq = want
+    if not service:
+        assert isinstance(route, PublishRoute)
+        info = route.info
+        assert (info.source_timestamp, info.publisher_gid.value, info.sequence_number) == (
+            source,
+            gid,
+            seq,
+        )
+    else:
+        assert isinstance(route, ResponseRoute if reply else RequestRoute)
+        assert (route.info.source_timestamp, route.info.client_gid.value) == (source, gid)
+        assert route.info.sequence_number == seq

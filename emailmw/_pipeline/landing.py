@@ -4,9 +4,10 @@ Spark pays dearly for many small files (listing 200k Maildir files takes it ~7 s
 file is a task input), so archives are read here instead: ``os.scandir`` over Maildirs, a
 streaming split of mbox files, each message parsed once with emailmw's own wire format
 (:func:`emailmw._wire.parse` with ``headers_only``) and classified with its own protocol
-(:func:`emailmw._protocol.classify`). Worker processes each write their own Parquet part
-(zstd), so memory stays bounded by one batch whatever the archive's size. Spark then reads
-only these compact parts.
+(:func:`emailmw._protocol.read_metadata`, what ``classify`` reads). Worker processes each
+write their own Parquet part (zstd), so memory stays bounded by one batch whatever the
+archive's size. In a plain run they also write the ``messages`` and ``rejects`` tables
+(:class:`TableSink`); Spark then reads only these compact files.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._exceptions import MalformedEmailError
-from .._protocol import PublishRoute, RequestRoute, ResponseRoute, classify
+from .._protocol import Unroutable, read_metadata
 from .._wire import ForeignEmailError, parse
 
 __all__ = [
@@ -147,29 +148,27 @@ def _row(raw: bytes, name_ns: int | None) -> _Row:
         return ("foreign", str(exc), *_NONE_10, size, None, None)
     except MalformedEmailError as exc:
         return ("malformed", str(exc), *_NONE_10, size, None, None)
-    route = classify(parsed, 0)
     headers = parsed.headers
     delivered = delivery_time(headers.get("Received"), headers.get("Date"), name_ns)
     message_id = parsed.message_id
     to = ", ".join(parsed.to)
-    if isinstance(route, PublishRoute):
-        info = route.info
+    metadata = read_metadata(headers)  # classify()'s reading, without its route objects
+    if isinstance(metadata, Unroutable):
         return (
-            "ok", None, "publish", route.topic, message_id, parsed.in_reply_to,
-            info.publisher_gid.value, info.sequence_number, None, None,
-            info.source_timestamp, delivered, size, parsed.from_, to,
+            "malformed" if metadata.malformed else "foreign", metadata.reason, None,
+            parsed.subject, message_id, None, None, None, None, None, None, delivered, size,
+            parsed.from_, to,
         )  # fmt: skip
-    if isinstance(route, RequestRoute | ResponseRoute):
-        service_info = route.info
+    is_service, source_ns, gid, seq = metadata
+    if is_service:
         return (
-            "ok", None, "request" if isinstance(route, RequestRoute) else "response",
-            route.service, message_id, parsed.in_reply_to, None, None,
-            service_info.client_gid.value, service_info.sequence_number,
-            service_info.source_timestamp, delivered, size, parsed.from_, to,
+            "ok", None, "response" if parsed.in_reply_to else "request", parsed.subject,
+            message_id, parsed.in_reply_to, None, None, gid, seq, source_ns, delivered, size,
+            parsed.from_, to,
         )  # fmt: skip
     return (
-        "malformed" if route.malformed else "foreign", route.reason, None, parsed.subject,
-        message_id, None, None, None, None, None, None, delivered, size, parsed.from_, to,
+        "ok", None, "publish", parsed.subject, message_id, parsed.in_reply_to, gid, seq,
+        None, None, source_ns, delivered, size, parsed.from_, to,
     )  # fmt: skip
 
 

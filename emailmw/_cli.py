@@ -67,6 +67,7 @@ def _analyze(args: argparse.Namespace) -> int:
         config=args.config,
         workers=args.workers,
         report=not args.no_report,
+        release_spark=True,
     )
     try:
         summary = analyze(request)

@@ -55,6 +55,9 @@ class AnalyzeRequest:
     config: str | None = None
     workers: int | None = None
     report: bool = True
+    # stop Spark and its JVM once the tables are written (the command line's choice): the
+    # report needs no session, so the JVM's shutdown overlaps it
+    release_spark: bool = False
 
 
 def _say(text: str) -> None:
@@ -212,16 +215,28 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if sink is None:
         options = JobOptions(request.since_ns, request.until_ns, request.topic_glob)
         write_landed(session["spark"], dirs, out, options, deduplicate=True)
-    tables, overview = run_job(session["spark"], out, None if sink is None else sink.tally)
+    _, overview = run_job(session["spark"], out, None if sink is None else sink.tally)
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()
-    if request.report:
-        from .report import write_report
+    stopper = None
+    if request.release_spark:
+        from .jvm import stop_session
 
-        mark = time.monotonic()
-        report = write_report(tables, overview, summary, out)
-        phases["report"] = time.monotonic() - mark
-        _say(f"report: {report}")
+        stopper = threading.Thread(
+            target=stop_session, kwargs={"exit_jvm": True}, name="spark-stop", daemon=True
+        )
+        stopper.start()
+    try:
+        if request.report:
+            from .report import write_report
+
+            mark = time.monotonic()
+            report = write_report(overview, summary, out)
+            phases["report"] = time.monotonic() - mark
+            _say(f"report: {report}")
+    finally:
+        if stopper is not None:
+            stopper.join()
     summary["seconds"] = round(time.monotonic() - started, 2)
     summary["phases"] = {name: round(value, 2) for name, value in phases.items()}
     _say("time: " + ", ".join(f"{name} {value:.1f} s" for name, value in phases.items()))

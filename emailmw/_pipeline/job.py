@@ -24,6 +24,7 @@ from .landing import LANDING_SCHEMA, MESSAGES_SCHEMA, REJECTS_COLUMNS, Tally
 
 __all__ = [
     "CDF_POINTS",
+    "RTT_BINS",
     "JobOptions",
     "Overview",
     "Tables",
@@ -39,6 +40,9 @@ _SPARK_TYPES = {"string": "string", "int64": "bigint", "double": "double", "date
 SHORT_JOB_MESSAGES = 500_000
 # latency_cdf_ms[i] is the (i + 1)th percentile: [49] is p50, [89] p90, [98] p99
 CDF_POINTS = [i / 100 for i in range(1, 101)]
+# the report's round-trip histogram: this many equal bins from each service's fastest
+# answered call to its slowest
+RTT_BINS = 40
 LANDING_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in LANDING_SCHEMA)
 MESSAGES_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in MESSAGES_SCHEMA)
 REJECTS_DDL = ", ".join(
@@ -283,6 +287,8 @@ class Overview:
     services: list[dict[str, Any]]
     rejects: list[dict[str, Any]]
     kinds: dict[str, int]
+    # per service and non-empty bin: service, bin, low_ms, high_ms, calls (every answered call)
+    round_trips: list[dict[str, Any]]
 
     def summary(self) -> dict[str, Any]:
         by_status: dict[str, int] = {}
@@ -339,6 +345,7 @@ def overview(tables: Tables, tally: Tally | None = None) -> Overview:
         )
         kind_counts = {key[1]: n for key, n in tally.items() if key[0] == "kind"}
     return Overview(
+        round_trips=rows(_round_trip_histogram(tables.service_calls)),
         topic_stats=rows(tables.topic_stats.orderBy("topic")),
         publisher_health=rows(
             tables.publisher_health.orderBy(F.desc("lost"), F.desc("duplicated"), "publisher_gid")
@@ -346,6 +353,41 @@ def overview(tables: Tables, tally: Tally | None = None) -> Overview:
         services=rows(services.orderBy("service")),
         rejects=rejects,
         kinds=kind_counts,
+    )
+
+
+def _round_trip_histogram(service_calls: DataFrame) -> DataFrame:
+    """Every answered call's round trip, counted in ``RTT_BINS`` equal bins per service
+    (from its fastest to its slowest call; one bin when they are equal)."""
+    answered = service_calls.filter(F.col("answered") & F.col("round_trip_ms").isNotNull())
+    ranges = answered.groupBy("service").agg(
+        F.min("round_trip_ms").alias("lo"), F.max("round_trip_ms").alias("hi")
+    )
+    width = (F.col("hi") - F.col("lo")) / F.lit(RTT_BINS)
+    index = F.when(
+        F.col("hi") > F.col("lo"),
+        F.least(
+            F.floor((F.col("round_trip_ms") - F.col("lo")) / width).cast("int"),
+            F.lit(RTT_BINS - 1),
+        ),
+    ).otherwise(F.lit(0))
+    binned = answered.join(F.broadcast(ranges), "service").select(
+        "service", "lo", "hi", index.alias("bin")
+    )
+    width_of = (F.col("hi") - F.col("lo")) / F.lit(RTT_BINS)
+    return (
+        binned.groupBy("service", "lo", "hi", "bin")
+        .agg(F.count(F.lit(1)).alias("calls"))
+        .select(
+            "service",
+            "bin",
+            (F.col("lo") + F.col("bin") * width_of).alias("low_ms"),
+            F.when(F.col("hi") > F.col("lo"), F.col("lo") + (F.col("bin") + 1) * width_of)
+            .otherwise(F.col("hi"))
+            .alias("high_ms"),
+            "calls",
+        )
+        .orderBy("service", "bin")
     )
 
 

@@ -44,6 +44,7 @@ _QUIET: Final = "-Xlog:cds*=off -Xlog:cds=off"
 _GC: Final = "-XX:+UseParallelGC"
 _CHOOSES_GC: Final = re.compile(r"-XX:\+Use\w*GC\b")
 _DUMP_TIMEOUT_S: Final = 120.0
+_EXIT_TIMEOUT_S: Final = 30.0
 
 # (archive being written, where it goes once the JVM has exited) for the running session
 _pending: tuple[Path, Path] | None = None
@@ -113,14 +114,16 @@ def driver_java_options(user_options: str | None, *, short_job: bool = True) -> 
     return " ".join(options)
 
 
-def stop_session(spark: Any = None) -> None:
-    """Stop the session (default: the active one); when this run records a CDS archive, let
-    the JVM exit and keep the archive.
+def stop_session(spark: Any = None, *, exit_jvm: bool = False) -> None:
+    """Stop the session (default: the active one); when this run records a CDS archive, or
+    with ``exit_jvm``, let the JVM exit and wait for it.
 
-    Without a pending archive this is ``spark.stop()``. With one, the driver JVM is told to
-    exit (its stdin closes), waited for (the archive is written during exit, a few
-    seconds, once per installation) and the archive renamed into place atomically, so a
-    concurrent run never maps a half-written file.
+    Without either this is ``spark.stop()`` (the JVM then exits with this process). With a
+    pending archive, the driver JVM is told to exit (its stdin closes), waited for (the
+    archive is written during exit, a few seconds, once per installation) and the archive
+    renamed into place atomically, so a concurrent run never maps a half-written file.
+    ``exit_jvm`` (the command line, while it renders the report) ends the JVM the same
+    way, so its shutdown overlaps work instead of following it. A later call is a no-op.
     """
     global _pending
     from pyspark import SparkContext
@@ -130,9 +133,8 @@ def stop_session(spark: Any = None) -> None:
     if spark is not None:
         spark.stop()
     pending, _pending = _pending, None
-    if pending is None:
+    if pending is None and not exit_jvm:
         return
-    temp, final = pending
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)
     if gateway is None or proc is None:
@@ -145,9 +147,12 @@ def stop_session(spark: Any = None) -> None:
         if proc.stdin is not None:
             proc.stdin.close()
     try:
-        proc.wait(timeout=_DUMP_TIMEOUT_S)
+        proc.wait(timeout=_DUMP_TIMEOUT_S if pending else _EXIT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return
+    if pending is None:
+        return
+    temp, final = pending
     with contextlib.suppress(OSError):
         if temp.is_file() and temp.stat().st_size > 0:
             os.replace(temp, final)

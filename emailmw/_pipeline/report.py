@@ -1,8 +1,10 @@
 """``report.html``: one self-contained page (tables and PNG plots inlined) plus the PNGs.
 
-Everything plotted is an aggregate computed by Spark (the per-topic latency CDF and
-per-minute counts in ``topic_stats``, per-publisher figures, a bounded sample of round
-trips), so the driver never holds the archive.
+Everything plotted is an aggregate computed by Spark and collected in the
+:class:`~emailmw._pipeline.job.Overview` (the per-topic latency CDF and per-minute counts in
+``topic_stats``, per-publisher figures, a histogram of every answered call's round trip):
+the report itself is plain Python and needs no Spark session, and the driver never holds
+the archive.
 """
 
 from __future__ import annotations
@@ -18,14 +20,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from pyspark.sql import functions as F
 
-from .job import CDF_POINTS, Overview, Tables
+from .job import CDF_POINTS, Overview
 
 __all__ = ["write_report"]
 
 _MAX_ROWS = 200
-_RTT_SAMPLE = 50_000
 
 
 def _png(fig: Any, path: Path) -> str:
@@ -56,7 +56,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>{more}"
 
 
-def write_report(tables: Tables, overview: Overview, summary: dict[str, Any], out: Path) -> Path:
+def write_report(overview: Overview, summary: dict[str, Any], out: Path) -> Path:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     images: list[tuple[str, str]] = []
@@ -89,19 +89,20 @@ def write_report(tables: Tables, overview: Overview, summary: dict[str, Any], ou
         ax.legend(fontsize="small")
         images.append(("Latency CDF", _png(fig, plots / "latency_cdf.png")))
 
-    rtts = (
-        tables.service_calls.filter(F.col("answered"))
-        .select("service", "round_trip_ms")
-        .limit(_RTT_SAMPLE)
-        .collect()
-    )
-    if rtts:
-        by_service: dict[str, list[float]] = {}
-        for rtt in rtts:
-            by_service.setdefault(rtt["service"], []).append(rtt["round_trip_ms"])
+    if overview.round_trips:
+        by_service: dict[str, list[dict[str, Any]]] = {}
+        for row in overview.round_trips:
+            by_service.setdefault(row["service"], []).append(row)
         fig, ax = plt.subplots(figsize=(9, 4))
-        for service, values in sorted(by_service.items()):
-            ax.hist(values, bins=40, alpha=0.6, label=service)
+        for service, bins in sorted(by_service.items()):
+            ax.bar(
+                [b["low_ms"] for b in bins],
+                [b["calls"] for b in bins],
+                width=[max(b["high_ms"] - b["low_ms"], 1e-3) for b in bins],
+                align="edge",
+                alpha=0.6,
+                label=service,
+            )
         ax.set(title="Service round trips", xlabel="round trip (ms)", ylabel="calls")
         ax.legend(fontsize="small")
         images.append(("Round-trip histogram", _png(fig, plots / "round_trips.png")))

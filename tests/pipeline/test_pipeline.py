@@ -15,7 +15,14 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
-from emailmw._pipeline.job import MESSAGES_DDL, REJECTS_DDL, JobOptions, compute, run_job
+from emailmw._pipeline.job import (
+    MESSAGES_DDL,
+    REJECTS_DDL,
+    RTT_BINS,
+    JobOptions,
+    compute,
+    run_job,
+)
 from emailmw._pipeline.landing import LANDING_SCHEMA, Source, TableSink, land
 from emailmw.testing.archive import Archive, generate
 
@@ -106,6 +113,27 @@ def test_service_calls_join_requests_to_responses(
             assert row["round_trip_ms"] is None
         else:
             assert math.isclose(row["round_trip_ms"], call["rtt_ms"], rel_tol=1e-9)
+
+
+def test_round_trip_histogram_counts_every_answered_call(
+    spark: SparkSession, analyzed: tuple[Path, dict[str, Any]], archive: Archive
+) -> None:
+    out, _ = analyzed
+    _, overview = run_job(spark, out)
+    rtts = [c["rtt_ms"] for c in archive.expected["calls"] if c["rtt_ms"] is not None]
+    low, high = min(rtts), max(rtts)
+    width = (high - low) / RTT_BINS
+    want: dict[int, int] = {}
+    for rtt in rtts:
+        index = min(math.floor((rtt - low) / width), RTT_BINS - 1)
+        want[index] = want.get(index, 0) + 1
+    assert {r["service"] for r in overview.round_trips} == {
+        c["service"] for c in archive.expected["calls"]
+    }
+    assert {r["bin"]: r["calls"] for r in overview.round_trips} == want
+    for row in overview.round_trips:
+        assert math.isclose(row["low_ms"], low + row["bin"] * width, rel_tol=1e-9)
+        assert math.isclose(row["high_ms"], low + (row["bin"] + 1) * width, rel_tol=1e-9)
 
 
 def test_report_is_written(analyzed: tuple[Path, dict[str, Any]]) -> None:

@@ -327,7 +327,9 @@ def overview(tables: Tables, tally: Tally | None = None) -> Overview:
         F.coalesce(F.sum("duplicates"), F.lit(0)).alias("duplicate_responses"),
         F.percentile("round_trip_ms", 0.5).alias("round_trip_p50_ms"),
         F.max("round_trip_ms").alias("round_trip_max_ms"),
+        F.min("round_trip_ms").alias("round_trip_min_ms"),
     )
+    service_rows = rows(services.orderBy("service"))
     if tally is None:
         grouped = tables.rejects.groupBy("status", "reason").agg(F.count(F.lit(1)).alias("emails"))
         rejects = rows(grouped.orderBy(F.desc("emails"), "status", "reason"))
@@ -345,50 +347,63 @@ def overview(tables: Tables, tally: Tally | None = None) -> Overview:
         )
         kind_counts = {key[1]: n for key, n in tally.items() if key[0] == "kind"}
     return Overview(
-        round_trips=rows(_round_trip_histogram(tables.service_calls)),
+        round_trips=_round_trip_histogram(tables.service_calls, service_rows),
         topic_stats=rows(tables.topic_stats.orderBy("topic")),
         publisher_health=rows(
             tables.publisher_health.orderBy(F.desc("lost"), F.desc("duplicated"), "publisher_gid")
         ),
-        services=rows(services.orderBy("service")),
+        services=service_rows,
         rejects=rejects,
         kinds=kind_counts,
     )
 
 
-def _round_trip_histogram(service_calls: DataFrame) -> DataFrame:
-    """Every answered call's round trip, counted in ``RTT_BINS`` equal bins per service
-    (from its fastest to its slowest call; one bin when they are equal)."""
-    answered = service_calls.filter(F.col("answered") & F.col("round_trip_ms").isNotNull())
-    ranges = answered.groupBy("service").agg(
-        F.min("round_trip_ms").alias("lo"), F.max("round_trip_ms").alias("hi")
-    )
-    width = (F.col("hi") - F.col("lo")) / F.lit(RTT_BINS)
+def _round_trip_histogram(
+    service_calls: DataFrame, services: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every answered call's round trip, counted in ``RTT_BINS`` equal bins per service,
+    from its fastest to its slowest call (one bin when they are equal). ``services`` are
+    the overview's rows, which carry those bounds; no answered call, no job."""
+    ranges = {
+        s["service"] or "": (s["round_trip_min_ms"], s["round_trip_max_ms"])
+        for s in services
+        if s["round_trip_max_ms"] is not None
+    }
+    if not ranges:
+        return []
+
+    def lookup(position: int) -> Column:
+        pairs = [F.lit(v) for k, bounds in ranges.items() for v in (k, bounds[position])]
+        return F.create_map(*pairs)[F.coalesce(F.col("service"), F.lit(""))]
+
+    low, high = lookup(0), lookup(1)
     index = F.when(
-        F.col("hi") > F.col("lo"),
+        high > low,
         F.least(
-            F.floor((F.col("round_trip_ms") - F.col("lo")) / width).cast("int"),
+            F.floor((F.col("round_trip_ms") - low) / ((high - low) / F.lit(RTT_BINS))).cast("int"),
             F.lit(RTT_BINS - 1),
         ),
     ).otherwise(F.lit(0))
-    binned = answered.join(F.broadcast(ranges), "service").select(
-        "service", "lo", "hi", index.alias("bin")
-    )
-    width_of = (F.col("hi") - F.col("lo")) / F.lit(RTT_BINS)
-    return (
-        binned.groupBy("service", "lo", "hi", "bin")
+    counted = (
+        service_calls.filter(F.col("round_trip_ms").isNotNull())
+        .groupBy("service", index.alias("bin"))
         .agg(F.count(F.lit(1)).alias("calls"))
-        .select(
-            "service",
-            "bin",
-            (F.col("lo") + F.col("bin") * width_of).alias("low_ms"),
-            F.when(F.col("hi") > F.col("lo"), F.col("lo") + (F.col("bin") + 1) * width_of)
-            .otherwise(F.col("hi"))
-            .alias("high_ms"),
-            "calls",
-        )
-        .orderBy("service", "bin")
+        .collect()
     )
+    histogram = []
+    for row in sorted(counted, key=lambda r: (r["service"] or "", r["bin"])):
+        lo, hi = ranges[row["service"] or ""]
+        width = (hi - lo) / RTT_BINS
+        histogram.append(
+            {
+                "service": row["service"],
+                "bin": row["bin"],
+                "low_ms": lo + row["bin"] * width,
+                "high_ms": lo + (row["bin"] + 1) * width if hi > lo else hi,
+                "calls": row["calls"],
+            }
+        )
+    return histogram
 
 
 def run_job(spark: SparkSession, out: Path, tally: Tally | None = None) -> tuple[Tables, Overview]:

@@ -226,7 +226,8 @@ def partition_dir(column: str, value: object) -> str:
     return f"{column}={text}"
 
 
-Tally = Counter[tuple[str, ...]]  # ("kind", kind) and ("reject", status, reason) -> emails
+# ("kind", kind) and ("reject", status, reason) -> emails
+Tally = Counter[tuple[str | None, ...]]
 
 
 @dataclass
@@ -306,9 +307,7 @@ class TableSink:
         )
         days = [None if us is None else us // _DAY_US for us in micros.to_pylist()]
         columns = {
-            field.name: messages[field.name]
-            for field in MESSAGES_SCHEMA
-            if field.name in messages.column_names
+            name: messages[name] for name in MESSAGES_SCHEMA.names if name in messages.column_names
         }
         columns["latency_ms"] = latency
         table = pa.table(

@@ -222,9 +222,13 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if request.release_spark:
         from .jvm import stop_session
 
-        stopper = threading.Thread(
-            target=stop_session, kwargs={"exit_jvm": True}, name="spark-stop", daemon=True
-        )
+        def release() -> None:
+            try:
+                stop_session(exit_jvm=True)
+            except Exception as exc:  # noqa: BLE001 - the tables are written; say it, go on
+                _say(f"stopping Spark failed: {exc}")
+
+        stopper = threading.Thread(target=release, name="spark-stop", daemon=True)
         stopper.start()
     try:
         if request.report:

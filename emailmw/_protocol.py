@@ -49,16 +49,18 @@ __all__ = [
     "response_email",
 ]
 
-_METADATA_HEADERS: Final = frozenset(
-    h.lower()
-    for h in (
+# emailmw's metadata headers, name -> lower-case name (look-ups skip the lower-casing)
+_LOWER: Final = {
+    name: name.lower()
+    for name in (
         HEADER_SOURCE_TIMESTAMP,
         HEADER_PUBLISHER_GID,
         HEADER_PUBLISHER_SEQUENCE_NUMBER,
         HEADER_CLIENT_GID,
         HEADER_REQUEST_SEQUENCE_NUMBER,
     )
-)
+}
+_METADATA_HEADERS: Final = frozenset(_LOWER.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,16 +185,6 @@ def response_email(request: Email, response: str, *, from_: str, timestamp_ns: i
     )
 
 
-_LOWER: Final = {
-    name: name.lower()
-    for name in (
-        HEADER_SOURCE_TIMESTAMP,
-        HEADER_PUBLISHER_GID,
-        HEADER_PUBLISHER_SEQUENCE_NUMBER,
-        HEADER_CLIENT_GID,
-        HEADER_REQUEST_SEQUENCE_NUMBER,
-    )
-}
 Metadata = tuple[bool, int, int, int | None]
 
 

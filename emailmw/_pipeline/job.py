@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -43,11 +44,16 @@ CDF_POINTS = [i / 100 for i in range(1, 101)]
 # the report's round-trip histogram: this many equal bins from each service's fastest
 # answered call to its slowest
 RTT_BINS = 40
-LANDING_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in LANDING_SCHEMA)
-MESSAGES_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in MESSAGES_SCHEMA)
-REJECTS_DDL = ", ".join(
-    f"{name} {_SPARK_TYPES[str(LANDING_SCHEMA.field(name).type)]}" for name in REJECTS_COLUMNS
-)
+
+
+def _ddl(fields: Iterable[pa.Field]) -> str:
+    """A Spark schema string for Arrow fields."""
+    return ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in fields)
+
+
+LANDING_DDL = _ddl(LANDING_SCHEMA)
+MESSAGES_DDL = _ddl(MESSAGES_SCHEMA)
+REJECTS_DDL = _ddl(LANDING_SCHEMA.field(name) for name in REJECTS_COLUMNS)
 AGGREGATES = ("topic_stats", "service_calls", "publisher_health")
 
 

@@ -304,6 +304,26 @@ def test_topmost_received_header_is_kept() -> None:
     assert parse_email(raw).headers["Received"] == "from top by mail.example.test"
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["X-A", "x-a", "X-B", "Y", "y", "Received"]), st.integers(0, 9)),
+        max_size=8,
+    )
+)
+def test_the_first_of_repeated_headers_wins_whatever_its_case(
+    extra: list[tuple[str, int]],
+) -> None:
+    raw = b"Subject: first\r\n" + b"".join(f"{n}: {v}\r\n".encode() for n, v in extra)
+    raw += b"subject: second\r\n\r\nbody"
+    headers = parse_email(raw).headers
+    expected: dict[str, tuple[str, str]] = {}
+    for name, value in extra:  # first occurrence wins, in first-seen order
+        expected.setdefault(name.lower(), (name, str(value)))
+    assert parse_email(raw).subject == "first"
+    assert list(headers.items()) == list(expected.values())
+
+
 def test_mbox_from_line_is_skipped() -> None:
     raw = (
         b"From alice@example.test Sun Nov 22 12:00:00 2026\nSubject: t\nFrom: a@example.test\n\nb\n"

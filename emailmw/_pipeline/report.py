@@ -45,6 +45,8 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
             return f"{value:,.2f}"
         if isinstance(value, int) and not isinstance(value, bool):
             return f"{value:,}"
+        if isinstance(value, dt.datetime):  # UTC-aware, as the tables hold them
+            return html.escape(value.isoformat(sep=" ", timespec="milliseconds"))
         return html.escape(str(value))
 
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from emailmw._pipeline.job import (
     REJECTS_DDL,
     RTT_BINS,
     JobOptions,
+    Overview,
     compute,
     run_job,
 )
@@ -115,11 +117,36 @@ def test_service_calls_join_requests_to_responses(
             assert math.isclose(row["round_trip_ms"], call["rtt_ms"], rel_tol=1e-9)
 
 
-def test_round_trip_histogram_counts_every_answered_call(
-    spark: SparkSession, analyzed: tuple[Path, dict[str, Any]], archive: Archive
+@pytest.fixture(scope="module")
+def overview(spark: SparkSession, analyzed: tuple[Path, dict[str, Any]]) -> Overview:
+    out, _ = analyzed
+    return run_job(spark, out)[1]
+
+
+def test_overview_holds_the_small_tables_in_order(
+    spark: SparkSession, analyzed: tuple[Path, dict[str, Any]], overview: Overview
 ) -> None:
     out, _ = analyzed
-    _, overview = run_job(spark, out)
+    topics = sorted(_table(spark, out, "topic_stats"), key=lambda r: r["topic"])
+    assert [r["topic"] for r in overview.topic_stats] == [r["topic"] for r in topics]
+    for row, want in zip(overview.topic_stats, topics, strict=True):
+        for key in ("first", "last"):  # the report shows them: UTC, and saying so
+            assert row[key].utcoffset() == dt.timedelta(0)
+            assert row[key].timestamp() == want[key].timestamp()
+        assert row["latency_cdf_ms"] == want["latency_cdf_ms"]
+        assert [p["messages"] for p in row["per_minute"]] == [
+            p["messages"] for p in want["per_minute"]
+        ]
+    health = overview.publisher_health
+    assert len(health) == len(_table(spark, out, "publisher_health"))
+    order = [(-h["lost"], -h["duplicated"], h["publisher_gid"]) for h in health]
+    assert order == sorted(order)
+    assert health[0]["lost"] > 0  # the generator's gaps: the worst publisher comes first
+
+
+def test_round_trip_histogram_counts_every_answered_call(
+    archive: Archive, overview: Overview
+) -> None:
     rtts = [c["rtt_ms"] for c in archive.expected["calls"] if c["rtt_ms"] is not None]
     low, high = min(rtts), max(rtts)
     width = (high - low) / RTT_BINS
@@ -303,6 +330,24 @@ def test_the_landing_tally_counts_what_spark_counts(
     assert tallied.kinds == counted.kinds
     assert tallied.rejects == counted.rejects
     assert tallied.summary() == counted.summary()
+
+
+def test_an_archive_without_services_gets_an_empty_service_calls_table(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """No request landed, so no job computes service_calls: the table is still there, empty,
+    with the columns and types Spark's own job writes."""
+    generate(topics=2, services=0).write_mbox(tmp_path / "a.mbox")
+    summary = _run(spark, [tmp_path / "a.mbox"], tmp_path / "out", report=False)
+    assert summary["calls"] == 0
+    skipped = spark.read.parquet(str(tmp_path / "out" / "service_calls"))
+    assert skipped.count() == 0
+    run_job(spark, tmp_path / "out")  # no tally: Spark computes and writes it
+    computed = spark.read.parquet(str(tmp_path / "out" / "service_calls"))
+    assert computed.count() == 0
+    columns = [(f.name, f.dataType) for f in computed.schema]
+    assert [(f.name, f.dataType) for f in skipped.schema] == columns
+    assert "round_trip_ms" in computed.columns
 
 
 def test_command_line(tmp_path: Path) -> None:

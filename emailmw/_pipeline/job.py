@@ -296,6 +296,12 @@ class Overview:
         }
 
 
+def _no_request(tally: Tally | None) -> bool:
+    """The landing counted what it wrote and no request was among it: ``service_calls``
+    is empty."""
+    return tally is not None and tally.get(("kind", "request"), 0) == 0
+
+
 def overview(
     tables: Tables, tally: Tally | None = None, *, collected: dict[str, pa.Table] | None = None
 ) -> Overview:
@@ -322,10 +328,9 @@ def overview(
     def nulls_first(value: Any) -> tuple[bool, Any]:  # Spark's ascending order
         return value is not None, value
 
-    requests = None if tally is None else tally.get(("kind", "request"), 0)
     service_rows = (
         []
-        if requests == 0
+        if _no_request(tally)
         else rows(
             """SELECT service, count(1) AS calls,
              coalesce(sum(CAST(answered AS INT)), 0) AS answered,
@@ -442,16 +447,13 @@ def run_job(spark: SparkSession, out: Path, tally: Tally | None = None) -> tuple
     messages = read("messages", MESSAGES_DDL)
     computed = dict(zip(AGGREGATES, aggregate(messages), strict=True))
 
-    # the landing counted no request: service_calls is empty, no job needs to say so
-    no_calls = tally is not None and tally.get(("kind", "request"), 0) == 0
-
     def write(name: str) -> pa.Table | None:
         frame = computed[name]
-        if name == "service_calls" and no_calls:
-            _write_small(to_arrow_schema(frame.schema).empty_table(), out / name)
-            return None
-        if name == "service_calls":  # grows with the archive: Spark writes it, a file a task
-            frame.write.mode("overwrite").parquet(str(out / name))
+        if name == "service_calls":
+            if _no_request(tally):  # empty: no job needs to say so
+                _write_small(to_arrow_schema(frame.schema).empty_table(), out / name)
+            else:  # grows with the archive: Spark writes it, a file a task
+                frame.write.mode("overwrite").parquet(str(out / name))
             return None
         # The per-topic and per-publisher tables are small (they grow with topics and
         # publishers, never with messages) and the overview needs them on the driver

@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +84,8 @@ MESSAGES_SCHEMA: Final = pa.schema(
         ("day", pa.date32()),
     ]
 )
+# the columns of a messages file (topic and day are in its directory names)
+_MESSAGE_FILE_COLUMNS: Final = [n for n in MESSAGES_SCHEMA.names if n not in ("topic", "day")]
 REJECTS_COLUMNS: Final = ("source", "mailbox", "key", "status", "reason", "topic", "size")
 # Parquet dictionary encoding only where values repeat: on unique columns (message_id, key,
 # the timestamps) pyarrow builds a dictionary, gives up and writes plain anyway. A landing
@@ -322,13 +324,11 @@ class TableSink:
             pa.int64(),
             mask=pc.is_null(micros).to_numpy(zero_copy_only=False),
         )
-        columns = {
-            name: messages[name] for name in MESSAGES_SCHEMA.names if name in messages.column_names
-        }
-        columns["latency_ms"] = latency
         table = pa.table(
-            [columns[f] for f in MESSAGES_SCHEMA.names if f not in ("topic", "day")],
-            names=[f for f in MESSAGES_SCHEMA.names if f not in ("topic", "day")],
+            {
+                column: latency if column == "latency_ms" else messages[column]
+                for column in _MESSAGE_FILE_COLUMNS
+            }
         )
         # the rows of each topic-day, in their order (a single-threaded group_by keeps it)
         keyed = pa.table(
@@ -473,15 +473,11 @@ def _task_size(task: tuple[Any, ...], kind: str) -> int:
 
 
 def _tasks(
-    sources: list[Source], landing: Path, workers: int, sink: TableSink | None
+    sources: Iterable[Source], landing: Path, workers: int, sink: TableSink | None
 ) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """(kind, task) for every part of every source, as the sources are walked; each
-    source's landing directory is emptied first (a source named twice lands once)."""
-    seen: set[str] = set()
+    source's landing directory is emptied first."""
     for source in sources:
-        if source.digest in seen:
-            continue
-        seen.add(source.digest)
         out_dir = landing / f"src={source.digest}"
         shutil.rmtree(out_dir, ignore_errors=True)
         out_dir.mkdir(parents=True)
@@ -513,6 +509,9 @@ def land(
     if sink is not None:
         sink.prepare()
     workers = workers or max(1, os.cpu_count() or 1)
+    unique: dict[str, Source] = {}  # a source named twice lands once
+    for source in sources:
+        unique.setdefault(source.digest, source)
     # Workers come from a fork server, never a fork of this process: the Spark driver starts
     # in another thread meanwhile, and a fork taken while that thread holds a lock (imports,
     # the JVM launch) left workers hung forever in a test run. The server imports this
@@ -523,7 +522,7 @@ def land(
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         # each part is handed out as soon as the walk has made it: the first Maildir part
         # starts after 20,000 directory entries, not after the whole directory
-        for kind, task in _tasks(sources, landing, workers, sink):
+        for kind, task in _tasks(unique.values(), landing, workers, sink):
             work = _land_files if kind == "maildir" else _land_mbox_range
             submitted.append((pool.submit(work, task), _task_size(task, kind)))
         total = sum(size for _, size in submitted)
@@ -537,4 +536,4 @@ def land(
                 progress(done, total)
     if sink is not None:
         sink.finish()
-    return list(dict.fromkeys(landing / f"src={source.digest}" for source in sources))
+    return [landing / f"src={digest}" for digest in unique]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import ConfigError
-from .landing import Source, TableSink, land, maildirs
+from .landing import Source, TableSink, land, maildirs, start_workers
 
 __all__ = ["AnalyzeRequest", "analyze", "parse_time"]
 
@@ -147,6 +147,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     out = request.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     archives, earlier = _classify(request)
+    if archives:
+        start_workers()  # their imports overlap the count and the JVM's start
 
     # The JVM starts while the archives land (with the class-data archive of jvm.py it
     # needs ~3 CPU-seconds). Running a warm-up job there as well was measured and dropped:

@@ -12,10 +12,12 @@ archive's size. In a plain run they also write the ``messages`` and ``rejects`` 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import email.utils
 import fnmatch
 import functools
+import gc
 import hashlib
 import mmap
 import multiprocessing
@@ -394,19 +396,34 @@ def _read_file(path: str) -> bytes:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a worker lands a part. The part's rows (tuples,
+    all alive until it is written) made every collection walk a longer list, for nothing:
+    the parse makes no reference cycles. 3-6 % of a worker's time (0.5-1.1 us a message)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _land_files(
     task: tuple[str, list[tuple[str, str, str]], str, TableSink | None],
 ) -> Tally | None:
     source, files, out, sink = task
     columns = _Columns(source)
-    for path, mailbox, name in files:
-        try:
-            raw = _read_file(path)
-        except FileNotFoundError:
-            continue  # moved or expunged while we walked
-        key = name.partition(":2,")[0]
-        columns.add(mailbox, key, _row(raw, maildir_name_ns(name)))
-    return columns.write(Path(out), sink)
+    with _gc_paused():
+        for path, mailbox, name in files:
+            try:
+                raw = _read_file(path)
+            except FileNotFoundError:
+                continue  # moved or expunged while we walked
+            key = name.partition(":2,")[0]
+            columns.add(mailbox, key, _row(raw, maildir_name_ns(name)))
+        return columns.write(Path(out), sink)
 
 
 def _maildir_tasks(
@@ -447,7 +464,11 @@ def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
 def _land_mbox_range(task: tuple[str, str, str, int, int, str, TableSink | None]) -> Tally | None:
     source, path, mailbox, start, end, out, sink = task
     columns = _Columns(source)
-    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
+    with (
+        _gc_paused(),
+        open(path, "rb") as handle,
+        mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m,
+    ):
         find = m.find
         pos = start
         while pos < end:  # one copy per message: the bytes between envelope and blank line
@@ -466,7 +487,7 @@ def _land_mbox_range(task: tuple[str, str, str, int, int, str, TableSink | None]
             if raw and not raw.isspace():
                 columns.add(mailbox, f"{pos:016d}", _row(raw, None))
             pos = stop
-    return columns.write(Path(out), sink)
+        return columns.write(Path(out), sink)
 
 
 def _task_size(task: tuple[Any, ...], kind: str) -> int:

@@ -19,7 +19,7 @@ from emailmw import (
     build_email,
     parse_email,
 )
-from emailmw._wire import make_reply, new_message_id
+from emailmw._wire import make_reply, new_message_id, parse_head
 
 # --------------------------------------------------------------------------- strategies
 
@@ -102,6 +102,81 @@ def test_build_parse_round_trips_exactly(
         references=(in_reply_to,) if in_reply_to else (),
     )
     assert parse_email(build_email(sent)) == sent
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    subject=names,
+    body=bodies,
+    headers=st.dictionaries(header_names, header_values, max_size=6),
+    cc=st.lists(addresses, max_size=2),
+    in_reply_to=st.one_of(st.none(), msgids),
+    lf=st.booleans(),
+)
+def test_parse_head_reads_every_header_as_parse_does(
+    subject: str,
+    body: str,
+    headers: dict[str, str],
+    cc: list[str],
+    in_reply_to: str | None,
+    lf: bool,
+) -> None:
+    """The archive pipeline reads stored mail with parse_head(): the same fields as parse()."""
+    raw = build_email(
+        Email(
+            subject,
+            body,
+            "Robot <robot@example.test>",
+            ["alice@example.test"],
+            cc,
+            headers=Headers(headers),
+            message_id=new_message_id("robot@example.test"),
+            in_reply_to=in_reply_to,
+            references=(in_reply_to,) if in_reply_to else (),
+        )
+    )
+    if lf:
+        raw = raw.replace(b"\r\n", b"\n")
+    parsed = parse_email(raw)
+    head = parse_head(raw)
+    assert head.subject == parsed.subject
+    assert (head.from_, head.to, head.cc, head.bcc, head.reply_to) == (
+        parsed.from_, parsed.to, parsed.cc, parsed.bcc, parsed.reply_to,
+    )  # fmt: skip
+    assert (head.message_id, head.in_reply_to, head.references) == (
+        parsed.message_id, parsed.in_reply_to, parsed.references,
+    )  # fmt: skip
+    assert Headers(value for value in head.extra.values()) == parsed.headers
+    for name in headers:
+        assert head._lookup(name.lower()) == parsed.headers[name]
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b"From: MAILER-DAEMON\r\n\r\nno subject\r\n", ForeignEmailError),
+        (b"Subject: hi\r\nContent-Type: text/html\r\n\r\n<p>hi</p>\r\n", ForeignEmailError),
+        (b"Subject: =?utf-8?q?a=0D=0Ab?=\r\n\r\nbody", MalformedEmailError),
+        (b"no colon here\r\n\r\nbody", MalformedEmailError),
+    ],
+)
+def test_parse_head_refuses_what_parse_refuses_for_its_headers(
+    raw: bytes, error: type[Exception]
+) -> None:
+    with pytest.raises(error) as by_parse:
+        parse_email(raw)
+    with pytest.raises(error) as by_head:
+        parse_head(raw)
+    assert type(by_head.value) is type(by_parse.value)
+    assert str(by_head.value) == str(by_parse.value)
+
+
+def test_parse_head_leaves_the_body_alone() -> None:
+    """A body parse() refuses (not UTF-8 here) does not stop the header read."""
+    raw = b"Subject: t\r\n\r\n\xff\xfe not utf-8"
+    with pytest.raises(MalformedEmailError):
+        parse_email(raw)
+    assert parse_head(raw).subject == "t"
 
 
 @settings(max_examples=100, deadline=None)

@@ -3,8 +3,9 @@
 Spark pays dearly for many small files (listing 200k Maildir files takes it ~7 s and every
 file is a task input), so archives are read here instead: ``os.scandir`` over Maildirs, a
 streaming split of mbox files, each message parsed once with emailmw's own wire format
-(:func:`emailmw._wire.parse` with ``headers_only``) and classified with its own protocol
-(:func:`emailmw._protocol.read_metadata`, what ``classify`` reads). Worker processes each
+(:func:`emailmw._wire.parse_head`, which is :func:`~emailmw._wire.parse` without the body)
+and classified with its own protocol (:func:`emailmw._protocol.read_metadata`, what
+``classify`` reads). Worker processes each
 write their own Parquet part (zstd), so memory stays bounded by one batch whatever the
 archive's size. In a plain run they also write the ``messages`` and ``rejects`` tables
 (:class:`TableSink`); Spark then reads only these compact files.
@@ -39,7 +40,7 @@ import pyarrow.parquet as pq
 
 from .._exceptions import MalformedEmailError
 from .._protocol import Unroutable, read_metadata
-from .._wire import ForeignEmailError, parse
+from .._wire import ForeignEmailError, parse_head
 
 __all__ = [
     "LANDING_SCHEMA",
@@ -101,7 +102,6 @@ _DICTIONARY_COLUMNS: Final = [
 _BATCH: Final = 20_000
 _READ_CHUNK: Final = 1 << 16
 _DOVECOT_NAME: Final = re.compile(r"^(\d+)\.M(\d+)P")
-_LARGE: Final = 1 << 30
 _MBOXRD_QUOTED: Final = re.compile(rb"(?m)^>(>*From )")
 
 
@@ -162,16 +162,16 @@ def _row(raw: bytes, name_ns: int | None) -> _Row:
     # client_gid, request_seq, source_ns, delivered_ns, size, from_addr, to_addr
     size = len(raw)
     try:
-        parsed = parse(raw, max_size=_LARGE, headers_only=True)
+        parsed = parse_head(raw)
     except ForeignEmailError as exc:
         return ("foreign", str(exc), *_NONE_10, size, None, None)
     except MalformedEmailError as exc:
         return ("malformed", str(exc), *_NONE_10, size, None, None)
-    headers = parsed.headers
-    delivered = delivery_time(headers.get("Received"), headers.get("Date"), name_ns)
+    lookup = parsed._lookup
+    delivered = delivery_time(lookup("received"), lookup("date"), name_ns)
     message_id = parsed.message_id
     to = ", ".join(parsed.to)
-    metadata = read_metadata(headers)  # classify()'s reading, without its route objects
+    metadata = read_metadata(parsed)  # classify()'s reading, without its route objects
     if isinstance(metadata, Unroutable):
         return (
             "malformed" if metadata.malformed else "foreign", metadata.reason, None,

@@ -41,8 +41,8 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/intraprocess.py --json bench/results/intraprocess.json
 	$(PY) bench/email_latency.py --json bench/results/email_latency.json
-	$(PY) bench/pipeline.py --messages 200000 --format maildir --json bench/results/pipeline_maildir.json
-	$(PY) bench/pipeline.py --messages 2000000 --format mbox --json bench/results/pipeline_mbox.json
+	$(PY) bench/pipeline.py --messages 200000 --format maildir --repeat 3 --json bench/results/pipeline_maildir.json
+	$(PY) bench/pipeline.py --messages 2000000 --format mbox --repeat 3 --json bench/results/pipeline_mbox.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -5,10 +5,10 @@ file is a task input), so archives are read here instead: ``os.scandir`` over Ma
 streaming split of mbox files, each message parsed once with emailmw's own wire format
 (:func:`emailmw._wire.parse_head`, which is :func:`~emailmw._wire.parse` without the body)
 and classified with its own protocol (:func:`emailmw._protocol.read_metadata`, what
-``classify`` reads). Worker processes each
-write their own Parquet part (zstd), so memory stays bounded by one batch whatever the
-archive's size. In a plain run they also write the ``messages`` and ``rejects`` tables
-(:class:`TableSink`); Spark then reads only these compact files.
+``classify`` reads). Worker processes each write their own Parquet part (zstd), so memory
+stays bounded by one batch whatever the archive's size. In a plain run they also write the
+``messages`` and ``rejects`` tables (:class:`TableSink`); Spark then reads only these
+compact files.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ from ._wire import (
     HEADER_PUBLISHER_SEQUENCE_NUMBER,
     HEADER_REQUEST_SEQUENCE_NUMBER,
     HEADER_SOURCE_TIMESTAMP,
-    Head,
     make_reply,
     validate_header,
 )
@@ -189,7 +188,7 @@ def response_email(request: Email, response: str, *, from_: str, timestamp_ns: i
 Metadata = tuple[bool, int, int, int | None]
 
 
-def _uint(headers: Headers | Head, name: str) -> int | None:
+def _uint(headers: Headers, name: str) -> int | None:
     """The header as a non-negative integer; None if absent; ValueError if not a number."""
     value = headers._lookup(_LOWER[name])
     if value is None:
@@ -200,7 +199,7 @@ def _uint(headers: Headers | Head, name: str) -> int | None:
     return int(value)
 
 
-def _gid(headers: Headers | Head, name: str) -> int:
+def _gid(headers: Headers, name: str) -> int:
     text = headers._lookup(_LOWER[name]) or ""
     try:
         return gid_value(text)
@@ -208,14 +207,14 @@ def _gid(headers: Headers | Head, name: str) -> int:
         raise ValueError(f"{name} is not a GID: {text[:40]!r}") from None
 
 
-def read_metadata(headers: Headers | Head) -> Metadata | Unroutable:
+def read_metadata(headers: Headers) -> Metadata | Unroutable:
     """emailmw's metadata headers as plain values, or why they are missing or broken.
 
     Returns ``(is_service, source_timestamp, gid, sequence_number)``: a service email's
     ``Client-GID`` and ``Request-Sequence-Number`` (never None), else a topic message's
     ``Publisher-GID`` and ``Publisher-Sequence-Number`` (None when absent, as from
     rmw_email). :func:`classify` is this plus the route objects; the archive pipeline calls
-    it directly, once per stored email, with the :class:`~emailmw._wire.Head` it read.
+    it directly, once per stored email.
     """
     has_client = headers._lookup(_LOWER[HEADER_CLIENT_GID]) is not None
     if not has_client and headers._lookup(_LOWER[HEADER_PUBLISHER_GID]) is None:

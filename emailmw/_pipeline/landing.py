@@ -167,11 +167,11 @@ def _row(raw: bytes, name_ns: int | None) -> _Row:
         return ("foreign", str(exc), *_NONE_10, size, None, None)
     except MalformedEmailError as exc:
         return ("malformed", str(exc), *_NONE_10, size, None, None)
-    lookup = parsed._lookup
-    delivered = delivery_time(lookup("received"), lookup("date"), name_ns)
+    headers = parsed.headers
+    delivered = delivery_time(headers._lookup("received"), headers._lookup("date"), name_ns)
     message_id = parsed.message_id
     to = ", ".join(parsed.to)
-    metadata = read_metadata(parsed)  # classify()'s reading, without its route objects
+    metadata = read_metadata(headers)  # classify()'s reading, without its route objects
     if isinstance(metadata, Unroutable):
         return (
             "malformed" if metadata.malformed else "foreign", metadata.reason, None,

@@ -41,8 +41,9 @@ __all__ = [
 ]
 
 _SPARK_TYPES = {"string": "string", "int64": "bigint", "double": "double", "date32[day]": "date"}
-# below this many messages the driver JIT-compiles with C1 only (see jvm.py)
-SHORT_JOB_MESSAGES = 500_000
+# below this many messages (the rough count made before landing) the driver JIT-compiles
+# with C1 only (see jvm.py)
+SHORT_JOB_MESSAGES = 3_000_000
 # latency_cdf_ms[i] is the (i + 1)th percentile: [49] is p50, [89] p90, [98] p99
 CDF_POINTS = [i / 100 for i in range(1, 101)]
 # the report's round-trip histogram: this many equal bins from each service's fastest

@@ -11,9 +11,12 @@ that without changing a result:
   waits for) under ``$EMAILMW_CACHE_DIR`` (default ``~/.cache/emailmw``), keyed by the
   Java binary and the PySpark installation. A stale or damaged archive is ignored by the
   JVM (``-Xshare:auto``), never fatal.
-* ``-XX:TieredStopAtLevel=1`` (C1 only) for short jobs, which never reach C2's pay-off.
-  Measured on 2 cores: 200k messages 16.6 s with C1 against 18.4 s tiered; 2M messages
-  the job took 33.9 s with C1 against 25.0 s tiered, so long jobs keep the default.
+* ``-XX:TieredStopAtLevel=1`` (C1 only) for jobs up to a few million messages, which do
+  not reach C2's pay-off. C1 also halves the JVM's start-up CPU (2.3 against 4.2
+  CPU-seconds), which the landing shares the cores with. Measured on 2 cores, whole runs:
+  200k messages 16.6 s with C1 against 18.4 s tiered; 2M messages faster in seven
+  alternating pairs of seven (29.3-32.0 s against 30.8-35.2 s: the landing gained, the
+  job came out even). At 5M two pairs were inconclusive, so longer jobs keep the default.
 
 * ``-XX:+UseParallelGC``: a batch job wants throughput. G1's concurrent cycles, started
   over and over by the Parquet and shuffle buffers it counts as humongous (28 of them in a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import string
 
 import pytest
@@ -19,7 +20,7 @@ from emailmw import (
     build_email,
     parse_email,
 )
-from emailmw._wire import make_reply, new_message_id, parse_head
+from emailmw._wire import Head, make_reply, new_message_id, parse_head
 
 # --------------------------------------------------------------------------- strategies
 
@@ -168,6 +169,13 @@ def test_parse_head_refuses_what_parse_refuses_for_its_headers(
         parse_head(raw)
     assert type(by_head.value) is type(by_parse.value)
     assert str(by_head.value) == str(by_parse.value)
+
+
+def test_head_fields_are_the_email_constructors_after_body() -> None:
+    """parse() builds its Email positionally from a Head: same names, same order."""
+    names = list(inspect.signature(Email).parameters)
+    assert names[:2] == ["subject", "body"]
+    assert list(Head._fields) == [names[0], *names[2:]]
 
 
 def test_parse_head_leaves_the_body_alone() -> None:

@@ -241,9 +241,9 @@ def main() -> int:
     # Alternating runs: this machine's pace drifts by 20-30 % within minutes, and a drift
     # then weighs on both sides alike. Each figure is the median of its runs.
     runs = []
+    out = CACHE / f"out-{args.format}-{args.messages}"
     for _ in range(max(1, args.repeat)):
         baseline_s = baseline(archive)
-        out = CACHE / f"out-{args.format}-{args.messages}"
         analyze_s, peak_mb, output = run_analyze(archive, out)
         run = {"baseline_s": baseline_s, "analyze_s": analyze_s, "peak_rss_mb": peak_mb}
         runs.append({key: round(value, 2) for key, value in run.items()})

@@ -495,13 +495,18 @@ def _task_size(task: tuple[Any, ...], kind: str) -> int:
     return len(task[1]) if kind == "maildir" else int(task[4]) - int(task[3])
 
 
+def _source_dir(landing: Path, source: Source) -> Path:
+    """Where ``source`` lands under the ``landing`` directory."""
+    return landing / f"src={source.digest}"
+
+
 def _tasks(
     sources: Iterable[Source], landing: Path, workers: int, sink: TableSink | None
 ) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """(kind, task) for every part of every source, as the sources are walked; each
     source's landing directory is emptied first."""
     for source in sources:
-        out_dir = landing / f"src={source.digest}"
+        out_dir = _source_dir(landing, source)
         shutil.rmtree(out_dir, ignore_errors=True)
         out_dir.mkdir(parents=True)
         if source.kind == "maildir":
@@ -573,4 +578,4 @@ def land(
                 progress(done, total)
     if sink is not None:
         sink.finish()
-    return [landing / f"src={digest}" for digest in unique]
+    return [_source_dir(landing, source) for source in unique.values()]

@@ -100,6 +100,12 @@ def _classify(request: AnalyzeRequest) -> tuple[list[Source], list[Path]]:
         if path.is_dir() and (path / "_landing").is_dir():
             earlier.extend(sorted((path / "_landing").glob("src=*")))
         elif path.is_dir():
+            if next(maildirs(path), None) is None:  # a mistyped path must not analyze as empty
+                raise ConfigError(
+                    "no Maildir here (a directory with cur/ and new/, at or below it);"
+                    " an mbox is given as its file",
+                    source=text,
+                )
             archives.append(Source("maildir", path.resolve(), str(path)))
         else:
             archives.append(Source("mbox", path.resolve(), str(path)))

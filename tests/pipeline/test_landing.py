@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from emailmw._exceptions import ConfigError
+from emailmw._pipeline.analyze import AnalyzeRequest, analyze
 from emailmw._pipeline.landing import delivery_time, describe, maildir_name_ns
 from emailmw._protocol import Recipients, publish_email, request_email, response_email
 from emailmw._types import Gid
@@ -51,3 +57,13 @@ def test_delivery_time_prefers_received_and_refines_with_maildir_name() -> None:
     assert delivery_time(received, None, name) == name  # same second: refined
     assert delivery_time(received, None, name + 5 * 10**9) == whole  # disagrees: Received wins
     assert delivery_time(None, None, None) is None
+
+
+def test_a_directory_without_a_maildir_is_an_error_not_an_empty_archive(tmp_path: Path) -> None:
+    """A mistyped path, or an mbox's folder given for its file, must not analyze as no mail."""
+    (tmp_path / "mail").mkdir()
+    (tmp_path / "mail" / "archive.mbox").write_bytes(b"From x\r\nSubject: t\r\n\r\nb\r\n")
+    with pytest.raises(ConfigError, match="no Maildir here") as raised:
+        analyze(AnalyzeRequest([str(tmp_path / "mail")], tmp_path / "out", report=False))
+    assert str(tmp_path / "mail") in str(raised.value)
+    assert not (tmp_path / "out" / "_landing").exists()  # refused before anything was read

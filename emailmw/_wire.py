@@ -100,7 +100,7 @@ _ONLY_ENCODED_WORDS_RE: Final = re.compile(
 _MSGID_RE: Final = re.compile(r"<[^<>\s]+>")
 # One unfolded header line: the name, then the value without surrounding blanks. A line
 # that ends in a blank does not match (the slower path strips it): the value is the rest of
-# the line, found without backtracking to its last character (2.9-3.3 against 3.8 us for
+# the line, found without backtracking to its last character (3.9 against 4.6 us for
 # emailmw's usual block).
 _HEADER_LINE_RE: Final = re.compile(r"(?m)^([!-9;-~]+):[ \t]*([^\n]*)(?<![ \t])$")
 # Control characters that are not safe in a 7bit/8bit body (everything below 0x20 but TAB

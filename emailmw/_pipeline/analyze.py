@@ -147,6 +147,42 @@ def _import_report() -> None:
         importlib.import_module(".report", __package__)
 
 
+class _EarlyTopicPlots:
+    """The report's per-topic plots, drawn as soon as ``topic_stats`` is on the driver.
+
+    That table is usually ready well before ``publisher_health``, whose window stage often
+    ends on one task with the other core idle: the plots are drawn then rather than after
+    the job (about 0.25 s of the report at 2M messages). Any failure here only means the
+    report draws them itself, where a real error shows.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self._plots = out / "plots"
+        self._thread: threading.Thread | None = None
+        self._images: list[tuple[str, str]] | None = None
+
+    def collected(self, name: str, table: Any) -> None:  # run_job's on_collected
+        if name == "topic_stats" and self._thread is None:
+            self._thread = threading.Thread(
+                target=self._draw, args=(table,), name="report-topic-plots", daemon=True
+            )
+            self._thread.start()
+
+    def _draw(self, table: Any) -> None:
+        with contextlib.suppress(Exception):
+            from .job import topic_rows
+            from .report import topic_plots
+
+            self._plots.mkdir(parents=True, exist_ok=True)
+            self._images = topic_plots(topic_rows(table), self._plots)
+
+    def images(self) -> list[tuple[str, str]] | None:
+        """The drawn plots (waiting for the drawing), or None if they were not drawn."""
+        if self._thread is not None:
+            self._thread.join()
+        return self._images
+
+
 def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     """Run the whole job; returns the summary figures."""
     started = time.monotonic()
@@ -216,6 +252,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     from .job import JobOptions, run_job, write_landed
 
     phases["spark_start"] = time.monotonic() - mark
+    early = _EarlyTopicPlots(out) if request.report else None
     if request.report:  # matplotlib takes a second to import: do it while Spark works
         threading.Thread(target=_import_report, name="report-import", daemon=True).start()
     mark = time.monotonic()
@@ -223,7 +260,12 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if sink is None:
         options = JobOptions(request.since_ns, request.until_ns, request.topic_glob)
         write_landed(session["spark"], dirs, out, options, deduplicate=True)
-    _, overview = run_job(session["spark"], out, None if sink is None else sink.tally)
+    _, overview = run_job(
+        session["spark"],
+        out,
+        None if sink is None else sink.tally,
+        on_collected=None if early is None else early.collected,
+    )
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()
     stopper = None
@@ -243,7 +285,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             from .report import write_report
 
             mark = time.monotonic()
-            report = write_report(overview, summary, out)
+            images = early.images() if early is not None else None
+            report = write_report(overview, summary, out, topic_images=images)
             phases["report"] = time.monotonic() - mark
             _say(f"report: {report}")
     finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ __all__ = [
     "compute",
     "overview",
     "run_job",
+    "topic_rows",
     "write_landed",
 ]
 
@@ -297,6 +298,16 @@ class Overview:
         }
 
 
+def _nulls_first(value: Any) -> tuple[bool, Any]:  # Spark's ascending order
+    return value is not None, value
+
+
+def topic_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """``topic_stats`` (as collected) as the overview holds it: rows ordered by topic."""
+    rows = cast(list[dict[str, Any]], table.to_pylist())
+    return sorted(rows, key=lambda r: _nulls_first(r["topic"]))
+
+
 def _no_request(tally: Tally | None) -> bool:
     """The landing counted what it wrote and no request was among it: ``service_calls``
     is empty."""
@@ -320,14 +331,9 @@ def overview(
     def rows(query: str, table: DataFrame) -> list[dict[str, Any]]:  # query reads {t}
         return [r.asDict() for r in spark.sql(query, t=table).collect()]
 
-    def small(name: str) -> list[dict[str, Any]]:
+    def small(name: str) -> pa.Table:
         table = (collected or {}).get(name)
-        if table is None:
-            table = getattr(tables, name).toArrow()
-        return cast(list[dict[str, Any]], table.to_pylist())
-
-    def nulls_first(value: Any) -> tuple[bool, Any]:  # Spark's ascending order
-        return value is not None, value
+        return getattr(tables, name).toArrow() if table is None else table
 
     service_rows = (
         []
@@ -363,14 +369,13 @@ def overview(
         kind_counts = {key[1]: n for key, n in tally.items() if key[0] == "kind"}
     # the orders of the SQL this replaced: ORDER BY topic; ORDER BY lost DESC,
     # duplicated DESC, publisher_gid (none of those three is ever null)
-    topic_rows = sorted(small("topic_stats"), key=lambda r: nulls_first(r["topic"]))
     health_rows = sorted(
-        small("publisher_health"),
-        key=lambda r: (-r["lost"], -r["duplicated"], nulls_first(r["publisher_gid"])),
+        cast(list[dict[str, Any]], small("publisher_health").to_pylist()),
+        key=lambda r: (-r["lost"], -r["duplicated"], _nulls_first(r["publisher_gid"])),
     )
     return Overview(
         round_trips=_round_trip_histogram(tables.service_calls, service_rows),
-        topic_stats=topic_rows,
+        topic_stats=topic_rows(small("topic_stats")),
         publisher_health=health_rows,
         services=service_rows,
         rejects=rejects,
@@ -436,10 +441,20 @@ def _write_small(table: pa.Table, directory: Path) -> None:
     (directory / "_SUCCESS").touch()
 
 
-def run_job(spark: SparkSession, out: Path, tally: Tally | None = None) -> tuple[Tables, Overview]:
+def run_job(
+    spark: SparkSession,
+    out: Path,
+    tally: Tally | None = None,
+    *,
+    on_collected: Callable[[str, pa.Table], None] | None = None,
+) -> tuple[Tables, Overview]:
     """The aggregates of ``out/messages`` (written by the landing or :func:`write_landed`),
     written next to it; returns every table as read back from ``out`` and the overview
-    (``tally``: see :func:`overview`)."""
+    (``tally``: see :func:`overview`).
+
+    ``on_collected(name, table)`` is called, from a worker thread, as soon as
+    ``topic_stats`` or ``publisher_health`` is on the driver (written, as Arrow), while the
+    other tables may still be computing; an exception it raises fails the job."""
 
     # with the schema: no inference, and an empty table has no files
     def read(name: str, schema: str | StructType) -> DataFrame:
@@ -462,6 +477,8 @@ def run_job(spark: SparkSession, out: Path, tally: Tally | None = None) -> tuple
         # instead of a write (with a shuffle to one partition) and a query to read it back.
         table = frame.toArrow()
         _write_small(table, out / name)
+        if on_collected is not None:
+            on_collected(name, table)
         return table
 
     # The three jobs run at once: each has stages narrower than the cores (a final

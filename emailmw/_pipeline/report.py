@@ -5,6 +5,10 @@ Everything plotted is an aggregate computed by Spark and collected in the
 ``topic_stats``, per-publisher figures, a histogram of every answered call's round trip):
 the report itself is plain Python and needs no Spark session, and the driver never holds
 the archive.
+
+Plots are drawn on :class:`matplotlib.figure.Figure` objects, never through pyplot's global
+state, so :func:`topic_plots` may run in another thread while Spark still computes the
+other tables (one caller at a time per figure; nothing else is shared).
 """
 
 from __future__ import annotations
@@ -16,22 +20,18 @@ import io
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from .job import CDF_POINTS, Overview
 
-__all__ = ["write_report"]
+__all__ = ["topic_plots", "write_report"]
 
 _MAX_ROWS = 200
 
 
-def _png(fig: Any, path: Path) -> str:
+def _png(fig: Figure, path: Path) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
     path.write_bytes(buffer.getvalue())
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
@@ -58,44 +58,58 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>{more}"
 
 
-def write_report(overview: Overview, summary: dict[str, Any], out: Path) -> Path:
+def topic_plots(stats: list[dict[str, Any]], plots: Path) -> list[tuple[str, str]]:
+    """The per-topic plots (message rate over time, latency CDF) of ``topic_stats`` rows,
+    written to ``plots`` (which must exist): ``(title, base64 PNG)`` in report order."""
+    if not stats:
+        return []
+    images = []
+    fig = Figure(figsize=(9, 4))
+    ax = fig.subplots()
+    for stat in stats:
+        series = stat["per_minute"] or []
+        minutes: Any = [dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series]
+        ax.plot(minutes, [p["messages"] for p in series], marker=".", label=stat["topic"])
+    ax.set(title="Message rate per topic", ylabel="messages per minute")
+    ax.legend(fontsize="small")
+    images.append(("Message rate over time", _png(fig, plots / "rate.png")))
+
+    fig = Figure(figsize=(9, 4))
+    ax = fig.subplots()
+    for stat in stats:
+        if stat["latency_cdf_ms"]:
+            ax.plot(stat["latency_cdf_ms"], [q * 100 for q in CDF_POINTS], label=stat["topic"])
+    ax.set(
+        title="Latency CDF per topic (delivery - source timestamp)",
+        xlabel="latency (ms)",
+        ylabel="% of messages",
+    )
+    ax.legend(fontsize="small")
+    images.append(("Latency CDF", _png(fig, plots / "latency_cdf.png")))
+    return images
+
+
+def write_report(
+    overview: Overview,
+    summary: dict[str, Any],
+    out: Path,
+    *,
+    topic_images: list[tuple[str, str]] | None = None,
+) -> Path:
+    """Write ``out/report.html`` and ``out/plots/*.png``. ``topic_images``: what
+    :func:`topic_plots` returned for these same ``topic_stats`` rows, drawn earlier into
+    ``out/plots`` (they are drawn here otherwise)."""
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    images: list[tuple[str, str]] = []
-
     stats = overview.topic_stats
-    if stats:
-        fig, ax = plt.subplots(figsize=(9, 4))
-        for stat in stats:
-            series = stat["per_minute"] or []
-            minutes: Any = [dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series]
-            ax.plot(
-                minutes,
-                [p["messages"] for p in series],
-                marker=".",
-                label=stat["topic"],
-            )
-        ax.set(title="Message rate per topic", ylabel="messages per minute")
-        ax.legend(fontsize="small")
-        images.append(("Message rate over time", _png(fig, plots / "rate.png")))
-
-        fig, ax = plt.subplots(figsize=(9, 4))
-        for stat in stats:
-            if stat["latency_cdf_ms"]:
-                ax.plot(stat["latency_cdf_ms"], [q * 100 for q in CDF_POINTS], label=stat["topic"])
-        ax.set(
-            title="Latency CDF per topic (delivery - source timestamp)",
-            xlabel="latency (ms)",
-            ylabel="% of messages",
-        )
-        ax.legend(fontsize="small")
-        images.append(("Latency CDF", _png(fig, plots / "latency_cdf.png")))
+    images = list(topic_images) if topic_images is not None else topic_plots(stats, plots)
 
     if overview.round_trips:
         by_service: dict[str, list[dict[str, Any]]] = {}
         for row in overview.round_trips:
             by_service.setdefault(row["service"], []).append(row)
-        fig, ax = plt.subplots(figsize=(9, 4))
+        fig = Figure(figsize=(9, 4))
+        ax = fig.subplots()
         for service, bins in sorted(by_service.items()):
             ax.bar(
                 [b["low_ms"] for b in bins],
@@ -112,7 +126,8 @@ def write_report(overview: Overview, summary: dict[str, Any], out: Path) -> Path
     health = overview.publisher_health
     if health:
         top = health[:30]
-        fig, ax = plt.subplots(figsize=(9, max(3, len(top) * 0.3)))
+        fig = Figure(figsize=(9, max(3, len(top) * 0.3)))
+        ax = fig.subplots()
         labels = [f"{r['publisher_gid']} {r['topic']}" for r in top]
         ax.barh(labels, [r["lost"] for r in top], label="lost")
         ax.barh(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ from emailmw._pipeline.job import (
     run_job,
 )
 from emailmw._pipeline.landing import LANDING_SCHEMA, Source, TableSink, land
+from emailmw._pipeline.report import topic_plots, write_report
 from emailmw.testing.archive import Archive, generate
 
 pytestmark = pytest.mark.spark
@@ -170,6 +172,30 @@ def test_report_is_written(analyzed: tuple[Path, dict[str, Any]]) -> None:
     assert "/sensors/t0" in page
     for plot in ("rate", "latency_cdf", "round_trips", "loss"):
         assert (out / "plots" / f"{plot}.png").stat().st_size > 1000
+
+
+def test_topic_plots_drawn_while_spark_works_make_the_same_report(
+    overview: Overview, tmp_path: Path
+) -> None:
+    """analyze() draws the per-topic plots as soon as topic_stats is collected; the report
+    must not depend on whether they were drawn then or by write_report itself."""
+    early, late = tmp_path / "early", tmp_path / "late"
+    (early / "plots").mkdir(parents=True)
+    images = topic_plots(overview.topic_stats, early / "plots")
+    assert [title for title, _ in images] == ["Message rate over time", "Latency CDF"]
+    summary = overview.summary()
+    write_report(overview, summary, early, topic_images=images)
+    write_report(overview, summary, late)
+
+    def page(out: Path) -> str:  # all but the generation time
+        return re.sub(r"<p>Generated [^<]*</p>", "", (out / "report.html").read_text())
+
+    assert "data:image/png" in page(early)
+    assert page(early) == page(late)
+    for plot in ("rate", "latency_cdf", "round_trips", "loss"):
+        assert (early / "plots" / f"{plot}.png").read_bytes() == (
+            late / "plots" / f"{plot}.png"
+        ).read_bytes()
 
 
 def test_maildir_and_mbox_give_the_same_answers(spark: SparkSession, tmp_path: Path) -> None:

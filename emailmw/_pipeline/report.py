@@ -20,11 +20,12 @@ import io
 from pathlib import Path
 from typing import Any
 
+import matplotlib.dates as mdates
 from matplotlib.figure import Figure
 
 from .job import CDF_POINTS, Overview
 
-__all__ = ["topic_plots", "write_report"]
+__all__ = ["rate_figure", "topic_plots", "write_report"]
 
 _MAX_ROWS = 200
 
@@ -58,21 +59,37 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>{more}"
 
 
+def rate_figure(stats: list[dict[str, Any]]) -> Figure:
+    """Messages per minute over time, a line per topic. The time axis spans the traffic
+    (padded by 5 %, at least a minute each side) in UTC, also when it lasted a minute:
+    left to itself, matplotlib spreads a single point over four years."""
+    fig = Figure(figsize=(9, 4))
+    ax = fig.subplots()
+    span: list[dt.datetime] = []
+    for stat in stats:
+        series = stat["per_minute"] or []
+        minutes: Any = [dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series]
+        span += minutes
+        ax.plot(minutes, [p["messages"] for p in series], marker=".", label=stat["topic"])
+    if span:
+        first, last = min(span), max(span)
+        pad = max((last - first) * 0.05, dt.timedelta(minutes=1))
+        ax.set_xlim(first - pad, last + pad)  # type: ignore[arg-type]
+    locator = mdates.AutoDateLocator(tz=dt.UTC)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_locator(locator)
+    formatter = mdates.ConciseDateFormatter(locator, tz=dt.UTC)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(formatter)
+    ax.set(title="Message rate per topic", xlabel="time (UTC)", ylabel="messages per minute")
+    ax.legend(fontsize="small")
+    return fig
+
+
 def topic_plots(stats: list[dict[str, Any]], plots: Path) -> list[tuple[str, str]]:
     """The per-topic plots (message rate over time, latency CDF) of ``topic_stats`` rows,
     written to ``plots`` (which must exist): ``(title, base64 PNG)`` in report order."""
     if not stats:
         return []
-    images = []
-    fig = Figure(figsize=(9, 4))
-    ax = fig.subplots()
-    for stat in stats:
-        series = stat["per_minute"] or []
-        minutes: Any = [dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series]
-        ax.plot(minutes, [p["messages"] for p in series], marker=".", label=stat["topic"])
-    ax.set(title="Message rate per topic", ylabel="messages per minute")
-    ax.legend(fontsize="small")
-    images.append(("Message rate over time", _png(fig, plots / "rate.png")))
+    images = [("Message rate over time", _png(rate_figure(stats), plots / "rate.png"))]
 
     fig = Figure(figsize=(9, 4))
     ax = fig.subplots()

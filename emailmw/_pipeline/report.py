@@ -22,10 +22,11 @@ from typing import Any
 
 import matplotlib.dates as mdates
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .job import CDF_POINTS, Overview
 
-__all__ = ["rate_figure", "topic_plots", "write_report"]
+__all__ = ["loss_figure", "rate_figure", "round_trip_figure", "topic_plots", "write_report"]
 
 _MAX_ROWS = 200
 
@@ -106,6 +107,59 @@ def topic_plots(stats: list[dict[str, Any]], plots: Path) -> list[tuple[str, str
     return images
 
 
+def round_trip_figure(round_trips: list[dict[str, Any]]) -> Figure:
+    """The overview's round-trip histogram: calls per bin, a colour per service."""
+    by_service: dict[str, list[dict[str, Any]]] = {}
+    for row in round_trips:
+        by_service.setdefault(row["service"], []).append(row)
+    fig = Figure(figsize=(9, 4))
+    ax = fig.subplots()
+    for service, bins in sorted(by_service.items()):
+        ax.bar(
+            [b["low_ms"] for b in bins],
+            [b["calls"] for b in bins],
+            width=[max(b["high_ms"] - b["low_ms"], 1e-3) for b in bins],
+            align="edge",
+            alpha=0.6,
+            label=service,
+        )
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # calls are counted
+    ax.set(title="Service round trips", xlabel="round trip (ms)", ylabel="calls")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def loss_figure(health: list[dict[str, Any]]) -> Figure:
+    """Lost and duplicated messages of the first 30 ``publisher_health`` rows (the worst
+    first, as the overview orders them), on an axis from zero; when none lost or duplicated
+    anything, the plot says so instead of showing an empty axis around zero."""
+    top = health[:30]
+    fig = Figure(figsize=(9, max(3, len(top) * 0.3)))
+    ax = fig.subplots()
+    labels = [f"{r['publisher_gid']} {r['topic']}" for r in top]
+    ax.barh(labels, [r["lost"] for r in top], label="lost")
+    ax.barh(
+        labels,
+        [r["duplicated"] for r in top],
+        left=[r["lost"] for r in top],
+        label="duplicated",
+    )
+    ax.invert_yaxis()
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # messages are counted
+    most = max(r["lost"] + r["duplicated"] for r in top)
+    if most:
+        ax.set_xlim(0, most * 1.05)
+    else:
+        ax.set_xlim(0, 1)
+        ax.text(
+            0.5, 0.5, "no message lost or duplicated", transform=ax.transAxes,
+            ha="center", va="center",
+        )  # fmt: skip
+    ax.set(title="Loss and duplicates per publisher", xlabel="messages")
+    ax.legend(fontsize="small", loc="lower right")
+    return fig
+
+
 def write_report(
     overview: Overview,
     summary: dict[str, Any],
@@ -122,41 +176,12 @@ def write_report(
     images = list(topic_images) if topic_images is not None else topic_plots(stats, plots)
 
     if overview.round_trips:
-        by_service: dict[str, list[dict[str, Any]]] = {}
-        for row in overview.round_trips:
-            by_service.setdefault(row["service"], []).append(row)
-        fig = Figure(figsize=(9, 4))
-        ax = fig.subplots()
-        for service, bins in sorted(by_service.items()):
-            ax.bar(
-                [b["low_ms"] for b in bins],
-                [b["calls"] for b in bins],
-                width=[max(b["high_ms"] - b["low_ms"], 1e-3) for b in bins],
-                align="edge",
-                alpha=0.6,
-                label=service,
-            )
-        ax.set(title="Service round trips", xlabel="round trip (ms)", ylabel="calls")
-        ax.legend(fontsize="small")
+        fig = round_trip_figure(overview.round_trips)
         images.append(("Round-trip histogram", _png(fig, plots / "round_trips.png")))
 
     health = overview.publisher_health
     if health:
-        top = health[:30]
-        fig = Figure(figsize=(9, max(3, len(top) * 0.3)))
-        ax = fig.subplots()
-        labels = [f"{r['publisher_gid']} {r['topic']}" for r in top]
-        ax.barh(labels, [r["lost"] for r in top], label="lost")
-        ax.barh(
-            labels,
-            [r["duplicated"] for r in top],
-            left=[r["lost"] for r in top],
-            label="duplicated",
-        )
-        ax.invert_yaxis()
-        ax.set(title="Loss and duplicates per publisher", xlabel="messages")
-        ax.legend(fontsize="small")
-        images.append(("Loss per publisher", _png(fig, plots / "loss.png")))
+        images.append(("Loss per publisher", _png(loss_figure(health), plots / "loss.png")))
 
     services = overview.services
     rejects = overview.rejects

@@ -8,7 +8,7 @@ from typing import Any
 import matplotlib.dates as mdates
 import pytest
 
-from emailmw._pipeline.report import rate_figure
+from emailmw._pipeline.report import loss_figure, rate_figure, round_trip_figure
 
 START = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 
@@ -36,3 +36,34 @@ def test_rate_plot_spans_the_traffic_with_a_margin() -> None:
     assert high == pytest.approx(
         START + dt.timedelta(minutes=100) + margin, abs=dt.timedelta(seconds=1)
     )
+
+
+def _health(*counts: tuple[int, int]) -> list[dict[str, Any]]:
+    return [
+        {"publisher_gid": gid, "topic": "/t", "lost": lost, "duplicated": duplicated}
+        for gid, (lost, duplicated) in enumerate(counts)
+    ]
+
+
+def test_loss_plot_of_a_healthy_archive_says_so_on_an_axis_from_zero() -> None:
+    ax = loss_figure(_health((0, 0), (0, 0))).axes[0]
+    assert ax.get_xlim() == (0, 1)
+    assert [t.get_text() for t in ax.texts] == ["no message lost or duplicated"]
+
+
+def test_loss_plot_counts_from_zero_in_whole_messages() -> None:
+    ax = loss_figure(_health((5, 2), (1, 0))).axes[0]
+    low, high = ax.get_xlim()
+    assert low == 0
+    assert high >= 7
+    assert not ax.texts
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+
+
+def test_round_trip_histogram_counts_whole_calls() -> None:
+    bins = [
+        {"service": "/s", "bin": b, "low_ms": 22 + b, "high_ms": 23 + b, "calls": 1}
+        for b in (0, 2, 5)
+    ]
+    ax = round_trip_figure(bins).axes[0]
+    assert all(float(t).is_integer() for t in ax.get_yticks())

@@ -29,6 +29,8 @@ from .job import CDF_POINTS, Overview
 __all__ = ["loss_figure", "rate_figure", "round_trip_figure", "topic_plots", "write_report"]
 
 _MAX_ROWS = 200
+# integer columns that name something rather than count it: no thousands separators
+_IDENTIFIERS = frozenset({"publisher_gid", "client_gid", "request_seq"})
 
 
 def _png(fig: Figure, path: Path) -> str:
@@ -42,7 +44,9 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     if not rows:
         return "<p><em>none</em></p>"
 
-    def cell(value: Any) -> str:
+    def cell(column: str, value: Any) -> str:
+        if column in _IDENTIFIERS and value is not None:
+            return html.escape(str(value))
         if isinstance(value, float):
             return f"{value:,.2f}"
         if isinstance(value, int) and not isinstance(value, bool):
@@ -53,7 +57,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{cell(r.get(c))}</td>" for c in columns) + "</tr>"
+        "<tr>" + "".join(f"<td>{cell(c, r.get(c))}</td>" for c in columns) + "</tr>"
         for r in rows[:_MAX_ROWS]
     )
     more = f"<p>... and {len(rows) - _MAX_ROWS} more rows</p>" if len(rows) > _MAX_ROWS else ""

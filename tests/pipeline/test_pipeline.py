@@ -299,9 +299,10 @@ def _odd_topics() -> list[bytes]:
 
 
 def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: Path) -> None:
-    """A plain run's landing writes messages and rejects itself; a merge has Spark write
-    them from the landed parts. Both must give the same directories and the same rows,
-    filters included, whatever the topic names."""
+    """A plain run's landing writes messages and rejects itself, and its aggregates read
+    the landed parts; a merge has Spark write both tables from the landed parts and
+    aggregates the table it wrote. Both must give the same directories and the same rows
+    in every table, filters included, whatever the topic names (an empty one too)."""
     archive = generate(topics=2, services=1, seed=5)
     mbox = archive.write_mbox(tmp_path / "a.mbox")
     with open(mbox, "ab") as out:
@@ -325,6 +326,10 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
             assertDataFrameEqual(
                 spark.read.schema(ddl).parquet(str(a / name)),
                 spark.read.schema(ddl).parquet(str(b / name)),
+            )
+        for name in ("topic_stats", "service_calls", "publisher_health"):
+            assertDataFrameEqual(
+                spark.read.parquet(str(a / name)), spark.read.parquet(str(b / name))
             )
         dirs = [
             sorted(str(p.relative_to(root / "messages")) for p in (root / "messages").glob("*/*"))

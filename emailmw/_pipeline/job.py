@@ -468,9 +468,10 @@ def run_job(
     messages: DataFrame | None = None,
 ) -> tuple[Tables, Overview]:
     """The aggregates of ``out/messages`` (written by the landing or :func:`write_landed`),
-    written next to it; returns every table as read back from ``out`` and the overview
-    (``tally``: see :func:`overview`). ``messages``: the same rows from elsewhere, to
-    aggregate instead of the table (see :func:`landed_messages`).
+    written next to it; returns the messages aggregated and every other table as read back
+    from ``out``, and the overview (``tally``: see :func:`overview`). ``messages``: the same
+    rows from elsewhere, to aggregate instead of the table (see :func:`landed_messages`);
+    the table is then not read at all (listing its topic-day directories is work too).
 
     ``on_collected(name, table)`` is called, from a worker thread, as soon as
     ``topic_stats`` or ``publisher_health`` is on the driver (written, as Arrow), while the
@@ -480,9 +481,9 @@ def run_job(
     def read(name: str, schema: str | StructType) -> DataFrame:
         return spark.read.schema(schema).parquet(str(out / name))
 
-    stored = read("messages", MESSAGES_DDL)
-    source = stored if messages is None else messages
-    computed = dict(zip(AGGREGATES, aggregate(source), strict=True))
+    if messages is None:
+        messages = read("messages", MESSAGES_DDL)
+    computed = dict(zip(AGGREGATES, aggregate(messages), strict=True))
 
     def write(name: str) -> pa.Table | None:
         frame = computed[name]
@@ -510,7 +511,7 @@ def run_job(
         collected = {name: future.result() for name, future in futures.items()}
     back = {name: read(name, frame.schema) for name, frame in computed.items()}
     written = Tables(
-        stored,
+        messages,
         back["topic_stats"],
         back["service_calls"],
         back["publisher_health"],

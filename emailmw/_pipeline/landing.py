@@ -20,6 +20,7 @@ import fnmatch
 import functools
 import gc
 import hashlib
+import itertools
 import mmap
 import multiprocessing
 import multiprocessing.forkserver
@@ -410,39 +411,46 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _land_files(
-    task: tuple[str, list[tuple[str, str, str]], str, TableSink | None],
-) -> Tally | None:
-    source, files, out, sink = task
+# A Maildir part: (source label, [(directory, mailbox, file names)], part path, sink). Names
+# only, not paths: the walk and the hand-over to a worker (pickled through a pipe) cost
+# 0.5 CPU-seconds at 200k files with a full path and a tuple per file, 0.25 like this.
+_FilesTask = tuple[str, list[tuple[str, str, list[str]]], str, TableSink | None]
+
+
+def _land_files(task: _FilesTask) -> Tally | None:
+    source, groups, out, sink = task
     columns = _Columns(source)
     with _gc_paused():
-        for path, mailbox, name in files:
-            try:
-                raw = _read_file(path)
-            except FileNotFoundError:
-                continue  # moved or expunged while we walked
-            key = name.partition(":2,")[0]
-            columns.add(mailbox, key, _row(raw, maildir_name_ns(name)))
+        for directory, mailbox, names in groups:
+            prefix = directory + os.sep
+            for name in names:
+                try:
+                    raw = _read_file(prefix + name)
+                except FileNotFoundError:
+                    continue  # moved or expunged while we walked
+                key = name.partition(":2,")[0]
+                columns.add(mailbox, key, _row(raw, maildir_name_ns(name)))
         return columns.write(Path(out), sink)
 
 
-def _maildir_tasks(
-    source: Source, out_dir: Path, sink: TableSink | None
-) -> Iterator[tuple[str, list[tuple[str, str, str]], str, TableSink | None]]:
-    batch: list[tuple[str, str, str]] = []
-    part = 0
+def _maildir_tasks(source: Source, out_dir: Path, sink: TableSink | None) -> Iterator[_FilesTask]:
+    groups: list[tuple[str, str, list[str]]] = []
+    size = part = 0
     for maildir, mailbox in maildirs(source.path):
         for sub in ("cur", "new"):
-            with os.scandir(maildir / sub) as entries:
-                for entry in entries:
-                    if entry.is_file():
-                        batch.append((entry.path, mailbox, entry.name))
-                        if len(batch) == _BATCH:
-                            out = str(out_dir / f"part-{part:05d}.parquet")
-                            yield source.label, batch, out, sink
-                            batch, part = [], part + 1
-    if batch or part == 0:
-        yield source.label, batch, str(out_dir / f"part-{part:05d}.parquet"), sink
+            directory = str(maildir / sub)
+            with os.scandir(directory) as entries:
+                while read := list(itertools.islice(entries, _BATCH - size)):
+                    chunk = [entry.name for entry in read if entry.is_file()]
+                    if not chunk:
+                        continue
+                    groups.append((directory, mailbox, chunk))
+                    size += len(chunk)
+                    if size >= _BATCH:
+                        yield source.label, groups, str(out_dir / f"part-{part:05d}.parquet"), sink
+                        groups, size, part = [], 0, part + 1
+    if groups or part == 0:
+        yield source.label, groups, str(out_dir / f"part-{part:05d}.parquet"), sink
 
 
 def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
@@ -492,7 +500,9 @@ def _land_mbox_range(task: tuple[str, str, str, int, int, str, TableSink | None]
 
 def _task_size(task: tuple[Any, ...], kind: str) -> int:
     """Files in a Maildir task, bytes in an mbox task: the unit of the progress display."""
-    return len(task[1]) if kind == "maildir" else int(task[4]) - int(task[3])
+    if kind == "maildir":
+        return sum(len(names) for _, _, names in task[1])
+    return int(task[4]) - int(task[3])
 
 
 def _source_dir(landing: Path, source: Source) -> Path:

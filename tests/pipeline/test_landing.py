@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from emailmw._exceptions import ConfigError
+from emailmw._pipeline import landing
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
-from emailmw._pipeline.landing import delivery_time, describe, maildir_name_ns
+from emailmw._pipeline.landing import Source, delivery_time, describe, land, maildir_name_ns
 from emailmw._protocol import Recipients, publish_email, request_email, response_email
 from emailmw._types import Gid
 from emailmw._wire import build
@@ -67,3 +69,33 @@ def test_a_directory_without_a_maildir_is_an_error_not_an_empty_archive(tmp_path
         analyze(AnalyzeRequest([str(tmp_path / "mail")], tmp_path / "out", report=False))
     assert str(tmp_path / "mail") in str(raised.value)
     assert not (tmp_path / "out" / "_landing").exists()  # refused before anything was read
+
+
+def test_every_maildir_file_lands_once_across_part_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parts are cut every two files, across cur/ and new/ and across the Maildirs of a tree;
+    directories among the files are skipped, not read, and do not end a listing early."""
+    monkeypatch.setattr(landing, "_BATCH", 2)
+    expected = set()
+    for box, counts in (("INBOX", (4, 2)), (".Archive", (0, 5))):
+        for sub, count in zip(("cur", "new"), counts, strict=True):
+            directory = tmp_path / "root" / box / sub
+            directory.mkdir(parents=True)
+            (tmp_path / "root" / box / "tmp").mkdir(exist_ok=True)
+            for i in range(count):
+                name = f"{1_700_000_000 + i}.M{i}P1.{box}{sub}"
+                pub = publish_email(
+                    "/t", "x", recipients=R, gid=Gid(1), sequence_number=i, timestamp_ns=1
+                )
+                (directory / f"{name}:2,S").write_bytes(build(pub.with_message_id(f"<{name}@x>")))
+                expected.add(name)
+            for i in range(3 if count else 0):
+                (directory / f"sub{i}").mkdir()  # not a file: never read
+    (landed,) = land(
+        [Source("maildir", tmp_path / "root", "root")], tmp_path / "_landing", workers=1
+    )
+    parts = sorted(landed.glob("*.parquet"))
+    keys = [key for part in parts for key in pq.read_table(part)["key"].to_pylist()]
+    assert sorted(keys) == sorted(expected)  # each file once, none missed
+    assert len(parts) == 6  # 11 files in parts of 2

@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from emailmw._pipeline import job
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
 from emailmw._pipeline.job import (
     MESSAGES_DDL,
@@ -73,17 +74,31 @@ def test_counts_rejects_and_summary(
     assert summary["duplicate_responses"] == 1
 
 
-def test_publisher_health_is_exact(
-    spark: SparkSession, analyzed: tuple[Path, dict[str, Any]], archive: Archive
-) -> None:
-    out, _ = analyzed
-    got = {
+def _health(spark: SparkSession, out: Path) -> dict[tuple[int, str], dict[str, int]]:
+    return {
         (r["publisher_gid"], r["topic"]): {
             k: r[k] for k in ("sent", "received", "lost", "duplicated", "out_of_order")
         }
         for r in _table(spark, out, "publisher_health")
     }
-    assert got == archive.expected["publisher_health"]
+
+
+def test_publisher_health_is_exact(
+    spark: SparkSession, analyzed: tuple[Path, dict[str, Any]], archive: Archive
+) -> None:
+    out, _ = analyzed
+    assert _health(spark, out) == archive.expected["publisher_health"]
+
+
+def test_publisher_health_stays_exact_when_streams_share_a_key(
+    spark: SparkSession, archive: Archive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job keys streams by a 64-bit hash; were two to collide, the table must not
+    merge them. Forced here: every stream gets the same key."""
+    monkeypatch.setattr(job, "_STREAM_KEY", "0L")
+    mbox = archive.write_mbox(tmp_path / "archive.mbox")
+    _run(spark, [mbox], tmp_path / "out", report=False)
+    assert _health(spark, tmp_path / "out") == archive.expected["publisher_health"]
 
 
 def test_topic_latency_percentiles_are_exact(
@@ -213,12 +228,13 @@ def test_maildir_and_mbox_give_the_same_answers(spark: SparkSession, tmp_path: P
 
 
 def test_transforms_on_a_handmade_landing(spark: SparkSession, tmp_path: Path) -> None:
-    """publisher_health from five rows: a gap, a duplicate and a late arrival."""
+    """publisher_health from a few rows: a gap, a duplicate and late arrivals, also among
+    messages delivered at the same time (then in mbox offset order, else by file name)."""
 
-    def row(seq: int, delivered: int, key: str) -> dict[str, Any]:
+    def row(seq: int, delivered: int, key: str, mailbox: str = "m") -> dict[str, Any]:
         return {
             "source": "s",
-            "mailbox": "m",
+            "mailbox": mailbox,
             "key": key,
             "status": "ok",
             "kind": "publish",
@@ -232,18 +248,32 @@ def test_transforms_on_a_handmade_landing(spark: SparkSession, tmp_path: Path) -
         }
 
     rows = [row(0, 10, "a"), row(2, 20, "b"), row(1, 30, "c"), row(2, 40, "d"), row(4, 50, "e")]
+    # mailbox n, in an order the ties must not keep: offsets 10 and 9 at one time (9, seq
+    # 1, comes first: 10, seq 0, is late), then file names b and a at one time (a, seq 3,
+    # comes first: b, seq 2, is late)
+    rows += [
+        row(0, 10, "0000000000000010", "n"),
+        row(1, 10, "0000000000000009", "n"),
+        row(2, 20, "b", "n"),
+        row(3, 20, "a", "n"),
+    ]
     path = tmp_path / "landing"
     path.mkdir()
     pq.write_table(pa.Table.from_pylist(rows, schema=LANDING_SCHEMA), path / "part.parquet")
-    tables = compute(spark, [path], JobOptions(), deduplicate=False)
-    assertDataFrameEqual(
-        tables.publisher_health,
-        spark.createDataFrame(
-            [(1, "/t", "m", 5, 4, 1, 1, 1)],  # seq 1 after 2 is late; the 2nd 2 is a duplicate
-            "publisher_gid long, topic string, mailbox string, sent long, received long, "
-            "lost long, duplicated long, out_of_order long",
-        ),
+    expected = spark.createDataFrame(
+        # m: seq 1 after 2 is late; the 2nd 2 is a duplicate
+        [(1, "/t", "m", 5, 4, 1, 1, 1), (1, "/t", "n", 4, 4, 0, 0, 2)],
+        "publisher_gid long, topic string, mailbox string, sent long, received long, "
+        "lost long, duplicated long, out_of_order long",
     )
+    tables = compute(spark, [path], JobOptions(), deduplicate=False)
+    assertDataFrameEqual(tables.publisher_health, expected)
+    # the job's own form (a 64-bit stream key) gives the same table
+    out = tmp_path / "out"
+    (out / "rejects").mkdir(parents=True)
+    messages = job.landed_messages(spark, [path], JobOptions())
+    written, _ = run_job(spark, out, messages=messages)
+    assertDataFrameEqual(written.publisher_health, expected)
 
 
 def test_since_until_and_topic_filters(

@@ -15,14 +15,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from .jvm import driver_java_options
@@ -306,6 +306,25 @@ FROM streams JOIN names USING (stream)
 """.replace("ARRIVAL_ORDER", _ARRIVAL_ORDER).replace("ARRIVAL", _ARRIVAL)
 
 
+# service_calls' columns, as Spark's job writes them (a test compares): the empty table of a
+# run without requests is written from this, no query analysed for it
+_SERVICE_CALLS_SCHEMA: Final = pa.schema(
+    [
+        ("service", pa.string()),
+        ("message_id", pa.string()),
+        ("client_gid", pa.int64()),
+        ("request_seq", pa.int64()),
+        ("sent_ns", pa.int64()),
+        ("request_delivered_ns", pa.int64()),
+        ("response_delivered_ns", pa.int64()),
+        pa.field("responses", pa.int64(), nullable=False),
+        pa.field("answered", pa.bool_(), nullable=False),
+        pa.field("duplicates", pa.int64(), nullable=False),
+        ("round_trip_ms", pa.float64()),
+    ]
+)
+
+
 def aggregate(messages: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     """``topic_stats``, ``service_calls`` and ``publisher_health`` of a ``messages`` table."""
     spark = messages.sparkSession
@@ -316,14 +335,15 @@ def aggregate(messages: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     )
 
 
-def _publisher_health(messages: DataFrame) -> pa.Table:
-    """``publisher_health`` collected as Arrow: from the 64-bit stream key, or, if two
-    streams share one, from the exact form."""
-    spark = messages.sparkSession
-    query = _PUBLISHER_HEALTH_BY_KEY_SQL.replace("STREAM_KEY", _STREAM_KEY)
-    table = spark.sql(query, messages=messages).toArrow()
+def _publisher_health_query() -> str:
+    return _PUBLISHER_HEALTH_BY_KEY_SQL.replace("STREAM_KEY", _STREAM_KEY)
+
+
+def _exact_streams(table: pa.Table, messages: DataFrame) -> pa.Table:
+    """``publisher_health`` as collected from its stream-key form, without the key; if two
+    streams shared one, computed again in the exact form."""
     if pc.count_distinct(table["stream"]).as_py() < table.num_rows:
-        return spark.sql(_PUBLISHER_HEALTH_SQL, messages=messages).toArrow()
+        return messages.sparkSession.sql(_PUBLISHER_HEALTH_SQL, messages=messages).toArrow()
     return table.drop_columns(["stream"])
 
 
@@ -546,22 +566,39 @@ def run_job(
 
     if messages is None:
         messages = read("messages", MESSAGES_DDL)
-    computed = dict(zip(AGGREGATES, aggregate(messages), strict=True))
-    assert messages is not None  # for the closure below
+    written_schemas: dict[str, pa.Schema] = {}
+    # Only the queries that run are parsed and analysed (a cold driver takes 0.1-0.6 s for
+    # each): none for service_calls without a request, and publisher_health in its
+    # stream-key form alone. Analysed here, one after the other: in the tables' threads
+    # instead, the same analyses cost more CPU (measured twice).
+    frames = {
+        "topic_stats": spark.sql(
+            _TOPIC_STATS_SQL, args={"cdf_points": CDF_POINTS}, messages=messages
+        ),
+        "publisher_health": spark.sql(_publisher_health_query(), messages=messages),
+    }
+    if not _no_request(tally):
+        frames["service_calls"] = spark.sql(_SERVICE_CALLS_SQL, messages=messages)
 
     def write(name: str) -> pa.Table | None:
-        frame = computed[name]
         if name == "service_calls":
-            if _no_request(tally):  # empty: no job needs to say so
-                _write_small(to_arrow_schema(frame.schema).empty_table(), out / name)
+            frame = frames.get(name)
+            if frame is None:  # no request: empty, and no job needs to say so
+                written_schemas[name] = _SERVICE_CALLS_SCHEMA
+                _write_small(_SERVICE_CALLS_SCHEMA.empty_table(), out / name)
             else:  # grows with the archive: Spark writes it, a file a task
+                written_schemas[name] = to_arrow_schema(frame.schema)
                 frame.write.mode("overwrite").parquet(str(out / name))
             return None
         # The per-topic and per-publisher tables are small (they grow with topics and
         # publishers, never with messages) and the overview needs them on the driver
         # anyway: collected once, as Arrow, and written here. That is one Spark job each
         # instead of a write (with a shuffle to one partition) and a query to read it back.
-        table = _publisher_health(messages) if name == "publisher_health" else frame.toArrow()
+        if name == "publisher_health":
+            table = _exact_streams(frames[name].toArrow(), messages)
+        else:
+            table = frames[name].toArrow()
+        written_schemas[name] = table.schema
         _write_small(table, out / name)
         if on_collected is not None:
             on_collected(name, table)
@@ -570,10 +607,10 @@ def run_job(
     # The three jobs run at once: each has stages narrower than the cores (a final
     # aggregation over a few partitions) and a cold driver plans and compiles one while
     # another computes.
-    with ThreadPoolExecutor(len(computed), thread_name_prefix="emailmw-table") as pool:
-        futures = {name: pool.submit(write, name) for name in computed}
+    with ThreadPoolExecutor(len(AGGREGATES), thread_name_prefix="emailmw-table") as pool:
+        futures = {name: pool.submit(write, name) for name in AGGREGATES}
         collected = {name: future.result() for name, future in futures.items()}
-    back = {name: read(name, frame.schema) for name, frame in computed.items()}
+    back = {name: read(name, from_arrow_schema(written_schemas[name])) for name in AGGREGATES}
     written = Tables(
         messages,
         back["topic_stats"],

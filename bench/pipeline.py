@@ -264,7 +264,7 @@ def main() -> int:
         "first_read_s": round(first_s, 2),
         "analyze_msgs_per_s": round(args.messages / analyze_s),
         "peak_rss_mb": round(peak_mb),
-        "ratio": round(analyze_s / baseline_s, 2),
+        "ratio": round(analyze_s / baseline_s, 3),
         "cds_archive": cds,
         "runs": runs,
     }
@@ -275,8 +275,9 @@ def main() -> int:
     for key in (*figures, "peak_rss_mb"):
         print(f"{key:<22}{results[key]:>14}")
     print(
-        f"analyze / baseline = {results['ratio']}x (target <= {target}x: "
-        f"{'yes' if results['ratio'] <= target else 'NO'})"
+        # the target is judged on the unrounded ratio (2.503x is not within 2.5x)
+        f"analyze / baseline = {analyze_s / baseline_s:.3f}x (target <= {target}x: "
+        f"{'yes' if analyze_s / baseline_s <= target else 'NO'})"
         + (
             f"; peak memory under 6 GiB: {'yes' if peak_mb < 6144 else 'NO'}"
             if args.format == "mbox"

@@ -147,40 +147,57 @@ def _import_report() -> None:
         importlib.import_module(".report", __package__)
 
 
-class _EarlyTopicPlots:
-    """The report's per-topic plots, drawn as soon as ``topic_stats`` is on the driver.
-
-    That table is usually ready well before ``publisher_health``, whose window stage often
-    ends on one task with the other core idle: the plots are drawn then rather than after
-    the job (about 0.25 s of the report at 2M messages). Any failure here only means the
-    report draws them itself, where a real error shows.
+class _EarlyPlots:
+    """The report's plots of ``topic_stats`` and of ``publisher_health``, each drawn as soon
+    as its table is on the driver, while Spark may still compute the other (its last stages
+    often leave a core idle), rather than after the job. Any failure here only means the
+    report draws them itself, where a real error shows. One drawing at a time (matplotlib
+    does not promise that two figures can be drawn at once), and write_report draws only
+    after :meth:`images` has waited for both.
     """
 
     def __init__(self, out: Path) -> None:
         self._plots = out / "plots"
-        self._thread: threading.Thread | None = None
-        self._images: list[tuple[str, str]] | None = None
+        self._drawing = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._topic_images: list[tuple[str, str]] | None = None
+        self._loss_image: tuple[str, str] | None = None
 
     def collected(self, name: str, table: Any) -> None:  # run_job's on_collected
-        if name == "topic_stats" and self._thread is None:
-            self._thread = threading.Thread(
-                target=self._draw, args=(table,), name="report-topic-plots", daemon=True
+        draw = {"topic_stats": self._draw_topics, "publisher_health": self._draw_loss}.get(name)
+        if draw is not None:
+            thread = threading.Thread(
+                target=draw, args=(table,), name=f"report-{name}", daemon=True
             )
-            self._thread.start()
+            self._threads.append(thread)
+            thread.start()
 
-    def _draw(self, table: Any) -> None:
-        with contextlib.suppress(Exception):
+    def _draw_topics(self, table: Any) -> None:
+        with self._drawing, contextlib.suppress(Exception):
             from .job import topic_rows
             from .report import topic_plots
 
             self._plots.mkdir(parents=True, exist_ok=True)
-            self._images = topic_plots(topic_rows(table), self._plots)
+            self._topic_images = topic_plots(topic_rows(table), self._plots)
 
-    def images(self) -> list[tuple[str, str]] | None:
-        """The drawn plots (waiting for the drawing), or None if they were not drawn."""
-        if self._thread is not None:
-            self._thread.join()
-        return self._images
+    def _draw_loss(self, table: Any) -> None:
+        with self._drawing, contextlib.suppress(Exception):
+            from .job import health_rows
+            from .report import loss_plot
+
+            self._plots.mkdir(parents=True, exist_ok=True)
+            self._loss_image = loss_plot(health_rows(table), self._plots)
+
+    def images(self) -> dict[str, Any]:
+        """write_report's arguments for the plots drawn (waiting for the drawing)."""
+        for thread in self._threads:
+            thread.join()
+        images: dict[str, Any] = {}
+        if self._topic_images is not None:
+            images["topic_images"] = self._topic_images
+        if self._loss_image is not None:
+            images["loss_image"] = self._loss_image
+        return images
 
 
 def analyze(request: AnalyzeRequest) -> dict[str, Any]:
@@ -252,7 +269,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     from .job import JobOptions, landed_messages, run_job, write_landed
 
     phases["spark_start"] = time.monotonic() - mark
-    early = _EarlyTopicPlots(out) if request.report else None
+    early = _EarlyPlots(out) if request.report else None
     if request.report:  # matplotlib takes a second to import: do it while Spark works
         threading.Thread(target=_import_report, name="report-import", daemon=True).start()
     mark = time.monotonic()
@@ -287,8 +304,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             from .report import write_report
 
             mark = time.monotonic()
-            images = early.images() if early is not None else None
-            report = write_report(overview, summary, out, topic_images=images)
+            drawn = early.images() if early is not None else {}
+            report = write_report(overview, summary, out, **drawn)
             phases["report"] = time.monotonic() - mark
             _say(f"report: {report}")
     finally:

@@ -36,6 +36,7 @@ __all__ = [
     "Tables",
     "build_session",
     "compute",
+    "health_rows",
     "landed_messages",
     "overview",
     "run_job",
@@ -409,6 +410,15 @@ def topic_rows(table: pa.Table) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: _nulls_first(r["topic"]))
 
 
+def health_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """``publisher_health`` (as collected) as the overview holds it: the most lost first,
+    then the most duplicated, then by publisher (the order of the SQL this replaced)."""
+    rows = cast(list[dict[str, Any]], table.to_pylist())
+    return sorted(
+        rows, key=lambda r: (-r["lost"], -r["duplicated"], _nulls_first(r["publisher_gid"]))
+    )
+
+
 def _no_request(tally: Tally | None) -> bool:
     """The landing counted what it wrote and no request was among it: ``service_calls``
     is empty."""
@@ -468,16 +478,11 @@ def overview(
             key=lambda r: (-r["emails"], r["status"], r["reason"] is not None, r["reason"] or "")
         )
         kind_counts = {key[1]: n for key, n in tally.items() if key[0] == "kind"}
-    # the orders of the SQL this replaced: ORDER BY topic; ORDER BY lost DESC,
-    # duplicated DESC, publisher_gid (none of those three is ever null)
-    health_rows = sorted(
-        cast(list[dict[str, Any]], small("publisher_health").to_pylist()),
-        key=lambda r: (-r["lost"], -r["duplicated"], _nulls_first(r["publisher_gid"])),
-    )
+    health = health_rows(small("publisher_health"))
     return Overview(
         round_trips=_round_trip_histogram(tables.service_calls, service_rows),
         topic_stats=topic_rows(small("topic_stats")),
-        publisher_health=health_rows,
+        publisher_health=health,
         services=service_rows,
         rejects=rejects,
         kinds=kind_counts,

@@ -26,7 +26,14 @@ from matplotlib.ticker import MaxNLocator
 
 from .job import CDF_POINTS, Overview
 
-__all__ = ["loss_figure", "rate_figure", "round_trip_figure", "topic_plots", "write_report"]
+__all__ = [
+    "loss_figure",
+    "loss_plot",
+    "rate_figure",
+    "round_trip_figure",
+    "topic_plots",
+    "write_report",
+]
 
 _MAX_ROWS = 200
 # integer columns that name something rather than count it: no thousands separators
@@ -164,16 +171,25 @@ def loss_figure(health: list[dict[str, Any]]) -> Figure:
     return fig
 
 
+def loss_plot(health: list[dict[str, Any]], plots: Path) -> tuple[str, str] | None:
+    """The loss plot of ``publisher_health`` rows in the overview's order, written to
+    ``plots`` (which must exist): ``(title, base64 PNG)``, or None without publishers."""
+    if not health:
+        return None
+    return ("Loss per publisher", _png(loss_figure(health), plots / "loss.png"))
+
+
 def write_report(
     overview: Overview,
     summary: dict[str, Any],
     out: Path,
     *,
     topic_images: list[tuple[str, str]] | None = None,
+    loss_image: tuple[str, str] | None = None,
 ) -> Path:
-    """Write ``out/report.html`` and ``out/plots/*.png``. ``topic_images``: what
-    :func:`topic_plots` returned for these same ``topic_stats`` rows, drawn earlier into
-    ``out/plots`` (they are drawn here otherwise)."""
+    """Write ``out/report.html`` and ``out/plots/*.png``. ``topic_images`` and
+    ``loss_image``: what :func:`topic_plots` and :func:`loss_plot` returned for these same
+    rows, drawn earlier into ``out/plots`` (each is drawn here when not given)."""
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     stats = overview.topic_stats
@@ -184,8 +200,9 @@ def write_report(
         images.append(("Round-trip histogram", _png(fig, plots / "round_trips.png")))
 
     health = overview.publisher_health
-    if health:
-        images.append(("Loss per publisher", _png(loss_figure(health), plots / "loss.png")))
+    loss = loss_image if loss_image is not None else loss_plot(health, plots)
+    if loss is not None:
+        images.append(loss)
 
     services = overview.services
     rejects = overview.rejects

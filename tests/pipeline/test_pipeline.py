@@ -25,10 +25,11 @@ from emailmw._pipeline.job import (
     JobOptions,
     Overview,
     compute,
+    health_rows,
     run_job,
 )
 from emailmw._pipeline.landing import LANDING_SCHEMA, Source, TableSink, land
-from emailmw._pipeline.report import topic_plots, write_report
+from emailmw._pipeline.report import loss_plot, topic_plots, write_report
 from emailmw.testing.archive import Archive, generate
 
 pytestmark = pytest.mark.spark
@@ -189,17 +190,20 @@ def test_report_is_written(analyzed: tuple[Path, dict[str, Any]]) -> None:
         assert (out / "plots" / f"{plot}.png").stat().st_size > 1000
 
 
-def test_topic_plots_drawn_while_spark_works_make_the_same_report(
+def test_plots_drawn_while_spark_works_make_the_same_report(
     overview: Overview, tmp_path: Path
 ) -> None:
-    """analyze() draws the per-topic plots as soon as topic_stats is collected; the report
-    must not depend on whether they were drawn then or by write_report itself."""
+    """analyze() draws the per-topic plots as soon as topic_stats is collected, and the loss
+    plot as soon as publisher_health is; the report must not depend on whether they were
+    drawn then or by write_report itself."""
     early, late = tmp_path / "early", tmp_path / "late"
     (early / "plots").mkdir(parents=True)
     images = topic_plots(overview.topic_stats, early / "plots")
     assert [title for title, _ in images] == ["Message rate over time", "Latency CDF"]
+    table = pa.Table.from_pylist(list(reversed(overview.publisher_health)))
+    loss = loss_plot(health_rows(table), early / "plots")  # from the table as collected
     summary = overview.summary()
-    write_report(overview, summary, early, topic_images=images)
+    write_report(overview, summary, early, topic_images=images, loss_image=loss)
     write_report(overview, summary, late)
 
     def page(out: Path) -> str:  # all but the generation time

@@ -280,7 +280,7 @@ FROM streams
 # string: at 2M messages the query alone took 7.6-9.2 s and 13.3-16.0 JVM CPU-seconds, cold,
 # against 9.5-11.0 s and 15.1-18.2. A second, small aggregation names the streams again.
 # Two streams with one hash would be counted as one: the names then repeat a stream key,
-# which :func:`_publisher_health` checks, and it runs the exact form instead.
+# which :func:`_exact_streams` checks, and it runs the exact form instead.
 _STREAM_KEY = "xxhash64(publisher_gid, topic, mailbox)"
 _PUBLISHER_HEALTH_BY_KEY_SQL = """
 WITH publishes AS (

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from .jvm import driver_java_options
@@ -326,13 +326,22 @@ _SERVICE_CALLS_SCHEMA: Final = pa.schema(
 )
 
 
+def _topic_stats(messages: DataFrame) -> DataFrame:
+    return messages.sparkSession.sql(
+        _TOPIC_STATS_SQL, args={"cdf_points": CDF_POINTS}, messages=messages
+    )
+
+
+def _service_calls(messages: DataFrame) -> DataFrame:
+    return messages.sparkSession.sql(_SERVICE_CALLS_SQL, messages=messages)
+
+
 def aggregate(messages: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     """``topic_stats``, ``service_calls`` and ``publisher_health`` of a ``messages`` table."""
-    spark = messages.sparkSession
     return (
-        spark.sql(_TOPIC_STATS_SQL, args={"cdf_points": CDF_POINTS}, messages=messages),
-        spark.sql(_SERVICE_CALLS_SQL, messages=messages),
-        spark.sql(_PUBLISHER_HEALTH_SQL, messages=messages),
+        _topic_stats(messages),
+        _service_calls(messages),
+        messages.sparkSession.sql(_PUBLISHER_HEALTH_SQL, messages=messages),
     )
 
 
@@ -571,39 +580,32 @@ def run_job(
 
     if messages is None:
         messages = read("messages", MESSAGES_DDL)
-    written_schemas: dict[str, pa.Schema] = {}
     # Only the queries that run are parsed and analysed (a cold driver takes 0.1-0.6 s for
     # each): none for service_calls without a request, and publisher_health in its
     # stream-key form alone. Analysed here, one after the other: in the tables' threads
     # instead, the same analyses cost more CPU (measured twice).
     frames = {
-        "topic_stats": spark.sql(
-            _TOPIC_STATS_SQL, args={"cdf_points": CDF_POINTS}, messages=messages
-        ),
+        "topic_stats": _topic_stats(messages),
         "publisher_health": spark.sql(_publisher_health_query(), messages=messages),
     }
     if not _no_request(tally):
-        frames["service_calls"] = spark.sql(_SERVICE_CALLS_SQL, messages=messages)
+        frames["service_calls"] = _service_calls(messages)
 
     def write(name: str) -> pa.Table | None:
         if name == "service_calls":
             frame = frames.get(name)
             if frame is None:  # no request: empty, and no job needs to say so
-                written_schemas[name] = _SERVICE_CALLS_SCHEMA
                 _write_small(_SERVICE_CALLS_SCHEMA.empty_table(), out / name)
             else:  # grows with the archive: Spark writes it, a file a task
-                written_schemas[name] = to_arrow_schema(frame.schema)
                 frame.write.mode("overwrite").parquet(str(out / name))
             return None
         # The per-topic and per-publisher tables are small (they grow with topics and
         # publishers, never with messages) and the overview needs them on the driver
         # anyway: collected once, as Arrow, and written here. That is one Spark job each
         # instead of a write (with a shuffle to one partition) and a query to read it back.
+        table = frames[name].toArrow()
         if name == "publisher_health":
-            table = _exact_streams(frames[name].toArrow(), messages)
-        else:
-            table = frames[name].toArrow()
-        written_schemas[name] = table.schema
+            table = _exact_streams(table, messages)
         _write_small(table, out / name)
         if on_collected is not None:
             on_collected(name, table)
@@ -615,7 +617,16 @@ def run_job(
     with ThreadPoolExecutor(len(AGGREGATES), thread_name_prefix="emailmw-table") as pool:
         futures = {name: pool.submit(write, name) for name in AGGREGATES}
         collected = {name: future.result() for name, future in futures.items()}
-    back = {name: read(name, from_arrow_schema(written_schemas[name])) for name in AGGREGATES}
+
+    def schema(name: str) -> StructType:  # of the table as written
+        table = collected[name]
+        if table is not None:
+            return from_arrow_schema(table.schema)
+        if name in frames:
+            return frames[name].schema
+        return from_arrow_schema(_SERVICE_CALLS_SCHEMA)
+
+    back = {name: read(name, schema(name)) for name in AGGREGATES}
     written = Tables(
         messages,
         back["topic_stats"],

@@ -160,44 +160,32 @@ class _EarlyPlots:
         self._plots = out / "plots"
         self._drawing = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._topic_images: list[tuple[str, str]] | None = None
-        self._loss_image: tuple[str, str] | None = None
+        self._drawn: dict[str, Any] = {}  # write_report's keyword -> what it was drawn as
 
     def collected(self, name: str, table: Any) -> None:  # run_job's on_collected
-        draw = {"topic_stats": self._draw_topics, "publisher_health": self._draw_loss}.get(name)
-        if draw is not None:
+        if name in ("topic_stats", "publisher_health"):
             thread = threading.Thread(
-                target=draw, args=(table,), name=f"report-{name}", daemon=True
+                target=self._draw, args=(name, table), name=f"report-{name}", daemon=True
             )
             self._threads.append(thread)
             thread.start()
 
-    def _draw_topics(self, table: Any) -> None:
+    def _draw(self, name: str, table: Any) -> None:
         with self._drawing, contextlib.suppress(Exception):
-            from .job import topic_rows
-            from .report import topic_plots
+            from .job import health_rows, topic_rows
+            from .report import loss_plot, topic_plots
 
             self._plots.mkdir(parents=True, exist_ok=True)
-            self._topic_images = topic_plots(topic_rows(table), self._plots)
-
-    def _draw_loss(self, table: Any) -> None:
-        with self._drawing, contextlib.suppress(Exception):
-            from .job import health_rows
-            from .report import loss_plot
-
-            self._plots.mkdir(parents=True, exist_ok=True)
-            self._loss_image = loss_plot(health_rows(table), self._plots)
+            if name == "topic_stats":
+                self._drawn["topic_images"] = topic_plots(topic_rows(table), self._plots)
+            elif (loss := loss_plot(health_rows(table), self._plots)) is not None:
+                self._drawn["loss_image"] = loss
 
     def images(self) -> dict[str, Any]:
         """write_report's arguments for the plots drawn (waiting for the drawing)."""
         for thread in self._threads:
             thread.join()
-        images: dict[str, Any] = {}
-        if self._topic_images is not None:
-            images["topic_images"] = self._topic_images
-        if self._loss_image is not None:
-            images["loss_image"] = self._loss_image
-        return images
+        return dict(self._drawn)
 
 
 def analyze(request: AnalyzeRequest) -> dict[str, Any]:

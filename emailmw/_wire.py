@@ -543,15 +543,18 @@ def _parse_head(raw: bytes) -> tuple[Head, bytes, str, str]:
     """(head, undecoded body, content-transfer-encoding, charset)."""
     block, payload = split_message(raw)
     pairs = parse_header_block(block)
-    fields: dict[str, tuple[str, str]] = {}
     lowered = _LOWERED
-    for pair in pairs:
-        lower = lowered.get(pair[0])
-        if lower is None:
-            lower = pair[0].lower()
-            if len(lowered) < _LOWERED_MAX:
-                lowered[pair[0]] = lower
-        fields[lower] = pair
+    try:  # every name seen before (the usual case): 0.6 rather than 1.2 us for 11 headers
+        fields = {lowered[pair[0]]: pair for pair in pairs}
+    except KeyError:
+        fields = {}
+        for pair in pairs:
+            lower = lowered.get(pair[0])
+            if lower is None:
+                lower = pair[0].lower()
+                if len(lowered) < _LOWERED_MAX:
+                    lowered[pair[0]] = lower
+            fields[lower] = pair
     if len(fields) != len(pairs):  # a repeated header: the first occurrence wins
         fields = {}
         for pair in pairs:

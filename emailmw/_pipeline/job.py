@@ -136,7 +136,12 @@ def compute(
 
 
 def _from_landed(
-    spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptions, *, deduplicate: bool
+    spark: SparkSession,
+    landing_dirs: Iterable[Path],
+    options: JobOptions,
+    *,
+    deduplicate: bool,
+    offsets: bool = False,
 ) -> tuple[DataFrame, DataFrame]:
     # the landing schema is known: no inference job over the parts
     landed = spark.read.schema(LANDING_DDL).parquet(*[str(d) for d in landing_dirs])
@@ -170,6 +175,7 @@ def _from_landed(
         "source",
         "key",
         F.to_date(F.timestamp_micros((F.col("delivered_ns") / 1000).cast("long"))).alias("day"),
+        *(["offset"] if offsets else []),
     )
 
     rejects = landed.filter(F.col("status") != "ok").select(*REJECTS_COLUMNS)
@@ -187,8 +193,11 @@ def landed_messages(
     column vectors allocated, a task's share of the scheduling): the three queries on the
     200k benchmark read 3 x 10 files this way instead of 3 x 100, and the job took 4.7-5.4 s
     and 7.7-8.8 JVM CPU-seconds against 5.5-6.0 s and 9.3-10.1 (three pairs).
+
+    The rows also carry the landing's ``offset`` (the table has no such column), by which
+    ``publisher_health`` orders mbox messages delivered at the same instant.
     """
-    messages, _ = _from_landed(spark, landing_dirs, options, deduplicate=False)
+    messages, _ = _from_landed(spark, landing_dirs, options, deduplicate=False, offsets=True)
     return messages
 
 
@@ -244,9 +253,18 @@ FROM requests LEFT JOIN responses ON requests.message_id = responses.in_reply_to
 # 2M messages each string column there cost about a CPU-second); any other key, a Maildir
 # file name, is compared as text, after the numbered ones.
 # (The queries' text goes through PySpark's formatter: "{{16}}" reaches Spark as "{16}".)
-_ARRIVAL = """IF(key RLIKE '^[0-9]{{16}}$', CAST(key AS BIGINT), NULL) AS key_number,
-    IF(key RLIKE '^[0-9]{{16}}$', NULL, key) AS key_text"""
+_KEY_NUMBER = "IF(key RLIKE '^[0-9]{{16}}$', CAST(key AS BIGINT), NULL)"
+# Rows read from landed parts carry the offset as a number (null for a Maildir file, and in
+# parts landed by earlier versions): the same number without the regular expression, which
+# cost about 0.9 JVM CPU-seconds at 2M messages (warm).
+_KEY_NUMBER_FROM_OFFSET = f"coalesce(offset, {_KEY_NUMBER})"
 _ARRIVAL_ORDER = "delivered_ns, key_number NULLS LAST, key_text"
+
+
+def _arrival(messages: DataFrame) -> str:
+    number = _KEY_NUMBER_FROM_OFFSET if "offset" in messages.columns else _KEY_NUMBER
+    return f"{number} AS key_number, IF({number} IS NULL, key, NULL) AS key_text"
+
 
 # late: a sequence number below one that arrived earlier in its stream. Copies are counted
 # per sequence number first, then per stream: the second grouping needs no new exchange (the
@@ -273,7 +291,7 @@ streams AS (
 SELECT publisher_gid, topic, mailbox, sent, received, sent - received AS lost,
   copies - received AS duplicated, out_of_order
 FROM streams
-""".replace("ARRIVAL_ORDER", _ARRIVAL_ORDER).replace("ARRIVAL", _ARRIVAL)
+""".replace("ARRIVAL_ORDER", _ARRIVAL_ORDER)
 
 # The same table with each stream keyed by a 64-bit hash of its three columns, which the
 # window partitions and sorts on, so that its exchange carries four longs a message and no
@@ -284,9 +302,10 @@ FROM streams
 _STREAM_KEY = "xxhash64(publisher_gid, topic, mailbox)"
 _PUBLISHER_HEALTH_BY_KEY_SQL = """
 WITH publishes AS (
-  SELECT STREAM_KEY AS stream, publisher_gid, topic, mailbox, publisher_seq, delivered_ns, key
+  SELECT STREAM_KEY AS stream, publisher_gid, topic, mailbox, publisher_seq, delivered_ns,
+    ARRIVAL
   FROM {messages} WHERE kind = 'publish' AND publisher_seq IS NOT NULL),
-arrivals AS (SELECT stream, publisher_seq, delivered_ns, ARRIVAL FROM publishes),
+arrivals AS (SELECT stream, publisher_seq, delivered_ns, key_number, key_text FROM publishes),
 sequenced AS (
   SELECT stream, publisher_seq,
     CAST(publisher_seq < max(publisher_seq) OVER (
@@ -304,7 +323,7 @@ names AS (SELECT DISTINCT stream, publisher_gid, topic, mailbox FROM publishes)
 SELECT publisher_gid, topic, mailbox, sent, received, sent - received AS lost,
   copies - received AS duplicated, out_of_order, stream
 FROM streams JOIN names USING (stream)
-""".replace("ARRIVAL_ORDER", _ARRIVAL_ORDER).replace("ARRIVAL", _ARRIVAL)
+""".replace("ARRIVAL_ORDER", _ARRIVAL_ORDER)
 
 
 # service_calls' columns, as Spark's job writes them (a test compares): the empty table of a
@@ -341,19 +360,27 @@ def aggregate(messages: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     return (
         _topic_stats(messages),
         _service_calls(messages),
-        messages.sparkSession.sql(_PUBLISHER_HEALTH_SQL, messages=messages),
+        _exact_publisher_health(messages),
     )
 
 
-def _publisher_health_query() -> str:
-    return _PUBLISHER_HEALTH_BY_KEY_SQL.replace("STREAM_KEY", _STREAM_KEY)
+def _exact_publisher_health(messages: DataFrame) -> DataFrame:
+    query = _PUBLISHER_HEALTH_SQL.replace("ARRIVAL", _arrival(messages))
+    return messages.sparkSession.sql(query, messages=messages)
+
+
+def _keyed_publisher_health(messages: DataFrame) -> DataFrame:
+    query = _PUBLISHER_HEALTH_BY_KEY_SQL.replace("STREAM_KEY", _STREAM_KEY)
+    return messages.sparkSession.sql(
+        query.replace("ARRIVAL", _arrival(messages)), messages=messages
+    )
 
 
 def _exact_streams(table: pa.Table, messages: DataFrame) -> pa.Table:
     """``publisher_health`` as collected from its stream-key form, without the key; if two
     streams shared one, computed again in the exact form."""
     if pc.count_distinct(table["stream"]).as_py() < table.num_rows:
-        return messages.sparkSession.sql(_PUBLISHER_HEALTH_SQL, messages=messages).toArrow()
+        return _exact_publisher_health(messages).toArrow()
     return table.drop_columns(["stream"])
 
 
@@ -586,7 +613,7 @@ def run_job(
     # instead, the same analyses cost more CPU (measured twice).
     frames = {
         "topic_stats": _topic_stats(messages),
-        "publisher_health": spark.sql(_publisher_health_query(), messages=messages),
+        "publisher_health": _keyed_publisher_health(messages),
     }
     if not _no_request(tally):
         frames["service_calls"] = _service_calls(messages)

@@ -77,6 +77,10 @@ LANDING_SCHEMA: Final = pa.schema(
         ("size", pa.int64()),
         ("from_addr", pa.string()),
         ("to_addr", pa.string()),
+        # an mbox message's byte offset (its "From " line; ``key`` is the same number, in 16
+        # digits), null for a Maildir file: Spark orders ties by it without parsing ``key``.
+        # Landed parts of earlier versions lack it and read as null.
+        ("offset", pa.int64()),
     ]
 )
 # The ``messages`` table: one row per emailmw email, hive-partitioned by topic and day (those
@@ -147,8 +151,9 @@ def maildir_name_ns(name: str) -> int | None:
     return int(found.group(1)) * 1_000_000_000 + int(found.group(2)) * 1000
 
 
-# The columns :func:`_row` fills, in LANDING_SCHEMA order (all but source, mailbox, key).
-_DESCRIBED: Final = tuple(LANDING_SCHEMA.names[3:])
+# The columns :func:`_row` fills, in LANDING_SCHEMA order (all but source, mailbox, key and
+# offset).
+_DESCRIBED: Final = tuple(LANDING_SCHEMA.names[3:-1])
 _Row = tuple[Any, ...]
 _NONE_10: Final = (None,) * 10  # kind .. delivered_ns of mail that does not parse
 
@@ -193,12 +198,19 @@ def _row(raw: bytes, name_ns: int | None) -> _Row:
 
 
 class _Columns:
-    """Rows of one Parquet part, kept as tuples and turned into columns once, at the end."""
+    """Rows of one Parquet part, kept as tuples and turned into columns once, at the end.
 
-    def __init__(self, source: str) -> None:
+    A Maildir part fills ``mailboxes`` and ``keys`` (file names) with :meth:`add`; an mbox
+    part, all from one file, names its ``mailbox`` once and fills ``offsets``, from which
+    the keys are written (16 digits, as one vectorised step).
+    """
+
+    def __init__(self, source: str, mailbox: str | None = None) -> None:
         self.source = source
+        self.mailbox = mailbox
         self.mailboxes: list[str] = []
         self.keys: list[str] = []
+        self.offsets: list[int] = []
         self.rows: list[_Row] = []
 
     def add(self, mailbox: str, key: str, row: _Row) -> None:
@@ -209,15 +221,21 @@ class _Columns:
     def write(self, path: Path, sink: TableSink | None = None) -> Tally | None:
         count = len(self.rows)
         described = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(_DESCRIBED)
-        arrays = [
-            pa.array([self.source] * count, pa.string()),
-            pa.array(self.mailboxes, pa.string()),
-            pa.array(self.keys, pa.string()),
-        ]
+        string = pa.string()
+        if self.mailbox is None:
+            mailboxes = pa.array(self.mailboxes, string)
+            keys = pa.array(self.keys, string)
+            offsets = pa.nulls(count, pa.int64())
+        else:
+            mailboxes = pa.array([self.mailbox] * count, string)
+            offsets = pa.array(self.offsets, pa.int64())
+            keys = pc.utf8_lpad(pc.cast(offsets, string), 16, "0")  # f"{offset:016d}"
+        arrays = [pa.array([self.source] * count, string), mailboxes, keys]
         arrays += [
             pa.array(column, field.type)
-            for column, field in zip(described, list(LANDING_SCHEMA)[3:], strict=True)
+            for column, field in zip(described, list(LANDING_SCHEMA)[3:-1], strict=True)
         ]
+        arrays.append(offsets)
         table = pa.Table.from_arrays(arrays, schema=LANDING_SCHEMA)
         _write_parquet(table, path)
         if sink is None:
@@ -471,29 +489,37 @@ def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
 
 def _land_mbox_range(task: tuple[str, str, str, int, int, str, TableSink | None]) -> Tally | None:
     source, path, mailbox, start, end, out, sink = task
-    columns = _Columns(source)
+    columns = _Columns(source, mailbox)
+    offsets, rows = columns.offsets, columns.rows
     with (
         _gc_paused(),
         open(path, "rb") as handle,
         mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m,
     ):
         find = m.find
+        # mboxrd quoting: a line '>From ' (any number of '>') loses one '>'. Every such line
+        # holds the string '>From ', so a piece without it needs no look at any message
+        # (one search of the piece cost 0.2 us a message, a search of each message 0.6 us)
+        quoted = find(b">From ", start, end) != -1
+        envelope = m[start : start + 5] == b"From "  # and so does every later message
         pos = start
         while pos < end:  # one copy per message: the bytes between envelope and blank line
             nxt = find(b"\nFrom ", pos, end)
             stop = end if nxt == -1 else nxt + 1
             first = pos
-            if m[pos : pos + 5] == b"From ":
+            if envelope:
                 newline = find(b"\n", pos, stop)
                 first = stop if newline == -1 else newline + 1
+            envelope = True
             last = stop
-            if last - first >= 2 and m[last - 2 : last] == b"\n\n":
+            if last - first >= 2 and m[last - 1] == 10 and m[last - 2] == 10:
                 last -= 1  # the blank line that separates mbox messages
             raw = m[first:last]
-            if b"\n>" in raw:
+            if quoted and b"\n>" in raw:
                 raw = _MBOXRD_QUOTED.sub(rb"\1", raw)  # mboxrd: '>From ' -> 'From '
             if raw and not raw.isspace():
-                columns.add(mailbox, f"{pos:016d}", _row(raw, None))
+                offsets.append(pos)
+                rows.append(_row(raw, None))
             pos = stop
         return columns.write(Path(out), sink)
 

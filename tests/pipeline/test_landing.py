@@ -98,4 +98,48 @@ def test_every_maildir_file_lands_once_across_part_boundaries(
     parts = sorted(landed.glob("*.parquet"))
     keys = [key for part in parts for key in pq.read_table(part)["key"].to_pylist()]
     assert sorted(keys) == sorted(expected)  # each file once, none missed
+    # only an mbox message has an offset
+    assert {o for part in parts for o in pq.read_table(part)["offset"].to_pylist()} == {None}
     assert len(parts) == 6  # 11 files in parts of 2
+
+
+def test_mbox_pieces_undo_mboxrd_quoting_and_record_offsets(tmp_path: Path) -> None:
+    """Each message lands once, from any cut of the file into pieces: keyed by the offset
+    of its ``From `` line (also kept as a number), and with mboxrd's quoting undone, which
+    its size shows (each quoted line is one byte longer in the file)."""
+    bodies = [
+        "plain",
+        "From the start of a line\n>From quoted once already\nend",
+        "nothing to undo",
+        ">>From deep\nFrom again",
+        "last",
+    ]
+    originals = []
+    mbox = tmp_path / "archive.mbox"
+    offsets = []
+    with open(mbox, "wb") as out:
+        for seq, body in enumerate(bodies):
+            pub = publish_email(
+                "/t", body, recipients=R, gid=Gid(1), sequence_number=seq, timestamp_ns=1
+            )
+            raw = build(pub.with_message_id(f"<{seq}@x>")).replace(b"\r\n", b"\n")
+            originals.append(raw + b"\n")  # as stored: every line ends with a newline
+            offsets.append(out.tell())
+            out.write(b"From a@example.test Thu Nov 19 10:00:00 2026\n")
+            for line in raw.split(b"\n"):
+                quoted = line.lstrip(b">").startswith(b"From ")
+                out.write((b">" + line if quoted else line) + b"\n")
+            out.write(b"\n")
+    data = mbox.read_bytes()
+    assert data.count(b">From ") == 4  # the quoting is there to undo
+    for pieces in (1, 2, 3, 5):
+        rows = []
+        for i, (start, end) in enumerate(landing._mbox_ranges(mbox, pieces)):
+            part = tmp_path / f"part-{pieces}-{i}.parquet"
+            landing._land_mbox_range(("s", str(mbox), "box", start, end, str(part), None))
+            rows += pq.read_table(part).to_pylist()
+        assert [r["offset"] for r in rows] == offsets, pieces
+        assert all(data[r["offset"] :].startswith(b"From ") for r in rows)
+        assert [r["key"] for r in rows] == [f"{o:016d}" for o in offsets]
+        assert [r["size"] for r in rows] == [len(raw) for raw in originals], pieces
+        assert {r["status"] for r in rows} == {"ok"}

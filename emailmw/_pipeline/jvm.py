@@ -176,7 +176,7 @@ def _stop_accumulator_server(context: Any) -> None:
     """Stop PySpark's accumulator server in the background instead of in ``stop()``.
 
     The server is a ``socketserver`` loop that polls every 0.5 s, and ``shutdown()`` waits
-    for the next poll, so ``SparkContext.stop()`` took 0.1-0.55 s (its own work about 0.1 s):
+    for the next poll, so ``SparkContext.stop()`` took 0.09-0.54 s (its own work 0.05 s):
     the command line sat idle that long before exiting. The server only collects the
     accumulator updates of Python workers, which the job has none of (no Python UDF), and
     its thread is a daemon: the stop completes on its own within half a second, or ends with

@@ -501,7 +501,9 @@ def _land_mbox_range(task: tuple[str, str, str, int, int, str, TableSink | None]
         # holds the string '>From ', so a piece without it needs no look at any message
         # (one search of the piece cost 0.2 us a message, a search of each message 0.6 us)
         quoted = find(b">From ", start, end) != -1
-        envelope = m[start : start + 5] == b"From "  # and so does every later message
+        # the piece's first message may lack an envelope line; every later one starts at
+        # the "From " line that ended the message before it
+        envelope = m[start : start + 5] == b"From "
         pos = start
         while pos < end:  # one copy per message: the bytes between envelope and blank line
             nxt = find(b"\nFrom ", pos, end)

@@ -159,7 +159,8 @@ _NONE_10: Final = (None,) * 10  # kind .. delivered_ns of mail that does not par
 
 
 def describe(raw: bytes, name_ns: int | None = None) -> dict[str, Any]:
-    """The landing columns (all but source/mailbox/key) for one stored email."""
+    """The landing columns (all but source/mailbox/key/offset, which say where the email
+    is stored) for one stored email."""
     return dict(zip(_DESCRIBED, _row(raw, name_ns), strict=True))
 
 

@@ -263,7 +263,9 @@ def test_transforms_on_a_handmade_landing(spark: SparkSession, tmp_path: Path) -
     ]
     path = tmp_path / "landing"
     path.mkdir()
-    pq.write_table(pa.Table.from_pylist(rows, schema=LANDING_SCHEMA), path / "part.parquet")
+    # a part as earlier versions landed it: no offset column
+    earlier = LANDING_SCHEMA.remove(LANDING_SCHEMA.get_field_index("offset"))
+    pq.write_table(pa.Table.from_pylist(rows, schema=earlier), path / "part.parquet")
     expected = spark.createDataFrame(
         # m: seq 1 after 2 is late; the 2nd 2 is a duplicate
         [(1, "/t", "m", 5, 4, 1, 1, 1), (1, "/t", "n", 4, 4, 0, 0, 2)],
@@ -278,8 +280,7 @@ def test_transforms_on_a_handmade_landing(spark: SparkSession, tmp_path: Path) -
     messages = job.landed_messages(spark, [path], JobOptions())
     written, _ = run_job(spark, out, messages=messages)
     assertDataFrameEqual(written.publisher_health, expected)
-    # the rows above have no offset, as parts landed by earlier versions; this version
-    # lands an mbox message's offset as a number too, which orders it the same
+    # this version lands an mbox message's offset as a number too, which orders it the same
     for r in rows:
         r["offset"] = int(r["key"]) if r["key"].isdigit() else None
     pq.write_table(pa.Table.from_pylist(rows, schema=LANDING_SCHEMA), path / "part.parquet")

@@ -291,7 +291,7 @@ streams AS (
 SELECT publisher_gid, topic, mailbox, sent, received, sent - received AS lost,
   copies - received AS duplicated, out_of_order
 FROM streams
-""".replace("ARRIVAL_ORDER", _ARRIVAL_ORDER)
+"""
 
 # The same table with each stream keyed by a 64-bit hash of its three columns, which the
 # window partitions and sorts on, so that its exchange carries four longs a message and no
@@ -323,7 +323,7 @@ names AS (SELECT DISTINCT stream, publisher_gid, topic, mailbox FROM publishes)
 SELECT publisher_gid, topic, mailbox, sent, received, sent - received AS lost,
   copies - received AS duplicated, out_of_order, stream
 FROM streams JOIN names USING (stream)
-""".replace("ARRIVAL_ORDER", _ARRIVAL_ORDER)
+"""
 
 
 # service_calls' columns, as Spark's job writes them (a test compares): the empty table of a
@@ -364,16 +364,23 @@ def aggregate(messages: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     )
 
 
-def _exact_publisher_health(messages: DataFrame) -> DataFrame:
-    query = _PUBLISHER_HEALTH_SQL.replace("ARRIVAL", _arrival(messages))
+def _publisher_health(template: str, messages: DataFrame) -> DataFrame:
+    """One of the ``publisher_health`` queries on ``messages``, its placeholders filled in
+    (ARRIVAL_ORDER before ARRIVAL, which is a prefix of it)."""
+    query = (
+        template.replace("STREAM_KEY", _STREAM_KEY)
+        .replace("ARRIVAL_ORDER", _ARRIVAL_ORDER)
+        .replace("ARRIVAL", _arrival(messages))
+    )
     return messages.sparkSession.sql(query, messages=messages)
 
 
+def _exact_publisher_health(messages: DataFrame) -> DataFrame:
+    return _publisher_health(_PUBLISHER_HEALTH_SQL, messages)
+
+
 def _keyed_publisher_health(messages: DataFrame) -> DataFrame:
-    query = _PUBLISHER_HEALTH_BY_KEY_SQL.replace("STREAM_KEY", _STREAM_KEY)
-    return messages.sparkSession.sql(
-        query.replace("ARRIVAL", _arrival(messages)), messages=messages
-    )
+    return _publisher_health(_PUBLISHER_HEALTH_BY_KEY_SQL, messages)
 
 
 def _exact_streams(table: pa.Table, messages: DataFrame) -> pa.Table:

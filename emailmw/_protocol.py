@@ -188,23 +188,30 @@ def response_email(request: Email, response: str, *, from_: str, timestamp_ns: i
 Metadata = tuple[bool, int, int, int | None]
 
 
-def _uint(headers: Headers, name: str) -> int | None:
-    """The header as a non-negative integer; None if absent; ValueError if not a number."""
-    value = headers._lookup(_LOWER[name])
-    if value is None:
+def _uint(item: tuple[str, str] | None, name: str) -> int | None:
+    """A header's ``(name, value)`` as a non-negative integer; None if absent; ValueError
+    if not a number."""
+    if item is None:
         return None
-    value = value.strip()
+    value = item[1].strip()
     if not value.isdigit() or not value.isascii():
         raise ValueError(f"{name} is not a non-negative integer: {value[:40]!r}")
     return int(value)
 
 
-def _gid(headers: Headers, name: str) -> int:
-    text = headers._lookup(_LOWER[name]) or ""
+def _gid(item: tuple[str, str], name: str) -> int:
+    text = item[1]
     try:
         return gid_value(text)
     except ValueError:
         raise ValueError(f"{name} is not a GID: {text[:40]!r}") from None
+
+
+_SOURCE_TIMESTAMP: Final = _LOWER[HEADER_SOURCE_TIMESTAMP]
+_PUBLISHER_GID: Final = _LOWER[HEADER_PUBLISHER_GID]
+_PUBLISHER_SEQUENCE_NUMBER: Final = _LOWER[HEADER_PUBLISHER_SEQUENCE_NUMBER]
+_CLIENT_GID: Final = _LOWER[HEADER_CLIENT_GID]
+_REQUEST_SEQUENCE_NUMBER: Final = _LOWER[HEADER_REQUEST_SEQUENCE_NUMBER]
 
 
 def read_metadata(headers: Headers) -> Metadata | Unroutable:
@@ -216,21 +223,26 @@ def read_metadata(headers: Headers) -> Metadata | Unroutable:
     rmw_email). :func:`classify` is this plus the route objects; the archive pipeline calls
     it directly, once per stored email.
     """
-    has_client = headers._lookup(_LOWER[HEADER_CLIENT_GID]) is not None
-    if not has_client and headers._lookup(_LOWER[HEADER_PUBLISHER_GID]) is None:
+    # (name, value) items straight from the lower-cased map: one dictionary look-up per
+    # header (the pipeline reads millions of stored emails; 0.8 rather than 1.1 us each)
+    item = headers._by_lower.get
+    client = item(_CLIENT_GID)
+    gid_item = client or item(_PUBLISHER_GID)
+    if gid_item is None:
         return Unroutable("no emailmw metadata headers")
     try:
-        source = _uint(headers, HEADER_SOURCE_TIMESTAMP)
+        source = _uint(item(_SOURCE_TIMESTAMP), HEADER_SOURCE_TIMESTAMP)
         if source is None:
             return Unroutable(f"no {HEADER_SOURCE_TIMESTAMP} header", malformed=True)
-        if has_client:
-            gid = _gid(headers, HEADER_CLIENT_GID)
-            seq = _uint(headers, HEADER_REQUEST_SEQUENCE_NUMBER)
+        if client is not None:
+            gid = _gid(client, HEADER_CLIENT_GID)
+            seq = _uint(item(_REQUEST_SEQUENCE_NUMBER), HEADER_REQUEST_SEQUENCE_NUMBER)
             if seq is None:
                 return Unroutable(f"no {HEADER_REQUEST_SEQUENCE_NUMBER} header", malformed=True)
             return True, source, gid, seq
-        gid = _gid(headers, HEADER_PUBLISHER_GID)
-        return False, source, gid, _uint(headers, HEADER_PUBLISHER_SEQUENCE_NUMBER)
+        gid = _gid(gid_item, HEADER_PUBLISHER_GID)
+        seq = _uint(item(_PUBLISHER_SEQUENCE_NUMBER), HEADER_PUBLISHER_SEQUENCE_NUMBER)
+        return False, source, gid, seq
     except ValueError as exc:
         return Unroutable(str(exc), malformed=True)
 

@@ -98,6 +98,9 @@ _ONLY_ENCODED_WORDS_RE: Final = re.compile(
     r"=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=(?:[ \t]+=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=)*"
 )
 _MSGID_RE: Final = re.compile(r"<[^<>\s]+>")
+# b"\r" as the byte's value: ``_CR in data`` is one memchr (0.03 us for an email's header
+# block), ``b"\r" in data`` a general search (0.14 us)
+_CR: Final = 0x0D
 # One unfolded header line: the name, then the value without surrounding blanks. A line
 # that ends in a blank does not match (the slower path strips it): the value is the rest of
 # the line, found without backtracking to its last character (3.9 against 4.6 us for
@@ -329,12 +332,15 @@ def _check_msgid(name: str, msgid: str) -> None:
 
 def split_message(raw: bytes) -> tuple[bytes, bytes]:
     """Split raw message bytes into (header block, body) at the first empty line."""
-    crlf = raw.find(b"\r\n\r\n")
-    lf = raw.find(b"\n\n")
-    if crlf != -1 and (lf == -1 or crlf < lf):
+    block, blank, body = raw.partition(b"\n\n")
+    if blank and _CR not in block:
+        return block, body  # LF line endings (stored mail): one search, 0.5 rather than 0.8 us
+    # an empty CRLF line first: one that starts before the first LF LF (they may overlap)
+    crlf = raw.find(b"\r\n\r\n", 0, len(block) + 3 if blank else len(raw))
+    if crlf != -1:
         return raw[:crlf], raw[crlf + 4 :]
-    if lf != -1:
-        return raw[:lf], raw[lf + 2 :]
+    if blank:
+        return block, body
     if raw.startswith((b"\r\n", b"\n")):
         return b"", raw.split(b"\n", 1)[1]
     return raw, b""
@@ -361,7 +367,7 @@ def parse_header_block(block: bytes) -> list[tuple[str, str]]:
         newline = block.find(b"\n")
         block = block[newline + 1 :] if newline != -1 else b""
     lf_block = block
-    if b"\r" in block:
+    if _CR in block:
         lf_block = block.replace(b"\r\n", b"\n")
         if lf_block.endswith(b"\r"):
             lf_block = lf_block[:-1]
@@ -532,6 +538,12 @@ class Head(NamedTuple):
     references: tuple[str, ...]
 
 
+# a Head from a tuple of all its fields in order, without NamedTuple's Python-level __new__
+# (0.1 rather than 0.3 us, once per stored email in the archive pipeline); nothing checks the
+# count here, tests/test_wire.py compares every field with parse()
+_new_head: Final = tuple.__new__
+
+
 def parse_head(raw: bytes) -> Head:
     """The header block of RFC 5322 bytes, read and checked exactly as :func:`parse` reads
     and checks it (the same errors for the same headers); the body is neither decoded nor
@@ -588,10 +600,10 @@ def _parse_head(raw: bytes) -> tuple[Head, bytes, str, str]:
         raise MalformedEmailError("Subject decodes to CR, LF or NUL (header injection)")
     if content_type != "text/plain":
         raise ForeignEmailError(f"not a text/plain email: {content_type}")
-    head = Head(
+    head = _new_head(Head, (
         subject, from_, to, cc, bcc, reply_to, Headers._from_lowered(fields), message_id,
         in_reply_to, references,
-    )  # fmt: skip
+    ))  # fmt: skip
     return head, payload, cte, charset
 
 

@@ -272,6 +272,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         on_collected=None if early is None else early.collected,
         # a plain run's rows come straight from its landed parts (fewer files to open)
         messages=None if sink is None else landed_messages(session["spark"], dirs, options),
+        per_minute=None if sink is None else sink.per_minute(),
     )
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -46,10 +46,12 @@ from .._wire import ForeignEmailError, parse_head
 __all__ = [
     "LANDING_SCHEMA",
     "MESSAGES_SCHEMA",
+    "MINUTES_SCHEMA",
     "REJECTS_COLUMNS",
     "Source",
     "TableSink",
     "Tally",
+    "Written",
     "describe",
     "land",
     "maildirs",
@@ -93,6 +95,11 @@ MESSAGES_SCHEMA: Final = pa.schema(
         *(LANDING_SCHEMA.field(name) for name in ("mailbox", "source", "key")),
         ("day", pa.date32()),
     ]
+)
+# Publishes per topic and minute of delivery, as the landing counts the rows it writes: the
+# per-minute rate series of ``topic_stats`` in a plain run (see :meth:`TableSink.per_minute`).
+MINUTES_SCHEMA: Final = pa.schema(
+    [("topic", pa.string()), ("minute", pa.int64()), ("messages", pa.int64())]
 )
 # the columns of a messages file (topic and day are in its directory names)
 _MESSAGE_FILE_COLUMNS: Final = [n for n in MESSAGES_SCHEMA.names if n not in ("topic", "day")]
@@ -219,7 +226,7 @@ class _Columns:
         self.keys.append(key)
         self.rows.append(row)
 
-    def write(self, path: Path, sink: TableSink | None = None) -> Tally | None:
+    def write(self, path: Path, sink: TableSink | None = None) -> Written | None:
         count = len(self.rows)
         described = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(_DESCRIBED)
         string = pa.string()
@@ -269,6 +276,26 @@ def partition_dir(column: str, value: object) -> str:
 Tally = Counter[tuple[str | None, ...]]
 
 
+class Written(NamedTuple):
+    """What a worker wrote of one landed part, as counted for the calling process."""
+
+    tally: Tally
+    minutes: pa.Table  # MINUTES_SCHEMA, one row per topic and minute among the publishes
+
+
+# merged into one table once this many parts' minute counts have come in (memory stays
+# bounded by the distinct topics and minutes, however many parts an archive has)
+_MINUTE_PARTS: Final = 64
+
+
+def _sum_minutes(tables: list[pa.Table]) -> pa.Table:
+    combined = pa.concat_tables(tables) if tables else MINUTES_SCHEMA.empty_table()
+    summed = combined.group_by(["topic", "minute"], use_threads=False).aggregate(
+        [("messages", "sum")]
+    )
+    return summed.rename_columns(["topic", "minute", "messages"]).cast(MINUTES_SCHEMA)
+
+
 @dataclass
 class TableSink:
     """The run's ``messages`` and ``rejects`` tables, written by the landing workers as they
@@ -278,8 +305,10 @@ class TableSink:
     9-11 s. The layout and the values are Spark's own (a test writes the same rows with
     Spark and compares), so the tables read the same whoever wrote them.
 
-    ``tally`` counts what was written, by kind and by reject reason; it is filled in the
-    calling process as parts finish (the summary needs no Spark job for it).
+    ``tally`` counts what was written, by kind and by reject reason, and :meth:`per_minute`
+    the publishes per topic and minute; both are filled in the calling process as parts
+    finish (:meth:`add`), so that the summary needs no Spark job and ``topic_stats`` no
+    second scan of the archive for its rate series.
     """
 
     out: Path
@@ -287,12 +316,14 @@ class TableSink:
     until_ns: int | None = None
     topic_glob: str | None = None
     tally: Tally = field(default_factory=Counter, compare=False)
+    _minutes: list[pa.Table] = field(default_factory=list, init=False, compare=False, repr=False)
 
-    def __getstate__(self) -> dict[str, Any]:  # workers get the settings, not the tally
-        return {**self.__dict__, "tally": Counter()}
+    def __getstate__(self) -> dict[str, Any]:  # workers get the settings, not the counts
+        return {**self.__dict__, "tally": Counter(), "_minutes": []}
 
     def prepare(self) -> None:
         self.tally.clear()
+        self._minutes.clear()
         for name in ("messages", "rejects"):
             shutil.rmtree(self.out / name, ignore_errors=True)
             (self.out / name).mkdir(parents=True)
@@ -301,7 +332,22 @@ class TableSink:
         for name in ("messages", "rejects"):
             (self.out / name / "_SUCCESS").touch()
 
-    def write(self, landed: pa.Table, name: str) -> Tally:
+    def add(self, written: Written) -> None:
+        """Count a part's :meth:`write` (the calling process's side)."""
+        self.tally.update(written.tally)
+        self._minutes.append(written.minutes)
+        if len(self._minutes) >= _MINUTE_PARTS:
+            self._minutes[:] = [_sum_minutes(self._minutes)]
+
+    def per_minute(self) -> pa.Table:
+        """Publishes written per topic and minute of delivery (MINUTES_SCHEMA), exactly as
+        ``topic_stats``' SQL counts them from the ``messages`` table: the minute is
+        ``CAST(delivered_ns / 60000000000 AS BIGINT)`` (null without a delivery time), and
+        an empty topic, null in that table, is left out (its series is null there)."""
+        self._minutes[:] = [_sum_minutes(self._minutes)]
+        return self._minutes[0]
+
+    def write(self, landed: pa.Table, name: str) -> Written:
         """Write the rows of one landed part that pass the filters (a worker's call)."""
         tally: Tally = Counter()
         delivered = landed["delivered_ns"]
@@ -325,11 +371,13 @@ class TableSink:
             topics = pc.unique(messages["topic"]).to_pylist()
             wanted = pa.array([t for t in topics if t is not None and match(t)], pa.string())
             messages = messages.filter(pc.is_in(messages["topic"], wanted))
+        minutes = MINUTES_SCHEMA.empty_table()
         if messages.num_rows:
             self._write_messages(messages, name)
             kinds = pc.value_counts(messages["kind"]).to_pylist()
             tally.update({("kind", kind["values"]): kind["counts"] for kind in kinds})
-        return tally
+            minutes = _minute_counts(messages)
+        return Written(tally, minutes)
 
     def _write_messages(self, messages: pa.Table, name: str) -> None:
         delivered = messages["delivered_ns"]
@@ -371,6 +419,22 @@ class TableSink:
             )
             directory.mkdir(parents=True, exist_ok=True)
             _write_parquet(table.take(rows.values), directory / f"part-{name}.zstd.parquet")
+
+
+def _minute_counts(messages: pa.Table) -> pa.Table:
+    """Publishes per topic and minute among ``messages`` (MINUTES_SCHEMA), with Spark's
+    arithmetic for the minute (a double division, truncated) and no empty topic."""
+    publishes = messages.filter(
+        pc.and_(pc.equal(messages["kind"], "publish"), pc.not_equal(messages["topic"], ""))
+    )
+    minute = pc.cast(
+        pc.trunc(pc.divide(pc.cast(publishes["delivered_ns"], pa.float64(), safe=False), 6e10)),
+        pa.int64(),
+        safe=False,
+    )
+    keyed = pa.table({"topic": publishes["topic"], "minute": minute})
+    counted = keyed.group_by(["topic", "minute"], use_threads=False).aggregate([([], "count_all")])
+    return counted.rename_columns(["topic", "minute", "messages"]).cast(MINUTES_SCHEMA)
 
 
 # ----------------------------------------------------------------------------- sources
@@ -436,7 +500,7 @@ def _gc_paused() -> Iterator[None]:
 _FilesTask = tuple[str, list[tuple[str, str, list[str]]], str, TableSink | None]
 
 
-def _land_files(task: _FilesTask) -> Tally | None:
+def _land_files(task: _FilesTask) -> Written | None:
     source, groups, out, sink = task
     columns = _Columns(source)
     with _gc_paused():
@@ -488,7 +552,9 @@ def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(starts, [*starts[1:], size], strict=True) if b > a]
 
 
-def _land_mbox_range(task: tuple[str, str, str, int, int, str, TableSink | None]) -> Tally | None:
+def _land_mbox_range(
+    task: tuple[str, str, str, int, int, str, TableSink | None],
+) -> Written | None:
     source, path, mailbox, start, end, out, sink = task
     columns = _Columns(source, mailbox)
     offsets, rows = columns.offsets, columns.rows
@@ -599,7 +665,7 @@ def land(
     unique: dict[str, Source] = {}  # a source named twice lands once
     for source in sources:
         unique.setdefault(source.digest, source)
-    submitted: list[tuple[Future[Tally | None], int]] = []
+    submitted: list[tuple[Future[Written | None], int]] = []
     with ProcessPoolExecutor(max_workers=workers, mp_context=_workers_context()) as pool:
         # each part is handed out as soon as the walk has made it: the first Maildir part
         # starts after 20,000 directory entries, not after the whole directory
@@ -609,9 +675,9 @@ def land(
         total = sum(size for _, size in submitted)
         done = 0
         for future, size in submitted:
-            tally = future.result()
-            if sink is not None and tally:
-                sink.tally.update(tally)
+            written = future.result()
+            if sink is not None and written is not None:
+                sink.add(written)
             done += size
             if progress is not None:
                 progress(done, total)

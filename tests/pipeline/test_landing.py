@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from emailmw._exceptions import ConfigError
 from emailmw._pipeline import landing
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
-from emailmw._pipeline.landing import Source, delivery_time, describe, land, maildir_name_ns
+from emailmw._pipeline.landing import (
+    MINUTES_SCHEMA,
+    Source,
+    TableSink,
+    Written,
+    delivery_time,
+    describe,
+    land,
+    maildir_name_ns,
+)
 from emailmw._protocol import Recipients, publish_email, request_email, response_email
 from emailmw._types import Gid
 from emailmw._wire import build
@@ -143,3 +154,21 @@ def test_mbox_pieces_undo_mboxrd_quoting_and_record_offsets(tmp_path: Path) -> N
         assert [r["key"] for r in rows] == [f"{o:016d}" for o in offsets]
         assert [r["size"] for r in rows] == [len(raw) for raw in originals], pieces
         assert {r["status"] for r in rows} == {"ok"}
+
+
+def test_minute_counts_of_many_parts_add_up(tmp_path: Path) -> None:
+    """The calling process sums the parts' publishes per topic and minute, merging as it
+    goes (every 64 parts), and returns each (topic, minute) once with its total."""
+    sink = TableSink(tmp_path)
+    sink.prepare()
+    for part in range(150):
+        minutes = pa.table(
+            {"topic": ["/a", "/b", "/a"], "minute": [1, 1, None], "messages": [1, part, 2]},
+            schema=MINUTES_SCHEMA,
+        )
+        sink.add(Written(Counter({("kind", "publish"): 4}), minutes))
+        assert len(sink._minutes) < 64  # merged as they come, not kept part by part
+    got = {(r["topic"], r["minute"]): r["messages"] for r in sink.per_minute().to_pylist()}
+    assert got == {("/a", 1): 150, ("/b", 1): sum(range(150)), ("/a", None): 300}
+    assert sink.per_minute().num_rows == 3
+    assert sink.tally == Counter({("kind", "publish"): 600})

@@ -333,6 +333,11 @@ def _odd_topics() -> list[bytes]:
         b"Subject: /undated\nPublisher-GID: 999\nPublisher-Sequence-Number: 0\n"
         b"Source-Timestamp: 1\n\nodd\n"
     )
+    # and one in a topic with dated ones: its rate series starts with a null minute
+    mails.append(
+        b"Subject: /x=y:z\nPublisher-GID: 901\nPublisher-Sequence-Number: 1\n"
+        b"Source-Timestamp: 2\n\nodd\n"
+    )
     # delivered a second before 1970: its day is 1969-12-31 (floored, not truncated to 0)
     mails.append(
         b"Received: from m by m; Wed, 31 Dec 1969 23:59:59 +0000\nSubject: /old\n"
@@ -342,10 +347,12 @@ def _odd_topics() -> list[bytes]:
 
 
 def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: Path) -> None:
-    """A plain run's landing writes messages and rejects itself, and its aggregates read
-    the landed parts; a merge has Spark write both tables from the landed parts and
-    aggregates the table it wrote. Both must give the same directories and the same rows
-    in every table, filters included, whatever the topic names (an empty one too)."""
+    """A plain run's landing writes messages and rejects itself and counts the publishes per
+    topic and minute (topic_stats' rate series), and its aggregates read the landed parts;
+    a merge has Spark write both tables from the landed parts and aggregate the table it
+    wrote, series included. Both must give the same directories and the same rows in every
+    table, filters included, whatever the topic names (an empty one too) and delivery times
+    (none, or before 1970)."""
     archive = generate(topics=2, services=1, seed=5)
     mbox = archive.write_mbox(tmp_path / "a.mbox")
     with open(mbox, "ab") as out:

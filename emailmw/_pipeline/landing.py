@@ -464,10 +464,12 @@ def maildirs(root: Path) -> Iterator[tuple[Path, str]]:
         subdirs[:] = [d for d in subdirs if d not in ("cur", "new", "tmp")]
 
 
-def _read_file(path: str) -> bytes:
-    """The whole file, with bare system calls (half the cost of ``open().read()``, which
-    matters at 200k small files)."""
-    fd = os.open(path, os.O_RDONLY)
+def _read_file(name: str, dir_fd: int) -> bytes:
+    """The whole file ``name`` in the directory open as ``dir_fd``, with bare system calls
+    (half the cost of ``open().read()``, which matters at 200k small files); opened relative
+    to its directory, the kernel does not walk the whole path each time (4.4 rather than
+    4.8 us a file here)."""
+    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
     try:
         data = os.read(fd, _READ_CHUNK)
         if len(data) < _READ_CHUNK:
@@ -505,14 +507,20 @@ def _land_files(task: _FilesTask) -> Written | None:
     columns = _Columns(source)
     with _gc_paused():
         for directory, mailbox, names in groups:
-            prefix = directory + os.sep
-            for name in names:
-                try:
-                    raw = _read_file(prefix + name)
-                except FileNotFoundError:
-                    continue  # moved or expunged while we walked
-                key = name.partition(":2,")[0]
-                columns.add(mailbox, key, _row(raw, maildir_name_ns(name)))
+            try:
+                dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                continue  # removed while we walked, and its files with it
+            try:
+                for name in names:
+                    try:
+                        raw = _read_file(name, dir_fd)
+                    except FileNotFoundError:
+                        continue  # moved or expunged while we walked
+                    key = name.partition(":2,")[0]
+                    columns.add(mailbox, key, _row(raw, maildir_name_ns(name)))
+            finally:
+                os.close(dir_fd)
         return columns.write(Path(out), sink)
 
 

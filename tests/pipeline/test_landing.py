@@ -172,3 +172,25 @@ def test_minute_counts_of_many_parts_add_up(tmp_path: Path) -> None:
     assert got == {("/a", 1): 150, ("/b", 1): sum(range(150)), ("/a", None): 300}
     assert sink.per_minute().num_rows == 3
     assert sink.tally == Counter({("kind", "publish"): 600})
+
+
+def test_files_and_directories_gone_since_the_walk_are_skipped(tmp_path: Path) -> None:
+    """A Maildir changes while it is read: a file the walk listed and the server has since
+    expunged (or moved), or a whole directory removed, is skipped; the rest of the part
+    lands."""
+    cur = tmp_path / "box" / "cur"
+    cur.mkdir(parents=True)
+    names = []
+    for i in range(3):
+        pub = publish_email("/t", "x", recipients=R, gid=Gid(1), sequence_number=i, timestamp_ns=1)
+        name = f"{1_700_000_000 + i}.M{i}P1.host:2,S"
+        (cur / name).write_bytes(build(pub.with_message_id(f"<{i}@x>")))
+        names.append(name)
+    (cur / names[1]).unlink()
+    groups = [
+        (str(tmp_path / "gone" / "cur"), "gone", ["1700000000.M0P1.host:2,S"]),
+        (str(cur), "box", names),
+    ]
+    landing._land_files(("s", groups, str(tmp_path / "part.parquet"), None))
+    keys = pq.read_table(tmp_path / "part.parquet")["key"].to_pylist()
+    assert keys == [names[0].partition(":2,")[0], names[2].partition(":2,")[0]]

@@ -273,6 +273,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         # a plain run's rows come straight from its landed parts (fewer files to open)
         messages=None if sink is None else landed_messages(session["spark"], dirs, options),
         per_minute=None if sink is None else sink.per_minute(),
+        streams=None if sink is None else sink.streams(),
     )
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()

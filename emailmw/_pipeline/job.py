@@ -20,6 +20,7 @@ from typing import Any, Final, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import xxhash
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -336,12 +337,56 @@ per_seq AS (
 streams AS (
   SELECT stream, max(publisher_seq) + 1 AS sent, count(1) AS received,
     sum(copies) AS copies, coalesce(sum(late), 0) AS out_of_order
-  FROM per_seq GROUP BY stream),
-names AS (SELECT DISTINCT stream, publisher_gid, topic, mailbox FROM publishes)
-SELECT publisher_gid, topic, mailbox, sent, received, sent - received AS lost,
+  FROM per_seq GROUP BY stream)NAMES_CTE
+SELECT NAME_COLUMNS sent, received, sent - received AS lost,
   copies - received AS duplicated, out_of_order, stream
-FROM streams JOIN names USING (stream)
+FROM streams NAMES_JOIN
 """
+# The streams' names, filled in for NAMES_CTE, NAME_COLUMNS and NAMES_JOIN. A plain run
+# takes the query without them (all three empty): its landing listed the streams it wrote,
+# and :func:`_named_streams` hashes each as Spark's ``xxhash64`` does and puts the names in
+# place (a test compares). That saves the names' scan, aggregation and join: at 200k
+# messages the run took 0.35 s less without them.
+_NAMES = {
+    "NAMES_CTE": """,
+names AS (SELECT DISTINCT stream, publisher_gid, topic, mailbox FROM publishes)""",
+    "NAME_COLUMNS": "publisher_gid, topic, mailbox,",
+    "NAMES_JOIN": "JOIN names USING (stream)",
+}
+_HEALTH_COLUMNS: Final = (
+    "publisher_gid", "topic", "mailbox", "sent", "received", "lost", "duplicated",
+    "out_of_order",
+)  # fmt: skip
+
+
+def _stream_key(publisher_gid: int | None, topic: str | None, mailbox: str | None) -> int:
+    """``xxhash64(publisher_gid, topic, mailbox)`` as Spark computes it (its _STREAM_KEY):
+    XXH64 of each non-null value in turn (a long as 8 little-endian bytes, a string as
+    UTF-8), seeded with 42 and then with the hash so far; a signed 64-bit result."""
+    seed = 42
+    if publisher_gid is not None:
+        seed = xxhash.xxh64_intdigest(publisher_gid.to_bytes(8, "little", signed=True), seed)
+    for text in (topic, mailbox):
+        if text is not None:
+            seed = xxhash.xxh64_intdigest(text.encode(), seed)
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
+
+
+def _named_streams(table: pa.Table, streams: pa.Table) -> pa.Table | None:
+    """``publisher_health`` as collected from the query without names, named from the
+    landing's list of streams; None if two of them share a stream key (or, which cannot
+    happen, a stream has no name): the exact form must be computed then."""
+    keys = [_stream_key(*names) for names in zip(*streams.to_pydict().values(), strict=True)]
+    if len(set(keys)) < len(keys):
+        return None
+    named = streams.append_column("stream", pa.array(keys, pa.int64()))
+    joined = table.join(named, "stream", join_type="inner", use_threads=False)
+    if joined.num_rows != table.num_rows:
+        return None
+    # the names typed as listed, every count as Spark typed it (not null where it is)
+    fields = {field.name: field for field in (*streams.schema, *table.schema)}
+    schema = pa.schema([fields[name] for name in _HEALTH_COLUMNS])
+    return joined.select(list(_HEALTH_COLUMNS)).cast(schema)
 
 
 # service_calls' columns, as Spark's job writes them (a test compares): the empty table of a
@@ -407,14 +452,17 @@ def aggregate(messages: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     )
 
 
-def _publisher_health(template: str, messages: DataFrame) -> DataFrame:
+def _publisher_health(template: str, messages: DataFrame, *, names: bool = True) -> DataFrame:
     """One of the ``publisher_health`` queries on ``messages``, its placeholders filled in
-    (ARRIVAL_ORDER before ARRIVAL, which is a prefix of it)."""
+    (ARRIVAL_ORDER before ARRIVAL, which is a prefix of it); the stream-key form without
+    the streams' names unless ``names``."""
     query = (
         template.replace("STREAM_KEY", _STREAM_KEY)
         .replace("ARRIVAL_ORDER", _ARRIVAL_ORDER)
         .replace("ARRIVAL", _arrival(messages))
     )
+    for placeholder, text in _NAMES.items():
+        query = query.replace(placeholder, text if names else "")
     return messages.sparkSession.sql(query, messages=messages)
 
 
@@ -422,8 +470,8 @@ def _exact_publisher_health(messages: DataFrame) -> DataFrame:
     return _publisher_health(_PUBLISHER_HEALTH_SQL, messages)
 
 
-def _keyed_publisher_health(messages: DataFrame) -> DataFrame:
-    return _publisher_health(_PUBLISHER_HEALTH_BY_KEY_SQL, messages)
+def _keyed_publisher_health(messages: DataFrame, *, names: bool = True) -> DataFrame:
+    return _publisher_health(_PUBLISHER_HEALTH_BY_KEY_SQL, messages, names=names)
 
 
 def _exact_streams(table: pa.Table, messages: DataFrame) -> pa.Table:
@@ -641,6 +689,7 @@ def run_job(
     on_collected: Callable[[str, pa.Table], None] | None = None,
     messages: DataFrame | None = None,
     per_minute: pa.Table | None = None,
+    streams: pa.Table | None = None,
 ) -> tuple[Tables, Overview]:
     """The aggregates of ``out/messages`` (written by the landing or :func:`write_landed`),
     written next to it; returns the messages aggregated and every other table as read back
@@ -649,7 +698,8 @@ def run_job(
     the table is then not read at all (listing its topic-day directories is work too).
     ``per_minute``: the landing's count of the same publishes per topic and minute
     (``TableSink.per_minute``), from which ``topic_stats`` gets its rate series instead of
-    a second scan.
+    a second scan. ``streams``: the landing's list of the publisher streams among them
+    (``TableSink.streams``), which names ``publisher_health``'s streams instead of Spark.
 
     ``on_collected(name, table)`` is called, from a worker thread, as soon as
     ``topic_stats`` or ``publisher_health`` is on the driver (written, as Arrow), while the
@@ -667,7 +717,7 @@ def run_job(
     # instead, the same analyses cost more CPU (measured twice).
     frames = {
         "topic_stats": _topic_stats(messages, series=per_minute is None),
-        "publisher_health": _keyed_publisher_health(messages),
+        "publisher_health": _keyed_publisher_health(messages, names=streams is None),
     }
     if not _no_request(tally):
         frames["service_calls"] = _service_calls(messages)
@@ -688,7 +738,13 @@ def run_job(
         if name == "topic_stats" and per_minute is not None:
             table = _with_series(table, per_minute)
         if name == "publisher_health":
-            table = _exact_streams(table, messages)
+            named = None if streams is None else _named_streams(table, streams)
+            if named is not None:
+                table = named
+            elif streams is not None:  # two streams share a key: the exact form
+                table = _exact_publisher_health(messages).toArrow()
+            else:
+                table = _exact_streams(table, messages)
         _write_small(table, out / name)
         if on_collected is not None:
             on_collected(name, table)

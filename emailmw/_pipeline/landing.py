@@ -47,6 +47,7 @@ __all__ = [
     "LANDING_SCHEMA",
     "MESSAGES_SCHEMA",
     "MINUTES_SCHEMA",
+    "STREAMS_SCHEMA",
     "REJECTS_COLUMNS",
     "Source",
     "TableSink",
@@ -100,6 +101,12 @@ MESSAGES_SCHEMA: Final = pa.schema(
 # per-minute rate series of ``topic_stats`` in a plain run (see :meth:`TableSink.per_minute`).
 MINUTES_SCHEMA: Final = pa.schema(
     [("topic", pa.string()), ("minute", pa.int64()), ("messages", pa.int64())]
+)
+# The publishers' streams among the rows the landing writes (publishes with a sequence
+# number; an empty topic is null, as in the ``messages`` table): the names of
+# ``publisher_health``'s streams in a plain run (see :meth:`TableSink.streams`).
+STREAMS_SCHEMA: Final = pa.schema(
+    [("publisher_gid", pa.int64()), ("topic", pa.string()), ("mailbox", pa.string())]
 )
 # the columns of a messages file (topic and day are in its directory names)
 _MESSAGE_FILE_COLUMNS: Final = [n for n in MESSAGES_SCHEMA.names if n not in ("topic", "day")]
@@ -281,11 +288,18 @@ class Written(NamedTuple):
 
     tally: Tally
     minutes: pa.Table  # MINUTES_SCHEMA, one row per topic and minute among the publishes
+    streams: pa.Table  # STREAMS_SCHEMA, each stream once
 
 
 # merged into one table once this many parts' minute counts have come in (memory stays
 # bounded by the distinct topics and minutes, however many parts an archive has)
 _MINUTE_PARTS: Final = 64
+
+
+def _distinct_streams(tables: list[pa.Table]) -> pa.Table:
+    combined = pa.concat_tables(tables) if tables else STREAMS_SCHEMA.empty_table()
+    keys = STREAMS_SCHEMA.names
+    return combined.group_by(keys, use_threads=False).aggregate([]).select(keys)
 
 
 def _sum_minutes(tables: list[pa.Table]) -> pa.Table:
@@ -317,13 +331,15 @@ class TableSink:
     topic_glob: str | None = None
     tally: Tally = field(default_factory=Counter, compare=False)
     _minutes: list[pa.Table] = field(default_factory=list, init=False, compare=False, repr=False)
+    _streams: list[pa.Table] = field(default_factory=list, init=False, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:  # workers get the settings, not the counts
-        return {**self.__dict__, "tally": Counter(), "_minutes": []}
+        return {**self.__dict__, "tally": Counter(), "_minutes": [], "_streams": []}
 
     def prepare(self) -> None:
         self.tally.clear()
         self._minutes.clear()
+        self._streams.clear()
         for name in ("messages", "rejects"):
             shutil.rmtree(self.out / name, ignore_errors=True)
             (self.out / name).mkdir(parents=True)
@@ -336,8 +352,10 @@ class TableSink:
         """Count a part's :meth:`write` (the calling process's side)."""
         self.tally.update(written.tally)
         self._minutes.append(written.minutes)
+        self._streams.append(written.streams)
         if len(self._minutes) >= _MINUTE_PARTS:
             self._minutes[:] = [_sum_minutes(self._minutes)]
+            self._streams[:] = [_distinct_streams(self._streams)]
 
     def per_minute(self) -> pa.Table:
         """Publishes written per topic and minute of delivery (MINUTES_SCHEMA), exactly as
@@ -346,6 +364,13 @@ class TableSink:
         an empty topic, null in that table, is left out (its series is null there)."""
         self._minutes[:] = [_sum_minutes(self._minutes)]
         return self._minutes[0]
+
+    def streams(self) -> pa.Table:
+        """Every publisher stream written (STREAMS_SCHEMA, each once): the publishes with a
+        sequence number, by publisher GID, topic (null when empty, as in the ``messages``
+        table) and mailbox, the rows ``publisher_health`` is computed from."""
+        self._streams[:] = [_distinct_streams(self._streams)]
+        return self._streams[0]
 
     def write(self, landed: pa.Table, name: str) -> Written:
         """Write the rows of one landed part that pass the filters (a worker's call)."""
@@ -371,13 +396,14 @@ class TableSink:
             topics = pc.unique(messages["topic"]).to_pylist()
             wanted = pa.array([t for t in topics if t is not None and match(t)], pa.string())
             messages = messages.filter(pc.is_in(messages["topic"], wanted))
-        minutes = MINUTES_SCHEMA.empty_table()
+        minutes, streams = MINUTES_SCHEMA.empty_table(), STREAMS_SCHEMA.empty_table()
         if messages.num_rows:
             self._write_messages(messages, name)
             kinds = pc.value_counts(messages["kind"]).to_pylist()
             tally.update({("kind", kind["values"]): kind["counts"] for kind in kinds})
             minutes = _minute_counts(messages)
-        return Written(tally, minutes)
+            streams = _streams(messages)
+        return Written(tally, minutes, streams)
 
     def _write_messages(self, messages: pa.Table, name: str) -> None:
         delivered = messages["delivered_ns"]
@@ -419,6 +445,22 @@ class TableSink:
             )
             directory.mkdir(parents=True, exist_ok=True)
             _write_parquet(table.take(rows.values), directory / f"part-{name}.zstd.parquet")
+
+
+def _streams(messages: pa.Table) -> pa.Table:
+    """The distinct publisher streams among ``messages`` (STREAMS_SCHEMA)."""
+    publishes = messages.filter(
+        pc.and_(pc.equal(messages["kind"], "publish"), pc.is_valid(messages["publisher_seq"]))
+    )
+    topic = publishes["topic"]
+    named = pa.table(
+        {
+            "publisher_gid": publishes["publisher_gid"],
+            "topic": pc.if_else(pc.equal(topic, ""), pa.scalar(None, pa.string()), topic),
+            "mailbox": publishes["mailbox"],
+        }
+    )
+    return _distinct_streams([named.cast(STREAMS_SCHEMA)])
 
 
 def _minute_counts(messages: pa.Table) -> pa.Table:

@@ -14,6 +14,7 @@ from emailmw._pipeline import landing
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
 from emailmw._pipeline.landing import (
     MINUTES_SCHEMA,
+    STREAMS_SCHEMA,
     Source,
     TableSink,
     Written,
@@ -156,9 +157,10 @@ def test_mbox_pieces_undo_mboxrd_quoting_and_record_offsets(tmp_path: Path) -> N
         assert {r["status"] for r in rows} == {"ok"}
 
 
-def test_minute_counts_of_many_parts_add_up(tmp_path: Path) -> None:
-    """The calling process sums the parts' publishes per topic and minute, merging as it
-    goes (every 64 parts), and returns each (topic, minute) once with its total."""
+def test_counts_of_many_parts_add_up(tmp_path: Path) -> None:
+    """The calling process sums the parts' publishes per topic and minute and lists their
+    streams, merging as it goes (every 64 parts): each (topic, minute) once with its total,
+    each stream once."""
     sink = TableSink(tmp_path)
     sink.prepare()
     for part in range(150):
@@ -166,11 +168,19 @@ def test_minute_counts_of_many_parts_add_up(tmp_path: Path) -> None:
             {"topic": ["/a", "/b", "/a"], "minute": [1, 1, None], "messages": [1, part, 2]},
             schema=MINUTES_SCHEMA,
         )
-        sink.add(Written(Counter({("kind", "publish"): 4}), minutes))
+        streams = pa.table(
+            {"publisher_gid": [1, part % 3], "topic": ["/a", None], "mailbox": ["m", "m"]},
+            schema=STREAMS_SCHEMA,
+        )
+        sink.add(Written(Counter({("kind", "publish"): 4}), minutes, streams))
         assert len(sink._minutes) < 64  # merged as they come, not kept part by part
+        assert len(sink._streams) < 64
     got = {(r["topic"], r["minute"]): r["messages"] for r in sink.per_minute().to_pylist()}
     assert got == {("/a", 1): 150, ("/b", 1): sum(range(150)), ("/a", None): 300}
     assert sink.per_minute().num_rows == 3
+    listed = {tuple(r.values()) for r in sink.streams().to_pylist()}
+    assert listed == {(0, None, "m"), (1, "/a", "m"), (1, None, "m"), (2, None, "m")}
+    assert sink.streams().num_rows == 4
     assert sink.tally == Counter({("kind", "publish"): 600})
 
 

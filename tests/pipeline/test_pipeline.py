@@ -95,11 +95,44 @@ def test_publisher_health_stays_exact_when_streams_share_a_key(
     spark: SparkSession, archive: Archive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The job keys streams by a 64-bit hash; were two to collide, the table must not
-    merge them. Forced here: every stream gets the same key."""
+    merge them. Forced here: every stream gets the same key, in Spark and where the
+    landing's list of streams is named."""
     monkeypatch.setattr(job, "_STREAM_KEY", "0L")
+    monkeypatch.setattr(job, "_stream_key", lambda *names: 0)
     mbox = archive.write_mbox(tmp_path / "archive.mbox")
     _run(spark, [mbox], tmp_path / "out", report=False)
     assert _health(spark, tmp_path / "out") == archive.expected["publisher_health"]
+
+
+def test_a_plain_run_names_streams_from_the_landing(
+    spark: SparkSession, archive: Archive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no two streams sharing a key, a plain run names them from the landing's list
+    and never falls back to the exact form (which would be right, but slower)."""
+
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("fell back to the exact form")
+
+    monkeypatch.setattr(job, "_exact_publisher_health", refuse)
+    monkeypatch.setattr(job, "_exact_streams", refuse)
+    mbox = archive.write_mbox(tmp_path / "archive.mbox")
+    _run(spark, [mbox], tmp_path / "out", report=False)
+    assert _health(spark, tmp_path / "out") == archive.expected["publisher_health"]
+
+
+def test_streams_are_keyed_as_spark_keys_them(spark: SparkSession) -> None:
+    """A plain run names publisher_health's streams from the landing's list, keyed in Python
+    as Spark's xxhash64 keys them: the same key for nulls, negative and large GIDs, empty,
+    long (past XXH64's 32-byte stripes) and non-ASCII names."""
+    rows = [
+        (gid, topic, mailbox)
+        for gid in (None, 0, 1, -1, 2**63 - 1, -(2**63), 1062888327)
+        for topic in (None, "", "/t", "/a b/caf\u00e9/\u20ac\U0001f600", "/" + "x" * 70)
+        for mailbox in (None, "INBOX", "\u00fcber/" * 9)
+    ]
+    frame = spark.createDataFrame(rows, "publisher_gid long, topic string, mailbox string")
+    keys = [r[0] for r in frame.selectExpr(job._STREAM_KEY).collect()]
+    assert keys == [job._stream_key(*row) for row in rows]
 
 
 def test_topic_latency_percentiles_are_exact(
@@ -381,6 +414,10 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
             assertDataFrameEqual(
                 spark.read.parquet(str(a / name)), spark.read.parquet(str(b / name))
             )
+            # typed alike too, down to which columns may hold nulls
+            assert pq.read_schema(next((a / name).glob("*.parquet"))) == pq.read_schema(
+                next((b / name).glob("*.parquet"))
+            ), name
         dirs = [
             sorted(str(p.relative_to(root / "messages")) for p in (root / "messages").glob("*/*"))
             for root in (a, b)

@@ -741,7 +741,7 @@ def run_job(
             named = None if streams is None else _named_streams(table, streams)
             if named is not None:
                 table = named
-            elif streams is not None:  # two streams share a key: the exact form
+            elif streams is not None:  # two streams share a key (or one has no name)
                 table = _exact_publisher_health(messages).toArrow()
             else:
                 table = _exact_streams(table, messages)

@@ -291,9 +291,10 @@ class Written(NamedTuple):
     streams: pa.Table  # STREAMS_SCHEMA, each stream once
 
 
-# merged into one table once this many parts' minute counts have come in (memory stays
-# bounded by the distinct topics and minutes, however many parts an archive has)
-_MINUTE_PARTS: Final = 64
+# the parts' minute counts and stream lists are merged into one table each once this many
+# have come in (memory stays bounded by the distinct topics and minutes, and streams,
+# however many parts an archive has)
+_MERGE_EVERY: Final = 64
 
 
 def _distinct_streams(tables: list[pa.Table]) -> pa.Table:
@@ -319,10 +320,11 @@ class TableSink:
     9-11 s. The layout and the values are Spark's own (a test writes the same rows with
     Spark and compares), so the tables read the same whoever wrote them.
 
-    ``tally`` counts what was written, by kind and by reject reason, and :meth:`per_minute`
-    the publishes per topic and minute; both are filled in the calling process as parts
-    finish (:meth:`add`), so that the summary needs no Spark job and ``topic_stats`` no
-    second scan of the archive for its rate series.
+    ``tally`` counts what was written, by kind and by reject reason, :meth:`per_minute` the
+    publishes per topic and minute, and :meth:`streams` lists the publisher streams; all
+    are filled in the calling process as parts finish (:meth:`add`), so that the summary
+    needs no Spark job, ``topic_stats`` no second scan of the archive for its rate series
+    and ``publisher_health`` no aggregation to name its streams.
     """
 
     out: Path
@@ -353,7 +355,7 @@ class TableSink:
         self.tally.update(written.tally)
         self._minutes.append(written.minutes)
         self._streams.append(written.streams)
-        if len(self._minutes) >= _MINUTE_PARTS:
+        if len(self._minutes) >= _MERGE_EVERY:
             self._minutes[:] = [_sum_minutes(self._minutes)]
             self._streams[:] = [_distinct_streams(self._streams)]
 

@@ -317,7 +317,7 @@ FROM streams
 # string: at 2M messages the query alone took 7.6-9.2 s and 13.3-16.0 JVM CPU-seconds, cold,
 # against 9.5-11.0 s and 15.1-18.2. A second, small aggregation names the streams again.
 # Two streams with one hash would be counted as one: the names then repeat a stream key,
-# which :func:`_exact_streams` checks, and it runs the exact form instead.
+# which :func:`_health_with_names` checks, and it runs the exact form instead.
 _STREAM_KEY = "xxhash64(publisher_gid, topic, mailbox)"
 _PUBLISHER_HEALTH_BY_KEY_SQL = """
 WITH publishes AS (
@@ -408,11 +408,16 @@ _SERVICE_CALLS_SCHEMA: Final = pa.schema(
 )
 
 
+def _with_parts(query: str, parts: dict[str, str], *, keep: bool) -> str:
+    """``query`` with each placeholder of ``parts`` replaced by its text, or by nothing."""
+    for placeholder, text in parts.items():
+        query = query.replace(placeholder, text if keep else "")
+    return query
+
+
 def _topic_stats(messages: DataFrame, *, series: bool = True) -> DataFrame:
     """``topic_stats``; without its ``per_minute`` column unless ``series``."""
-    query = _TOPIC_STATS_SQL
-    for placeholder, text in _SERIES.items():
-        query = query.replace(placeholder, text if series else "")
+    query = _with_parts(_TOPIC_STATS_SQL, _SERIES, keep=series)
     return messages.sparkSession.sql(query, args={"cdf_points": CDF_POINTS}, messages=messages)
 
 
@@ -461,8 +466,7 @@ def _publisher_health(template: str, messages: DataFrame, *, names: bool = True)
         .replace("ARRIVAL_ORDER", _ARRIVAL_ORDER)
         .replace("ARRIVAL", _arrival(messages))
     )
-    for placeholder, text in _NAMES.items():
-        query = query.replace(placeholder, text if names else "")
+    query = _with_parts(query, _NAMES, keep=names)
     return messages.sparkSession.sql(query, messages=messages)
 
 
@@ -474,12 +478,18 @@ def _keyed_publisher_health(messages: DataFrame, *, names: bool = True) -> DataF
     return _publisher_health(_PUBLISHER_HEALTH_BY_KEY_SQL, messages, names=names)
 
 
-def _exact_streams(table: pa.Table, messages: DataFrame) -> pa.Table:
-    """``publisher_health`` as collected from its stream-key form, without the key; if two
-    streams shared one, computed again in the exact form."""
-    if pc.count_distinct(table["stream"]).as_py() < table.num_rows:
-        return _exact_publisher_health(messages).toArrow()
-    return table.drop_columns(["stream"])
+def _health_with_names(table: pa.Table, messages: DataFrame, streams: pa.Table | None) -> pa.Table:
+    """``publisher_health`` as collected from its stream-key form, without the key: named
+    from the landing's list of ``streams`` when there is one (else by the query itself); if
+    two streams shared a key (or, which cannot happen, one has no name), computed again in
+    the exact form."""
+    if streams is not None:
+        named = _named_streams(table, streams)
+    elif pc.count_distinct(table["stream"]).as_py() < table.num_rows:
+        named = None  # the query's names repeat a key
+    else:
+        named = table.drop_columns(["stream"])
+    return named if named is not None else _exact_publisher_health(messages).toArrow()
 
 
 def write_landed(
@@ -738,13 +748,7 @@ def run_job(
         if name == "topic_stats" and per_minute is not None:
             table = _with_series(table, per_minute)
         if name == "publisher_health":
-            named = None if streams is None else _named_streams(table, streams)
-            if named is not None:
-                table = named
-            elif streams is not None:  # two streams share a key (or one has no name)
-                table = _exact_publisher_health(messages).toArrow()
-            else:
-                table = _exact_streams(table, messages)
+            table = _health_with_names(table, messages, streams)
         _write_small(table, out / name)
         if on_collected is not None:
             on_collected(name, table)

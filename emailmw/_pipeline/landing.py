@@ -403,8 +403,8 @@ class TableSink:
             self._write_messages(messages, name)
             kinds = pc.value_counts(messages["kind"]).to_pylist()
             tally.update({("kind", kind["values"]): kind["counts"] for kind in kinds})
-            minutes = _minute_counts(messages)
-            streams = _streams(messages)
+            publishes = messages.filter(pc.equal(messages["kind"], "publish"))
+            minutes, streams = _minute_counts(publishes), _streams(publishes)
         return Written(tally, minutes, streams)
 
     def _write_messages(self, messages: pa.Table, name: str) -> None:
@@ -449,11 +449,9 @@ class TableSink:
             _write_parquet(table.take(rows.values), directory / f"part-{name}.zstd.parquet")
 
 
-def _streams(messages: pa.Table) -> pa.Table:
-    """The distinct publisher streams among ``messages`` (STREAMS_SCHEMA)."""
-    publishes = messages.filter(
-        pc.and_(pc.equal(messages["kind"], "publish"), pc.is_valid(messages["publisher_seq"]))
-    )
+def _streams(publishes: pa.Table) -> pa.Table:
+    """The distinct streams of ``publishes`` with a sequence number (STREAMS_SCHEMA)."""
+    publishes = publishes.filter(pc.is_valid(publishes["publisher_seq"]))
     topic = publishes["topic"]
     named = pa.table(
         {
@@ -465,12 +463,10 @@ def _streams(messages: pa.Table) -> pa.Table:
     return _distinct_streams([named.cast(STREAMS_SCHEMA)])
 
 
-def _minute_counts(messages: pa.Table) -> pa.Table:
-    """Publishes per topic and minute among ``messages`` (MINUTES_SCHEMA), with Spark's
-    arithmetic for the minute (a double division, truncated) and no empty topic."""
-    publishes = messages.filter(
-        pc.and_(pc.equal(messages["kind"], "publish"), pc.not_equal(messages["topic"], ""))
-    )
+def _minute_counts(publishes: pa.Table) -> pa.Table:
+    """``publishes`` per topic and minute (MINUTES_SCHEMA), with Spark's arithmetic for the
+    minute (a double division, truncated) and no empty topic."""
+    publishes = publishes.filter(pc.not_equal(publishes["topic"], ""))
     minute = pc.cast(
         pc.trunc(pc.divide(pc.cast(publishes["delivered_ns"], pa.float64(), safe=False), 6e10)),
         pa.int64(),

@@ -113,10 +113,19 @@ def test_a_plain_run_names_streams_from_the_landing(
     def refuse(*args: Any) -> Any:
         raise AssertionError("fell back to the exact form")
 
+    named: list[bool] = []  # for each naming from the landing's list: did it name them all
+    landing_names = job._named_streams
+
+    def recorded(table: pa.Table, streams: pa.Table) -> pa.Table | None:
+        result = landing_names(table, streams)
+        named.append(result is not None)
+        return result
+
     monkeypatch.setattr(job, "_exact_publisher_health", refuse)
-    monkeypatch.setattr(job, "_exact_streams", refuse)
+    monkeypatch.setattr(job, "_named_streams", recorded)
     mbox = archive.write_mbox(tmp_path / "archive.mbox")
     _run(spark, [mbox], tmp_path / "out", report=False)
+    assert named == [True]  # named from the landing's list, not by Spark
     assert _health(spark, tmp_path / "out") == archive.expected["publisher_health"]
 
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -51,6 +51,9 @@ _SPARK_TYPES = {"string": "string", "int64": "bigint", "double": "double", "date
 SHORT_JOB_MESSAGES = 3_000_000
 # latency_cdf_ms[i] is the (i + 1)th percentile: [49] is p50, [89] p90, [98] p99
 CDF_POINTS = [i / 100 for i in range(1, 101)]
+# the same points as a literal of topic_stats' SQL (repr round-trips each double); passed as
+# a query argument instead, the list cost ~500 py4j calls
+_CDF_ARRAY: Final = "array(" + ", ".join(f"{point!r}D" for point in CDF_POINTS) + ")"
 # the report's round-trip histogram: this many equal bins from each service's fastest
 # answered call to its slowest
 RTT_BINS = 40
@@ -124,63 +127,66 @@ def build_session(
     return session
 
 
-def _ms(delta: Column) -> Column:
-    return delta.cast("double") / F.lit(1e6)
+# The columns of ``messages`` as SQL expressions over the landed rows: ~20 py4j calls for
+# all of them, where Column objects took ~250 (0.1 s of a cold driver, before any task).
+# The arithmetic is Spark's and the landing's alike (see TableSink._write_messages).
+_MESSAGE_COLUMNS: Final = (
+    "kind",
+    "nullif(topic, '') AS topic",  # as the table reads it back: an empty topic is null
+    "message_id",
+    "in_reply_to",
+    "publisher_gid",
+    "publisher_seq",
+    "client_gid",
+    "request_seq",
+    "source_ns",
+    "delivered_ns",
+    "CAST(delivered_ns - source_ns AS DOUBLE) / 1.0E6D AS latency_ms",
+    "size",
+    "from_addr",
+    "to_addr",
+    "mailbox",
+    "source",
+    "key",
+    "to_date(timestamp_micros(CAST(delivered_ns / 1000 AS BIGINT))) AS day",
+)
 
 
 def compute(
     spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptions, *, deduplicate: bool
 ) -> Tables:
     """Every table from landed parts, as DataFrames (nothing runs until they are used)."""
-    messages, rejects = _from_landed(spark, landing_dirs, options, deduplicate=deduplicate)
-    return Tables(messages, *aggregate(messages), rejects)
+    landed = _landed(spark, landing_dirs, options, deduplicate=deduplicate)
+    messages = _messages(landed, options)
+    return Tables(messages, *aggregate(messages), _rejects(landed))
 
 
-def _from_landed(
-    spark: SparkSession,
-    landing_dirs: Iterable[Path],
-    options: JobOptions,
-    *,
-    deduplicate: bool,
-    offsets: bool = False,
-) -> tuple[DataFrame, DataFrame]:
+def _landed(
+    spark: SparkSession, landing_dirs: Iterable[Path], options: JobOptions, *, deduplicate: bool
+) -> DataFrame:
+    """The landed rows within the run's time window."""
     # the landing schema is known: no inference job over the parts
     landed = spark.read.schema(LANDING_DDL).parquet(*[str(d) for d in landing_dirs])
     if deduplicate:  # merged runs may hold the same stored email twice
         landed = landed.dropDuplicates(["source", "mailbox", "key"])
     if options.since_ns is not None:
-        landed = landed.filter(F.col("delivered_ns") >= options.since_ns)
+        landed = landed.filter(f"delivered_ns >= {int(options.since_ns)}")
     if options.until_ns is not None:
-        landed = landed.filter(F.col("delivered_ns") < options.until_ns)
-    ok = landed.filter(F.col("status") == "ok")
+        landed = landed.filter(f"delivered_ns < {int(options.until_ns)}")
+    return landed
+
+
+def _messages(landed: DataFrame, options: JobOptions, *, offsets: bool = False) -> DataFrame:
+    """The ``messages`` rows of ``landed`` (emailmw's mail, of the run's topics)."""
+    ok = landed.filter("status = 'ok'")
     if options.topic_glob:  # anchored: a glob matches the whole topic
         ok = ok.filter(F.col("topic").rlike("^" + fnmatch.translate(options.topic_glob)))
+    return ok.selectExpr(*_MESSAGE_COLUMNS, *(["offset"] if offsets else []))
 
-    messages = ok.select(
-        "kind",
-        # as the table reads it back: an empty topic is a null partition value
-        F.expr("nullif(topic, '')").alias("topic"),
-        "message_id",
-        "in_reply_to",
-        "publisher_gid",
-        "publisher_seq",
-        "client_gid",
-        "request_seq",
-        "source_ns",
-        "delivered_ns",
-        _ms(F.col("delivered_ns") - F.col("source_ns")).alias("latency_ms"),
-        "size",
-        "from_addr",
-        "to_addr",
-        "mailbox",
-        "source",
-        "key",
-        F.to_date(F.timestamp_micros((F.col("delivered_ns") / 1000).cast("long"))).alias("day"),
-        *(["offset"] if offsets else []),
-    )
 
-    rejects = landed.filter(F.col("status") != "ok").select(*REJECTS_COLUMNS)
-    return messages, rejects
+def _rejects(landed: DataFrame) -> DataFrame:
+    """The ``rejects`` rows of ``landed``: foreign and malformed mail."""
+    return landed.filter("status != 'ok'").selectExpr(*REJECTS_COLUMNS)
 
 
 def landed_messages(
@@ -198,13 +204,14 @@ def landed_messages(
     The rows also carry the landing's ``offset`` (the table has no such column), by which
     ``publisher_health`` orders mbox messages delivered at the same instant.
     """
-    messages, _ = _from_landed(spark, landing_dirs, options, deduplicate=False, offsets=True)
-    return messages
+    landed = _landed(spark, landing_dirs, options, deduplicate=False)
+    return _messages(landed, options, offsets=True)
 
 
-# The aggregates as SQL text: one py4j call and one analysis per table. Built with the
+# The aggregates as SQL text: a few py4j calls and one analysis per table. Built with the
 # DataFrame API the same plans took ~2,000 py4j round trips (17 per ``F.max``, 427 for the
-# percentile's 100 points): 0.9 s of a cold driver before any data moved.
+# percentile's 100 points): 0.9 s of a cold driver before any data moved. The points are
+# part of the text (CDF_ARRAY): as a query argument they still took ~500 calls.
 _TOPIC_STATS_SQL = """
 WITH publishes AS (SELECT * FROM {messages} WHERE kind = 'publish'),
 SERIES_CTES
@@ -212,7 +219,7 @@ stats AS (
   SELECT topic, count(1) AS messages, sum(size) AS bytes, min(delivered_ns) AS first_ns,
     max(delivered_ns) AS last_ns,
     -- exact, and as cheap for 100 points as for 3: the report's CDF comes from here
-    percentile(latency_ms, :cdf_points) AS cdf,
+    percentile(latency_ms, CDF_ARRAY) AS cdf,
     max(latency_ms) AS latency_max_ms
   FROM publishes GROUP BY topic)
 SELECT topic, messages, bytes,
@@ -417,8 +424,8 @@ def _with_parts(query: str, parts: dict[str, str], *, keep: bool) -> str:
 
 def _topic_stats(messages: DataFrame, *, series: bool = True) -> DataFrame:
     """``topic_stats``; without its ``per_minute`` column unless ``series``."""
-    query = _with_parts(_TOPIC_STATS_SQL, _SERIES, keep=series)
-    return messages.sparkSession.sql(query, args={"cdf_points": CDF_POINTS}, messages=messages)
+    query = _with_parts(_TOPIC_STATS_SQL, _SERIES, keep=series).replace("CDF_ARRAY", _CDF_ARRAY)
+    return messages.sparkSession.sql(query, messages=messages)
 
 
 def _with_series(stats: pa.Table, minutes: pa.Table) -> pa.Table:
@@ -503,7 +510,8 @@ def write_landed(
     """Write ``messages`` and ``rejects`` from landed parts with Spark: the path for merged
     runs, whose landed data may hold the same email twice. (A plain run's landing writes
     them itself, see :class:`~emailmw._pipeline.landing.TableSink`.)"""
-    messages, rejects = _from_landed(spark, landing_dirs, options, deduplicate=deduplicate)
+    landed = _landed(spark, landing_dirs, options, deduplicate=deduplicate)
+    messages, rejects = _messages(landed, options), _rejects(landed)
     # Neither shuffled nor sorted: each task keeps a writer open per topic-day it meets
     # (spark.sql.maxConcurrentOutputFileWriters; past that many it falls back to sorting),
     # so a part per input split and topic-day, and no exchange of the whole archive.

@@ -740,14 +740,16 @@ def run_job(
     if not _no_request(tally):
         frames["service_calls"] = _service_calls(messages)
 
-    def write(name: str) -> pa.Table | None:
+    def write(name: str) -> tuple[pa.Table | None, DataFrame]:
+        """(the table as collected, if it was; the table as read back from ``out``)"""
         if name == "service_calls":
             frame = frames.get(name)
             if frame is None:  # no request: empty, and no job needs to say so
                 _write_small(_SERVICE_CALLS_SCHEMA.empty_table(), out / name)
-            else:  # grows with the archive: Spark writes it, a file a task
-                frame.write.mode("overwrite").parquet(str(out / name))
-            return None
+                return None, read(name, from_arrow_schema(_SERVICE_CALLS_SCHEMA))
+            # grows with the archive: Spark writes it, a file a task
+            frame.write.mode("overwrite").parquet(str(out / name))
+            return None, read(name, frame.schema)
         # The per-topic and per-publisher tables are small (they grow with topics and
         # publishers, never with messages) and the overview needs them on the driver
         # anyway: collected once, as Arrow, and written here. That is one Spark job each
@@ -760,30 +762,21 @@ def run_job(
         _write_small(table, out / name)
         if on_collected is not None:
             on_collected(name, table)
-        return table
+        return table, read(name, from_arrow_schema(table.schema))
 
     # The three jobs run at once: each has stages narrower than the cores (a final
     # aggregation over a few partitions) and a cold driver plans and compiles one while
-    # another computes.
+    # another computes. Each table is read back by its own thread, as soon as it is
+    # written, and rejects meanwhile: after the last job only its own table is left to read.
     with ThreadPoolExecutor(len(AGGREGATES), thread_name_prefix="emailmw-table") as pool:
         futures = {name: pool.submit(write, name) for name in AGGREGATES}
-        collected = {name: future.result() for name, future in futures.items()}
+        rejects = read("rejects", REJECTS_DDL)
+        done = {name: future.result() for name, future in futures.items()}
 
-    def schema(name: str) -> StructType:  # of the table as written
-        table = collected[name]
-        if table is not None:
-            return from_arrow_schema(table.schema)
-        if name in frames:
-            return frames[name].schema
-        return from_arrow_schema(_SERVICE_CALLS_SCHEMA)
-
-    back = {name: read(name, schema(name)) for name in AGGREGATES}
+    collected = {name: table for name, (table, _) in done.items()}
+    back = {name: frame for name, (_, frame) in done.items()}
     written = Tables(
-        messages,
-        back["topic_stats"],
-        back["service_calls"],
-        back["publisher_health"],
-        read("rejects", REJECTS_DDL),
+        messages, back["topic_stats"], back["service_calls"], back["publisher_health"], rejects
     )
     small = {name: table for name, table in collected.items() if table is not None}
     return written, overview(written, tally, collected=small)

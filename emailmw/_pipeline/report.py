@@ -74,12 +74,14 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 def rate_figure(stats: list[dict[str, Any]]) -> Figure:
     """Messages per minute over time, a line per topic. The time axis spans the traffic
     (padded by 5 %, at least a minute each side) in UTC, also when it lasted a minute:
-    left to itself, matplotlib spreads a single point over four years."""
+    left to itself, matplotlib spreads a single point over four years. Publishes without a
+    delivery time (a null minute in the series) have no place on it and are left out; the
+    topic's count in the tables includes them."""
     fig = Figure(figsize=(9, 4))
     ax = fig.subplots()
     span: list[dt.datetime] = []
     for stat in stats:
-        series = stat["per_minute"] or []
+        series = [point for point in stat["per_minute"] or () if point["minute"] is not None]
         minutes: Any = [dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series]
         span += minutes
         ax.plot(minutes, [p["messages"] for p in series], marker=".", label=stat["topic"])

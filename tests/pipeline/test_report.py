@@ -40,6 +40,16 @@ def test_rate_plot_spans_the_traffic_with_a_margin() -> None:
     )
 
 
+def test_rate_plot_leaves_out_publishes_without_a_delivery_time() -> None:
+    """An undated publish (no Received or Date header, not a Dovecot file name) is counted
+    under a null minute, first in its topic's series: the plot shows the dated minutes."""
+    stats = _stats(0, 2)
+    stats[0]["per_minute"].insert(0, {"minute": None, "messages": 1})
+    (line,) = rate_figure(stats).axes[0].get_lines()
+    assert list(line.get_ydata()) == [3, 3]
+    assert _x_range(stats) == _x_range(_stats(0, 2))
+
+
 def _health(*counts: tuple[int, int]) -> list[dict[str, Any]]:
     return [
         {"publisher_gid": gid, "topic": "/t", "lost": lost, "duplicated": duplicated}

@@ -150,10 +150,11 @@ def _import_report() -> None:
 class _EarlyPlots:
     """The report's plots of ``topic_stats`` and of ``publisher_health``, each drawn as soon
     as its table is on the driver, while Spark may still compute the other (its last stages
-    often leave a core idle), rather than after the job. Any failure here only means the
-    report draws them itself, where a real error shows. One drawing at a time (matplotlib
-    does not promise that two figures can be drawn at once), and write_report draws only
-    after :meth:`images` has waited for both.
+    often leave a core idle), rather than after the job; in a plain run the rate plot even
+    before the job, from the landing's counts (:meth:`rates`), while Spark plans it. Any
+    failure here only means the report draws them itself, where a real error shows. One
+    drawing at a time (matplotlib does not promise that two figures can be drawn at once),
+    and write_report draws only after :meth:`images` has waited for all of them.
     """
 
     def __init__(self, out: Path) -> None:
@@ -161,23 +162,44 @@ class _EarlyPlots:
         self._drawing = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._drawn: dict[str, Any] = {}  # write_report's keyword -> what it was drawn as
+        self._rate: Any = None  # the rate plot, drawn by rates()
+
+    def _start(self, target: Callable[..., None], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name="report-plot", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def rates(self, rows: list[dict[str, Any]]) -> None:
+        """Draw the rate plot from ``topic_stats``' topics and series, as
+        :func:`~emailmw._pipeline.job.series_rows` gives them before the job."""
+        if rows:
+            self._start(self._draw_rates, rows)
 
     def collected(self, name: str, table: Any) -> None:  # run_job's on_collected
         if name in ("topic_stats", "publisher_health"):
-            thread = threading.Thread(
-                target=self._draw, args=(name, table), name=f"report-{name}", daemon=True
-            )
-            self._threads.append(thread)
-            thread.start()
+            self._start(self._draw, name, table)
+
+    def _draw_rates(self, rows: list[dict[str, Any]]) -> None:
+        with self._drawing, contextlib.suppress(Exception):
+            from .report import rate_plot
+
+            self._plots.mkdir(parents=True, exist_ok=True)
+            if self._rate is None:
+                self._rate = rate_plot(rows, self._plots)
 
     def _draw(self, name: str, table: Any) -> None:
         with self._drawing, contextlib.suppress(Exception):
             from .job import health_rows, topic_rows
-            from .report import loss_plot, topic_plots
+            from .report import latency_plot, loss_plot, rate_plot
 
             self._plots.mkdir(parents=True, exist_ok=True)
             if name == "topic_stats":
-                self._drawn["topic_images"] = topic_plots(topic_rows(table), self._plots)
+                if not (stats := topic_rows(table)):
+                    self._drawn["topic_images"] = []
+                    return
+                if self._rate is None:
+                    self._rate = rate_plot(stats, self._plots)
+                self._drawn["topic_images"] = [self._rate, latency_plot(stats, self._plots)]
             elif (loss := loss_plot(health_rows(table), self._plots)) is not None:
                 self._drawn["loss_image"] = loss
 
@@ -254,7 +276,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     spark_thread.join()
     if "error" in session:
         raise session["error"]
-    from .job import JobOptions, landed_messages, run_job, write_landed
+    from .job import JobOptions, landed_messages, run_job, series_rows, write_landed
 
     phases["spark_start"] = time.monotonic() - mark
     early = _EarlyPlots(out) if request.report else None
@@ -262,6 +284,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         threading.Thread(target=_import_report, name="report-import", daemon=True).start()
     mark = time.monotonic()
     _say("computing tables with Spark")
+    if early is not None and sink is not None:  # drawn while Spark analyses and plans
+        early.rates(series_rows(sink.per_minute()))
     options = JobOptions(request.since_ns, request.until_ns, request.topic_glob)
     if sink is None:  # a merge: Spark writes the tables, dropping emails landed twice
         write_landed(session["spark"], dirs, out, options, deduplicate=True)

@@ -41,6 +41,7 @@ __all__ = [
     "landed_messages",
     "overview",
     "run_job",
+    "series_rows",
     "topic_rows",
     "write_landed",
 ]
@@ -428,11 +429,10 @@ def _topic_stats(messages: DataFrame, *, series: bool = True) -> DataFrame:
     return messages.sparkSession.sql(query, messages=messages)
 
 
-def _with_series(stats: pa.Table, minutes: pa.Table) -> pa.Table:
-    """``topic_stats`` as collected without its series, with the ``per_minute`` column made
-    from the landing's counts (see ``TableSink.per_minute``), as the full query makes it:
-    each topic's (minute, messages) in ascending order, a null minute first, and null for
-    the null topic (which the query's join does not match)."""
+def _series(minutes: pa.Table) -> tuple[pa.Array, pa.ListArray]:
+    """(the topics, each topic's per_minute series) of the landing's counts (see
+    ``TableSink.per_minute``), as the full query makes a series: (minute, messages) in
+    ascending order, a null minute first."""
     # a null minute first: sorted after a "has a minute" key (pyarrow's null placement
     # changed form between the versions this supports)
     ordered = minutes.append_column("dated", pc.is_valid(minutes["minute"])).sort_by(
@@ -444,11 +444,30 @@ def _with_series(stats: pa.Table, minutes: pa.Table) -> pa.Table:
         [ordered["minute"].combine_chunks(), ordered["messages"].combine_chunks()],
         fields=list(PER_MINUTE_TYPE.value_type),
     )
-    series = pa.ListArray.from_arrays(offsets, points, type=PER_MINUTE_TYPE)
-    found = pc.index_in(stats["topic"], value_set=runs.values, skip_nulls=True)
-    per_minute = series.take(found)
+    return runs.values, pa.ListArray.from_arrays(offsets, points, type=PER_MINUTE_TYPE)
+
+
+def _with_series(stats: pa.Table, minutes: pa.Table) -> pa.Table:
+    """``topic_stats`` as collected without its series, with the ``per_minute`` column made
+    from the landing's counts, as the full query makes it: null for the null topic (which
+    the query's join does not match)."""
+    topics, series = _series(minutes)
+    per_minute = series.take(pc.index_in(stats["topic"], value_set=topics, skip_nulls=True))
     at = stats.schema.get_field_index("latency_max_ms") + 1
     return stats.add_column(at, pa.field("per_minute", PER_MINUTE_TYPE), per_minute)
+
+
+def series_rows(minutes: pa.Table) -> list[dict[str, Any]]:
+    """The ``topic`` and ``per_minute`` of every ``topic_stats`` row, as :func:`topic_rows`
+    gives them, from the landing's counts alone (a test compares): the rate plot can be
+    drawn before Spark has computed anything. The landing counted every publish, dated or
+    not, so its topics are the table's."""
+    topics, series = _series(minutes)
+    rows = [
+        {"topic": topic, "per_minute": None if topic is None else points}
+        for topic, points in zip(topics.to_pylist(), series.to_pylist(), strict=True)
+    ]
+    return sorted(rows, key=lambda r: _nulls_first(r["topic"]))
 
 
 def _service_calls(messages: DataFrame) -> DataFrame:

@@ -99,6 +99,7 @@ MESSAGES_SCHEMA: Final = pa.schema(
 )
 # Publishes per topic and minute of delivery, as the landing counts the rows it writes: the
 # per-minute rate series of ``topic_stats`` in a plain run (see :meth:`TableSink.per_minute`).
+# An empty topic is null, as in the ``messages`` table.
 MINUTES_SCHEMA: Final = pa.schema(
     [("topic", pa.string()), ("minute", pa.int64()), ("messages", pa.int64())]
 )
@@ -363,7 +364,8 @@ class TableSink:
         """Publishes written per topic and minute of delivery (MINUTES_SCHEMA), exactly as
         ``topic_stats``' SQL counts them from the ``messages`` table: the minute is
         ``CAST(delivered_ns / 60000000000 AS BIGINT)`` (null without a delivery time), and
-        an empty topic, null in that table, is left out (its series is null there)."""
+        an empty topic is null, as in that table (whose series the SQL leaves null: its
+        join does not match a null topic)."""
         self._minutes[:] = [_sum_minutes(self._minutes)]
         return self._minutes[0]
 
@@ -449,14 +451,18 @@ class TableSink:
             _write_parquet(table.take(rows.values), directory / f"part-{name}.zstd.parquet")
 
 
+def _topic_or_null(topic: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An empty topic as null, as the ``messages`` table reads it back."""
+    return pc.if_else(pc.equal(topic, ""), pa.scalar(None, pa.string()), topic)
+
+
 def _streams(publishes: pa.Table) -> pa.Table:
     """The distinct streams of ``publishes`` with a sequence number (STREAMS_SCHEMA)."""
     publishes = publishes.filter(pc.is_valid(publishes["publisher_seq"]))
-    topic = publishes["topic"]
     named = pa.table(
         {
             "publisher_gid": publishes["publisher_gid"],
-            "topic": pc.if_else(pc.equal(topic, ""), pa.scalar(None, pa.string()), topic),
+            "topic": _topic_or_null(publishes["topic"]),
             "mailbox": publishes["mailbox"],
         }
     )
@@ -465,14 +471,13 @@ def _streams(publishes: pa.Table) -> pa.Table:
 
 def _minute_counts(publishes: pa.Table) -> pa.Table:
     """``publishes`` per topic and minute (MINUTES_SCHEMA), with Spark's arithmetic for the
-    minute (a double division, truncated) and no empty topic."""
-    publishes = publishes.filter(pc.not_equal(publishes["topic"], ""))
+    minute (a double division, truncated) and an empty topic as null."""
     minute = pc.cast(
         pc.trunc(pc.divide(pc.cast(publishes["delivered_ns"], pa.float64(), safe=False), 6e10)),
         pa.int64(),
         safe=False,
     )
-    keyed = pa.table({"topic": publishes["topic"], "minute": minute})
+    keyed = pa.table({"topic": _topic_or_null(publishes["topic"]), "minute": minute})
     counted = keyed.group_by(["topic", "minute"], use_threads=False).aggregate([([], "count_all")])
     return counted.rename_columns(["topic", "minute", "messages"]).cast(MINUTES_SCHEMA)
 

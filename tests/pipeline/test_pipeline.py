@@ -27,9 +27,10 @@ from emailmw._pipeline.job import (
     compute,
     health_rows,
     run_job,
+    series_rows,
 )
 from emailmw._pipeline.landing import LANDING_SCHEMA, Source, TableSink, land
-from emailmw._pipeline.report import loss_plot, topic_plots, write_report
+from emailmw._pipeline.report import loss_plot, rate_plot, topic_plots, write_report
 from emailmw.testing.archive import Archive, generate
 
 pytestmark = pytest.mark.spark
@@ -441,6 +442,34 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
     assert {r["topic"] for r in rows} >= {"/a b/caf\u00e9/\u20ac\U0001f600", "/tab\there", None}
     # a glob matches whole topics, not their ends
     assert not list((tmp_path / "landed2" / "messages").glob("topic=*"))
+
+
+def test_the_rate_plot_drawn_from_the_landing_is_the_tables_own(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A plain run draws the rate plot from the landing's per-minute counts before Spark has
+    computed topic_stats: the topics and series must be the table's, down to the empty
+    topic (null, without a series) and publishes without a delivery time (a null minute
+    first), and the plot the same file."""
+    archive = generate(topics=2, services=0, seed=7)
+    mbox = archive.write_mbox(tmp_path / "a.mbox")
+    with open(mbox, "ab") as out:
+        for raw in _odd_topics():
+            out.write(b"From x@example.test Thu Jan  1 00:00:00 2026\n" + raw + b"\n")
+    sink = TableSink(tmp_path / "out")
+    land([Source("mbox", mbox, "a")], tmp_path / "out" / "_landing", sink=sink)
+    _, overview = run_job(spark, tmp_path / "out")  # the series from Spark's own query
+    table = [{"topic": r["topic"], "per_minute": r["per_minute"]} for r in overview.topic_stats]
+    landed = series_rows(sink.per_minute())
+    assert landed == table
+    assert landed[0] == {"topic": None, "per_minute": None}
+    assert any(p["minute"] is None for r in landed[1:] for p in r["per_minute"])
+    for name, rows in (("landing", landed), ("table", overview.topic_stats)):
+        (tmp_path / name).mkdir()
+        rate_plot(rows, tmp_path / name)
+    assert (tmp_path / "landing" / "rate.png").read_bytes() == (
+        tmp_path / "table" / "rate.png"
+    ).read_bytes()
 
 
 def test_the_landing_tally_counts_what_spark_counts(

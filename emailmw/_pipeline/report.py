@@ -49,6 +49,19 @@ def _png(fig: Figure, path: Path) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def _escaped(text: str) -> str:
+    """``text`` as a plot shows it: control characters, which a topic may hold and the fonts
+    have no glyph for (matplotlib warned about each), escaped as Python escapes them."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _label(name: str | None) -> str | None:
+    """A topic or service as a legend names it (None: not in the legend)."""
+    return None if name is None else _escaped(name)
+
+
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     if not rows:
         return "<p><em>none</em></p>"
@@ -86,7 +99,7 @@ def rate_figure(stats: list[dict[str, Any]]) -> Figure:
         series = [point for point in stat["per_minute"] or () if point["minute"] is not None]
         minutes: Any = [dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series]
         span += minutes
-        ax.plot(minutes, [p["messages"] for p in series], marker=".", label=stat["topic"])
+        ax.plot(minutes, [p["messages"] for p in series], marker=".", label=_label(stat["topic"]))
     if span:
         first, last = min(span), max(span)
         pad = max((last - first) * 0.05, dt.timedelta(minutes=1))
@@ -120,7 +133,8 @@ def latency_plot(stats: list[dict[str, Any]], plots: Path) -> tuple[str, str]:
     ax = fig.subplots()
     for stat in stats:
         if stat["latency_cdf_ms"]:
-            ax.plot(stat["latency_cdf_ms"], [q * 100 for q in CDF_POINTS], label=stat["topic"])
+            points = [q * 100 for q in CDF_POINTS]
+            ax.plot(stat["latency_cdf_ms"], points, label=_label(stat["topic"]))
     ax.set(
         title="Latency CDF per topic (delivery - source timestamp)",
         xlabel="latency (ms)",
@@ -144,7 +158,7 @@ def round_trip_figure(round_trips: list[dict[str, Any]]) -> Figure:
             width=[max(b["high_ms"] - b["low_ms"], 1e-3) for b in bins],
             align="edge",
             alpha=0.6,
-            label=service,
+            label=_label(service),
         )
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # calls are counted
     ax.set(title="Service round trips", xlabel="round trip (ms)", ylabel="calls")
@@ -159,7 +173,7 @@ def loss_figure(health: list[dict[str, Any]]) -> Figure:
     top = health[:30]
     fig = Figure(figsize=(9, max(3, len(top) * 0.3)))
     ax = fig.subplots()
-    labels = [f"{r['publisher_gid']} {r['topic']}" for r in top]
+    labels = [_escaped(f"{r['publisher_gid']} {r['topic']}") for r in top]
     ax.barh(labels, [r["lost"] for r in top], label="lost")
     ax.barh(
         labels,

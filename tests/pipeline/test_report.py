@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,18 @@ def test_rate_plot_leaves_out_publishes_without_a_delivery_time() -> None:
     (line,) = rate_figure(stats).axes[0].get_lines()
     assert list(line.get_ydata()) == [3, 3]
     assert _x_range(stats) == _x_range(_stats(0, 2))
+
+
+def test_plots_escape_control_characters_in_names() -> None:
+    """A topic may hold a tab: the legend shows it escaped, and no font is asked for a glyph
+    it does not have (matplotlib warned about each)."""
+    stats = _stats(0, 1)
+    stats[0]["topic"] = "/tab\there"
+    fig = rate_figure(stats)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig.savefig(io.BytesIO(), format="png")
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["/tab\\there"]
 
 
 def _health(*counts: tuple[int, int]) -> list[dict[str, Any]]:

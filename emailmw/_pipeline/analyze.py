@@ -162,7 +162,7 @@ class _EarlyPlots:
         self._drawing = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._drawn: dict[str, Any] = {}  # write_report's keyword -> what it was drawn as
-        self._rate: Any = None  # the rate plot, drawn by rates()
+        self._rate: tuple[str, str] | None = None  # the rate plot, if rates() drew it
 
     def _start(self, target: Callable[..., None], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name="report-plot", daemon=True)
@@ -190,16 +190,12 @@ class _EarlyPlots:
     def _draw(self, name: str, table: Any) -> None:
         with self._drawing, contextlib.suppress(Exception):
             from .job import health_rows, topic_rows
-            from .report import latency_plot, loss_plot, rate_plot
+            from .report import loss_plot, topic_plots
 
             self._plots.mkdir(parents=True, exist_ok=True)
             if name == "topic_stats":
-                if not (stats := topic_rows(table)):
-                    self._drawn["topic_images"] = []
-                    return
-                if self._rate is None:
-                    self._rate = rate_plot(stats, self._plots)
-                self._drawn["topic_images"] = [self._rate, latency_plot(stats, self._plots)]
+                stats = topic_rows(table)
+                self._drawn["topic_images"] = topic_plots(stats, self._plots, rate=self._rate)
             elif (loss := loss_plot(health_rows(table), self._plots)) is not None:
                 self._drawn["loss_image"] = loss
 

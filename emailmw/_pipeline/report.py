@@ -113,12 +113,15 @@ def rate_figure(stats: list[dict[str, Any]]) -> Figure:
     return fig
 
 
-def topic_plots(stats: list[dict[str, Any]], plots: Path) -> list[tuple[str, str]]:
+def topic_plots(
+    stats: list[dict[str, Any]], plots: Path, *, rate: tuple[str, str] | None = None
+) -> list[tuple[str, str]]:
     """The per-topic plots (message rate over time, latency CDF) of ``topic_stats`` rows,
-    written to ``plots`` (which must exist): ``(title, base64 PNG)`` in report order."""
+    written to ``plots`` (which must exist): ``(title, base64 PNG)`` in report order.
+    ``rate``: the rate plot of these rows, drawn already (see :func:`rate_plot`)."""
     if not stats:
         return []
-    return [rate_plot(stats, plots), latency_plot(stats, plots)]
+    return [rate or rate_plot(stats, plots), latency_plot(stats, plots)]
 
 
 def rate_plot(stats: list[dict[str, Any]], plots: Path) -> tuple[str, str]:

@@ -610,6 +610,8 @@ def _land_mbox_range(
 ) -> Written | None:
     source, path, mailbox, start, end, out, sink = task
     columns = _Columns(source, mailbox)
+    if end <= start:  # an empty mbox (which mmap refuses): an empty part
+        return columns.write(Path(out), sink)
     offsets, rows = columns.offsets, columns.rows
     with (
         _gc_paused(),

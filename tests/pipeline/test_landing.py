@@ -204,3 +204,13 @@ def test_files_and_directories_gone_since_the_walk_are_skipped(tmp_path: Path) -
     landing._land_files(("s", groups, str(tmp_path / "part.parquet"), None))
     keys = pq.read_table(tmp_path / "part.parquet")["key"].to_pylist()
     assert keys == [names[0].partition(":2,")[0], names[2].partition(":2,")[0]]
+
+
+def test_an_empty_mbox_lands_as_no_mail(tmp_path: Path) -> None:
+    """An empty mbox file (a folder with nothing in it yet) is an archive of no mail, not an
+    error: mmap refuses an empty file, so its one piece is not mapped."""
+    (tmp_path / "empty.mbox").touch()
+    sink = TableSink(tmp_path / "out")
+    dirs = land([Source("mbox", tmp_path / "empty.mbox", "e")], tmp_path / "landing", sink=sink)
+    assert [pq.read_table(part).num_rows for part in dirs[0].glob("*.parquet")] == [0]
+    assert sink.tally == Counter()

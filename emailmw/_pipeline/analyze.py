@@ -210,7 +210,10 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     """Run the whole job; returns the summary figures."""
     started = time.monotonic()
     out = request.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:  # a file on the way, or at the end
+        raise ConfigError("not a directory", source=f"--out {request.out}") from exc
     archives, earlier = _classify(request)
     if archives:
         start_workers()  # their imports overlap the count and the JVM's start

@@ -83,6 +83,14 @@ def test_a_directory_without_a_maildir_is_an_error_not_an_empty_archive(tmp_path
     assert not (tmp_path / "out" / "_landing").exists()  # refused before anything was read
 
 
+def test_an_output_path_that_is_a_file_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("not a directory")
+    with pytest.raises(ConfigError, match="not a directory") as raised:
+        analyze(AnalyzeRequest([str(tmp_path)], tmp_path / "taken", report=False))
+    assert "--out" in str(raised.value)
+    assert (tmp_path / "taken").read_text() == "not a directory"  # left as it was
+
+
 def test_every_maildir_file_lands_once_across_part_boundaries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -283,8 +283,12 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         threading.Thread(target=_import_report, name="report-import", daemon=True).start()
     mark = time.monotonic()
     _say("computing tables with Spark")
-    if early is not None and sink is not None:  # drawn while Spark analyses and plans
-        early.rates(series_rows(sink.per_minute()))
+    # the landing's counts (a plain run): topic_stats' rate series and publisher_health's
+    # stream names, instead of Spark computing them
+    per_minute = None if sink is None else sink.per_minute()
+    streams = None if sink is None else sink.streams()
+    if early is not None and per_minute is not None:  # drawn while Spark analyses and plans
+        early.rates(series_rows(per_minute))
     options = JobOptions(request.since_ns, request.until_ns, request.topic_glob)
     if sink is None:  # a merge: Spark writes the tables, dropping emails landed twice
         write_landed(session["spark"], dirs, out, options, deduplicate=True)
@@ -295,8 +299,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         on_collected=None if early is None else early.collected,
         # a plain run's rows come straight from its landed parts (fewer files to open)
         messages=None if sink is None else landed_messages(session["spark"], dirs, options),
-        per_minute=None if sink is None else sink.per_minute(),
-        streams=None if sink is None else sink.streams(),
+        per_minute=per_minute,
+        streams=streams,
     )
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()

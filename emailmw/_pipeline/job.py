@@ -12,7 +12,7 @@ import fnmatch
 import os
 import shutil
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, cast
@@ -748,36 +748,24 @@ def run_job(
 
     if messages is None:
         messages = read("messages", MESSAGES_DDL)
-    # Only the queries that run are parsed and analysed (a cold driver takes 0.1-0.6 s for
-    # each): none for service_calls without a request, and publisher_health in its
-    # stream-key form alone. Analysed here, one after the other (in the tables' threads
-    # instead, the same analyses cost more CPU, measured twice), and each job started as
-    # soon as its query is analysed: publisher_health, the longest, plans and computes
-    # while topic_stats is analysed (the job alone at 200k, cold: median 4.27 and 4.43 s
-    # against 4.46 and 4.68 s, faster in 9 of 13 pairs).
-    analyses: dict[str, Callable[[], DataFrame]] = {
-        "publisher_health": lambda: _keyed_publisher_health(messages, names=streams is None),
-        "topic_stats": lambda: _topic_stats(messages, series=per_minute is None),
-    }
-    if not _no_request(tally):
-        analyses["service_calls"] = lambda: _service_calls(messages)
-    frames: dict[str, DataFrame] = {}
 
-    def write(name: str) -> tuple[pa.Table | None, DataFrame]:
-        """(the table as collected, if it was; the table as read back from ``out``)"""
-        if name == "service_calls":
-            frame = frames.get(name)
-            if frame is None:  # no request: empty, and no job needs to say so
-                _write_small(_SERVICE_CALLS_SCHEMA.empty_table(), out / name)
-                return None, read(name, from_arrow_schema(_SERVICE_CALLS_SCHEMA))
-            # grows with the archive: Spark writes it, a file a task
-            frame.write.mode("overwrite").parquet(str(out / name))
-            return None, read(name, frame.schema)
+    def write_calls(frame: DataFrame | None) -> tuple[None, DataFrame]:
+        """service_calls, which grows with the archive: Spark writes it, a file a task (or,
+        with no request, ``frame`` None, it is empty and no job needs to say so)."""
+        name = "service_calls"
+        if frame is None:
+            _write_small(_SERVICE_CALLS_SCHEMA.empty_table(), out / name)
+            return None, read(name, from_arrow_schema(_SERVICE_CALLS_SCHEMA))
+        frame.write.mode("overwrite").parquet(str(out / name))
+        return None, read(name, frame.schema)
+
+    def write(name: str, frame: DataFrame) -> tuple[pa.Table, DataFrame]:
+        """(the table as collected, the table as read back from ``out``)"""
         # The per-topic and per-publisher tables are small (they grow with topics and
         # publishers, never with messages) and the overview needs them on the driver
         # anyway: collected once, as Arrow, and written here. That is one Spark job each
         # instead of a write (with a shuffle to one partition) and a query to read it back.
-        table = frames[name].toArrow()
+        table = frame.toArrow()
         if name == "topic_stats" and per_minute is not None:
             table = _with_series(table, per_minute)
         if name == "publisher_health":
@@ -791,12 +779,26 @@ def run_job(
     # aggregation over a few partitions) and a cold driver plans and compiles one while
     # another computes. Each table is read back by its own thread, as soon as it is
     # written, and rejects meanwhile: after the last job only its own table is left to read.
+    #
+    # Only the queries that run are parsed and analysed (a cold driver takes 0.1-0.6 s for
+    # each): none for service_calls without a request, and publisher_health in its
+    # stream-key form alone. Analysed here, one after the other (in the tables' threads
+    # instead, the same analyses cost more CPU, measured twice), and each job started as
+    # soon as its query is analysed (in this dictionary's order): publisher_health, the
+    # longest, plans and computes while topic_stats is analysed (the job alone at 200k,
+    # cold: median 4.27 and 4.43 s against 4.46 and 4.68 s, faster in 9 of 13 pairs).
     with ThreadPoolExecutor(len(AGGREGATES), thread_name_prefix="emailmw-table") as pool:
-        futures = {}
-        for name in ("publisher_health", "topic_stats", "service_calls"):
-            if name in analyses:
-                frames[name] = analyses[name]()
-            futures[name] = pool.submit(write, name)
+        futures: dict[str, Future[tuple[pa.Table | None, DataFrame]]] = {
+            "publisher_health": pool.submit(
+                write, "publisher_health", _keyed_publisher_health(messages, names=streams is None)
+            ),
+            "topic_stats": pool.submit(
+                write, "topic_stats", _topic_stats(messages, series=per_minute is None)
+            ),
+            "service_calls": pool.submit(
+                write_calls, None if _no_request(tally) else _service_calls(messages)
+            ),
+        }
         rejects = read("rejects", REJECTS_DDL)
         done = {name: future.result() for name, future in futures.items()}
 

@@ -413,13 +413,10 @@ class TableSink:
         delivered = messages["delivered_ns"]
         # Spark's own arithmetic: (delivered - source) as double / 1e6, and the day of
         # timestamp_micros(cast(delivered / 1000 as long)) in UTC
-        double, long = pa.float64(), pa.int64()
         latency = pc.divide(
-            pc.cast(pc.subtract(delivered, messages["source_ns"]), double, safe=False), 1e6
+            pc.cast(pc.subtract(delivered, messages["source_ns"]), pa.float64(), safe=False), 1e6
         )
-        micros = pc.cast(
-            pc.trunc(pc.divide(pc.cast(delivered, double, safe=False), 1000.0)), long, safe=False
-        )
+        micros = _long_quotient(delivered, 1000.0)
         # the day, floored as Spark floors it (also before 1970); null where micros is null
         days = pa.array(
             np.floor_divide(micros.fill_null(0).to_numpy(), _DAY_US),
@@ -451,6 +448,13 @@ class TableSink:
             _write_parquet(table.take(rows.values), directory / f"part-{name}.zstd.parquet")
 
 
+def _long_quotient(values: pa.ChunkedArray, divisor: float) -> pa.ChunkedArray:
+    """``CAST(values / divisor AS BIGINT)`` as Spark computes it: a double division,
+    truncated toward zero; null stays null."""
+    quotient = pc.divide(pc.cast(values, pa.float64(), safe=False), divisor)
+    return pc.cast(pc.trunc(quotient), pa.int64(), safe=False)
+
+
 def _topic_or_null(topic: pa.ChunkedArray) -> pa.ChunkedArray:
     """An empty topic as null, as the ``messages`` table reads it back."""
     return pc.if_else(pc.equal(topic, ""), pa.scalar(None, pa.string()), topic)
@@ -471,12 +475,8 @@ def _streams(publishes: pa.Table) -> pa.Table:
 
 def _minute_counts(publishes: pa.Table) -> pa.Table:
     """``publishes`` per topic and minute (MINUTES_SCHEMA), with Spark's arithmetic for the
-    minute (a double division, truncated) and an empty topic as null."""
-    minute = pc.cast(
-        pc.trunc(pc.divide(pc.cast(publishes["delivered_ns"], pa.float64(), safe=False), 6e10)),
-        pa.int64(),
-        safe=False,
-    )
+    minute (``CAST(delivered_ns / 60000000000 AS BIGINT)``) and an empty topic as null."""
+    minute = _long_quotient(publishes["delivered_ns"], 6e10)
     keyed = pa.table({"topic": _topic_or_null(publishes["topic"]), "minute": minute})
     counted = keyed.group_by(["topic", "minute"], use_threads=False).aggregate([([], "count_all")])
     return counted.rename_columns(["topic", "minute", "messages"]).cast(MINUTES_SCHEMA)

@@ -184,8 +184,7 @@ class _EarlyPlots:
             from .report import rate_plot
 
             self._plots.mkdir(parents=True, exist_ok=True)
-            if self._rate is None:
-                self._rate = rate_plot(rows, self._plots)
+            self._rate = rate_plot(rows, self._plots)
 
     def _draw(self, name: str, table: Any) -> None:
         with self._drawing, contextlib.suppress(Exception):

@@ -17,6 +17,10 @@ that without changing a result:
   200k messages 16.6 s with C1 against 18.4 s tiered; 2M messages faster in seven
   alternating pairs of seven (29.3-32.0 s against 30.8-35.2 s: the landing gained, the
   job came out even). At 5M two pairs were inconclusive, so longer jobs keep the default.
+  C1 alone shrinks the JVM's default code cache from 240 MB to 48 MB, which a long session
+  (the test suite's, a long ``analyze``) can fill: the JIT is then disabled and Spark fails
+  with ``Out of space in CodeCache``. ``-XX:ReservedCodeCacheSize=240m`` keeps the tiered
+  default's size (a reservation of address space, not memory taken).
 
 * ``-XX:+UseParallelGC``: a batch job wants throughput. G1's concurrent cycles, started
   over and over by the Parquet and shuffle buffers it counts as humongous (28 of them in a
@@ -49,7 +53,7 @@ from typing import Any, Final
 
 __all__ = ["driver_java_options", "stop_session"]
 
-_JIT: Final = "-XX:TieredStopAtLevel=1"
+_JIT: Final = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 _QUIET: Final = "-Xlog:cds*=off -Xlog:cds=off"
 _GC: Final = "-XX:+UseParallelGC"
 _METASPACE: Final = "-XX:MetaspaceSize=256m"

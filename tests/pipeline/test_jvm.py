@@ -78,3 +78,11 @@ def test_the_accumulator_server_is_detached_and_still_stopped() -> None:
     serving.join(timeout=10)
     assert not serving.is_alive()
     jvm._stop_accumulator_server(context)  # nothing to stop: a no-op
+
+
+def test_c1_keeps_the_default_code_cache_size(no_running_jvm: Path) -> None:
+    # C1 alone reserves 48 MB of code cache instead of 240 MB; a long session filled it
+    # ("CodeCache is full. Compiler has been disabled", then Spark INTERNAL_ERRORs)
+    options = (jvm.driver_java_options(None) or "").split()
+    assert "-XX:TieredStopAtLevel=1" in options
+    assert "-XX:ReservedCodeCacheSize=240m" in options

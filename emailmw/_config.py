@@ -59,8 +59,15 @@ _TOP_KEYS: Final = frozenset(
         "on-receive",
         "poll",
         "outbox-size",
+        "quarantine",
+        "send-guarantee",
+        "spool",
+        "reply-domains",
+        "queue-limit",
     }
 )
+SEND_GUARANTEES: Final = ("memory", "spool", "server")
+DEFAULT_QUEUE_LIMIT: Final = 10_000
 _TLS_KEYS: Final = frozenset({"ca-file", "verify", "starttls"})
 _POLL_KEYS: Final = frozenset({"interval", "idle-after", "idle-refresh"})
 _USER_KEYS: Final = frozenset({"url-smtp", "url-imap", "username", "password"})
@@ -139,6 +146,17 @@ class Options:
     on_receive: str = "keep"
     poll: PollOptions = field(default_factory=PollOptions)
     outbox_size: int = 1000
+    #: folder that unparseable mail and mail with broken metadata are moved to (None: left
+    #: where it is)
+    quarantine: str | None = None
+    #: when ``send()``/``publish()`` returns: ``server`` once the server accepted the email,
+    #: ``spool`` once it is written to the spool directory, ``memory`` once it is queued
+    send_guarantee: str = "server"
+    spool: str | None = None
+    #: domains a service server replies to (None: any domain)
+    reply_domains: frozenset[str] | None = None
+    #: bound of every queue an entity keeps without a depth of its own
+    queue_limit: int = DEFAULT_QUEUE_LIMIT
     source: str = "<defaults>"
 
     @property
@@ -397,6 +415,15 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
             "on-receive", f"expected keep, seen, delete or move:FOLDER, got {on_receive!r}"
         )
     state_file = reader.string("state-file")
+    send_guarantee = reader.string("send-guarantee") or "server"
+    if send_guarantee not in SEND_GUARANTEES:
+        raise reader.error(
+            "send-guarantee",
+            f"expected one of {', '.join(SEND_GUARANTEES)}, got {send_guarantee!r}",
+        )
+    spool = reader.string("spool")
+    if send_guarantee == "spool" and spool is None:
+        raise reader.error("spool", "required with send-guarantee: spool (a directory)")
     return Options(
         transport=transport,
         user=user,
@@ -410,5 +437,25 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         on_receive=on_receive,
         poll=poll,
         outbox_size=reader.integer("outbox-size", 1000),
+        quarantine=reader.string("quarantine"),
+        send_guarantee=send_guarantee,
+        spool=str(Path(spool).expanduser()) if spool else None,
+        reply_domains=_reply_domains(reader, Recipients(from_, to, cc, bcc)),
+        queue_limit=reader.integer("queue-limit", DEFAULT_QUEUE_LIMIT),
         source=source,
     )
+
+
+def _reply_domains(reader: _Reader, recipients: Recipients) -> frozenset[str] | None:
+    """``reply-domains``: a list of domains, or ``"*"`` for any; by default the domains of
+    the configured From and recipients (a server answers its own organisation only)."""
+    value = reader.data.get("reply-domains")
+    if value is None:
+        addresses = (recipients.from_, *recipients.to, *recipients.cc, *recipients.bcc)
+        return frozenset(a.rpartition("@")[2].strip(" >").lower() for a in addresses if "@" in a)
+    if value == "*":
+        return None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(i, str) and i for i in items):
+        raise reader.error("reply-domains", 'expected "*" or a list of domains')
+    return frozenset(i.strip().lower() for i in items)

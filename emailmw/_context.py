@@ -13,11 +13,13 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from ._config import Options, load_options
+from ._config import SEND_GUARANTEES, Options, load_options
 from ._exceptions import (
     ClosedError,
+    ConfigError,
     ContextAlreadyInitializedError,
     ContextNotInitializedError,
+    SendError,
 )
 from ._handlers import ServiceHandler, SubscriptionHandler
 from ._log import configure_from_env, get_logger
@@ -86,7 +88,7 @@ class Context:
         self._shut_down = False
         self._announcer: Any = None  # the graph announcer, created by the first Node
         self._subscription_handler = SubscriptionHandler()
-        self._service_handler = ServiceHandler()
+        self._service_handler = ServiceHandler(self.options.reply_domains)
         self._polling = PollingManager(receiver)
         self._polling.register_handler(self._subscription_handler)
         self._polling.register_handler(self._service_handler)
@@ -110,6 +112,23 @@ class Context:
     def ok(self) -> bool:
         """True until :meth:`shutdown`."""
         return not self._shut_down
+
+    def check_guarantee(self, guarantee: str | None) -> str:
+        """The send guarantee an entity uses: ``guarantee``, else the configured
+        ``send-guarantee``; raises ``ValueError`` for an unknown one or for ``spool`` without
+        a spool directory."""
+        chosen = self.options.send_guarantee if guarantee is None else guarantee
+        if chosen not in SEND_GUARANTEES:
+            raise ValueError(
+                f"guarantee must be one of {', '.join(SEND_GUARANTEES)}, got {guarantee!r}"
+            )
+        if chosen == "spool" and self.options.spool is None and not self.options.intraprocess:
+            raise ConfigError(
+                "the spool guarantee needs a spool directory",
+                source=self.options.source,
+                key="email.spool",
+            )
+        return chosen
 
     def _check_open(self) -> None:
         if self._shut_down:
@@ -143,6 +162,8 @@ class Context:
         try:
             if not self._sender.flush(timeout):
                 _log.warning("emails still unsent after %.1f s at shutdown", timeout)
+        except SendError as exc:  # refusals of raw sends: reported, not raised from here
+            _log.error("at shutdown: %s", exc)
         finally:
             self._polling.stop(timeout)
             self._sender.close()

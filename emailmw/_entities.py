@@ -7,20 +7,22 @@ thread-safe; entity state is fed by the polling thread through the handlers.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
-from ._exceptions import ClosedError, ServiceTimeoutError, UnknownRequestError
+from ._exceptions import ClosedError, SendError, ServiceTimeoutError, UnknownRequestError
 from ._log import get_logger
+from ._polling import NO_TICKET, Ticket
 from ._protocol import publish_email, request_email, response_email
 from ._types import Email, Gid, MessageInfo, RequestId, ServiceInfo, ServiceRequest
-from ._waitset import Waitable, wait_for_request_with_info, wait_for_response_with_info
-from ._wire import validate_name
+from ._waitset import Waitable, wait_for_request_with_info, wait_until
+from ._wire import HEADER_REQUEST_SEQUENCE_NUMBER, new_message_id, validate_name
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["Publisher", "ServiceClient", "ServiceServer", "Subscription"]
 
 _log = get_logger("entities")
+T = TypeVar("T")
 
 
 def _resolve(context: Context | None) -> Context:
@@ -79,15 +82,24 @@ class Publisher(_Entity):
     """Publishes messages on a topic: each message is one email, Subject = topic.
 
     ``publish`` may be called from any thread; sequence numbers follow call order.
+    ``guarantee`` overrides the context's ``send-guarantee`` for this publisher: when
+    :meth:`publish` returns, the email was accepted by the server (``"server"``), written to
+    the spool directory (``"spool"``) or queued in memory (``"memory"``); see
+    ``docs/reliability.md``.
     """
 
-    def __init__(self, topic: str, *, context: Context | None = None) -> None:
+    def __init__(
+        self, topic: str, *, context: Context | None = None, guarantee: str | None = None
+    ) -> None:
         self._topic = validate_name(topic, "topic")
         ctx = self._setup(context)
         self.gid = Gid.new()
         self._seq = itertools.count()
         self._recipients = ctx.options.recipients
         self._send = ctx.sender.send
+        self._guarantee = ctx.check_guarantee(guarantee)
+        #: messages the server refused after publish() returned (memory and spool)
+        self.failures = 0
 
     @property
     def topic(self) -> str:
@@ -100,7 +112,10 @@ class Publisher(_Entity):
         """Send ``message``; extra ``headers`` go into the email as they are.
 
         Raises :class:`~emailmw.ClosedError`, :class:`~emailmw.InvalidHeaderError`,
-        :class:`~emailmw.MessageTooLargeError`, or a transport error from the sender.
+        :class:`~emailmw.MessageTooLargeError`, or a transport error from the sender (with
+        the ``server`` guarantee, when the server did not accept the email within the
+        configured ``timeout``). With ``spool`` and ``memory`` a later refusal is logged and
+        counted in :attr:`failures`.
         """
         if self._closed:
             raise ClosedError(f"{self!r} is closed")
@@ -115,15 +130,61 @@ class Publisher(_Entity):
                 sequence_number=next(self._seq),
                 timestamp_ns=time.time_ns(),
                 headers=headers,
-            )
+            ),
+            guarantee=self._guarantee,
+            on_failure=self._failed,
         )
+
+    def _failed(self, email: Email, error: SendError) -> None:
+        self.failures += 1
+        _log.error("%r: message %s not delivered: %s", self, email.message_id, error)
+
+
+class _BoundedQueue(Generic[T]):
+    """A FIFO of ``(item, ticket)`` pairs holding at most ``limit``: a full queue drops its
+    oldest entry (counted in :attr:`dropped`, logged once by the owner). Thread-safe."""
+
+    __slots__ = ("_items", "_limit", "_lock", "dropped")
+
+    def __init__(self, limit: int) -> None:
+        self._items: deque[tuple[T, Ticket]] = deque()
+        self._limit = limit
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def push(self, item: T, ticket: Ticket) -> bool:
+        """Append; True when the oldest entry was dropped to make room."""
+        with self._lock:
+            dropped = None
+            if len(self._items) >= self._limit:
+                dropped = self._items.popleft()
+                self.dropped += 1
+            self._items.append((item, ticket))
+        if dropped is not None:
+            dropped[1].release()  # gone by the queue's rule: settled, counted
+        return dropped is not None
+
+    def pop(self) -> tuple[T, Ticket] | None:
+        with self._lock:
+            return self._items.popleft() if self._items else None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
 
 
 class Subscription(_Entity, Waitable):
     """Receives the messages of a topic into a queue.
 
-    ``depth=None`` keeps every message; ``depth=N`` keeps the newest N, dropping the oldest
-    (counted in :attr:`dropped`, and logged once). Can be put in a :class:`WaitSet`.
+    ``depth=N`` keeps the newest N, dropping the oldest; ``depth=None`` keeps up to the
+    context's ``queue-limit`` (default 10,000) the same way. Drops are counted in
+    :attr:`dropped` and logged once. Can be put in a :class:`WaitSet`.
+
+    A message counts as taken when :meth:`get_message` (or ``_with_info``) returns it: with a
+    ``state-file``, a restarted process hands out again, flagged ``redelivered``, what was
+    queued here but not taken when the process stopped.
     """
 
     def __init__(
@@ -133,14 +194,19 @@ class Subscription(_Entity, Waitable):
         if depth is not None and (not isinstance(depth, int) or depth < 1):
             raise ValueError(f"depth must be None or a positive int, got {depth!r}")
         Waitable.__init__(self)
-        self._queue: deque[tuple[str, MessageInfo]] = deque(maxlen=depth)
-        self.dropped = 0
         ctx = self._setup(context)
+        self._depth = depth if depth is not None else ctx.options.queue_limit
+        self._queue: _BoundedQueue[tuple[str, MessageInfo]] = _BoundedQueue(self._depth)
         ctx._subscription_handler.register(self._topic, self)
 
     @property
     def topic(self) -> str:
         return self._topic
+
+    @property
+    def dropped(self) -> int:
+        """Messages dropped because the queue was full."""
+        return self._queue.dropped
 
     def __repr__(self) -> str:
         return f"<Subscription {self._topic!r}>"
@@ -148,13 +214,9 @@ class Subscription(_Entity, Waitable):
     def _unregister(self) -> None:
         self._context._subscription_handler.unregister(self._topic, self)
 
-    def _push_message(self, body: str, info: MessageInfo) -> None:
-        queue = self._queue
-        if queue.maxlen is not None and len(queue) == queue.maxlen:
-            self.dropped += 1
-            if self.dropped == 1:
-                _log.warning("%r is full (depth %d): dropping the oldest", self, queue.maxlen)
-        queue.append((body, info))
+    def _push_message(self, body: str, info: MessageInfo, ticket: Ticket) -> None:
+        if self._queue.push((body, info), ticket) and self._queue.dropped == 1:
+            _log.warning("%r is full (depth %d): dropping the oldest", self, self._depth)
         self._notify()
 
     def _is_ready(self) -> bool:
@@ -170,16 +232,27 @@ class Subscription(_Entity, Waitable):
 
     def get_message_with_info(self) -> tuple[str, MessageInfo] | None:
         """The oldest queued message with its :class:`~emailmw.MessageInfo`, or None."""
-        try:
-            return self._queue.popleft()
-        except IndexError:
+        got = self._queue.pop()
+        if got is None:
             return None
+        got[1].release()
+        return got[0]
+
+    def _take(self) -> tuple[str, MessageInfo, Ticket] | None:
+        """The oldest message with its ticket, for a caller that releases the ticket once
+        it is done with the message (the ROS layer: after the callback returned)."""
+        got = self._queue.pop()
+        return None if got is None else (*got[0], got[1])
 
 
 class ServiceClient(_Entity, Waitable):
     """Sends requests to a service and collects the responses by sequence number.
 
-    Sequence numbers start at 0 per client. A response that arrives twice is delivered once.
+    Sequence numbers start at 0 per client. Only a reply to a request this client has
+    pending is kept: its ``In-Reply-To`` must be that request's Message-ID, and the first
+    such reply wins (later copies, answers from other servers, replies to abandoned calls
+    and forgeries are dropped and counted in :attr:`unexpected_responses`). Memory is
+    bounded by the requests the application has not collected the answers of.
     """
 
     def __init__(self, service_name: str, *, context: Context | None = None) -> None:
@@ -188,12 +261,18 @@ class ServiceClient(_Entity, Waitable):
         self.gid = Gid.new()
         self._seq = itertools.count()
         self._lock = threading.Lock()
-        self._responses: dict[int, tuple[str, ServiceInfo]] = {}
-        self._abandoned: set[int] = set()
-        # set by typed clients: takes a response (returns True) before it is stored
+        self._outstanding: dict[int, str] = {}  # sequence number -> the request's Message-ID
+        self._responses: dict[int, tuple[str, ServiceInfo, Ticket]] = {}
+        self._failed: dict[int, SendError] = {}
+        #: replies dropped because they answered nothing this client has pending
+        self.unexpected_responses = 0
+        # set by typed clients: takes a response (returns True) before it is stored, and
+        # hears of requests the server refused after send_request() returned
         self._response_hook: Callable[[str, ServiceInfo], bool] | None = None
+        self._failure_hook: Callable[[int, SendError], None] | None = None
         ctx = self._setup(context)
         self._recipients = ctx.options.recipients
+        self._guarantee = ctx.check_guarantee(None)
         ctx._service_handler.register_client(self.gid.value, self)
 
     @property
@@ -206,19 +285,43 @@ class ServiceClient(_Entity, Waitable):
     def _unregister(self) -> None:
         self._context._service_handler.unregister_client(self.gid.value, self)
 
-    def _push_response(self, body: str, info: ServiceInfo) -> None:
+    def _push_response(self, email: Email, info: ServiceInfo, ticket: Ticket) -> None:
+        seq = info.sequence_number
+        with self._lock:
+            expected = self._outstanding.get(seq)
+            wanted = (
+                expected is not None
+                and email.in_reply_to == expected
+                and seq not in self._responses
+            )
+            if not wanted:
+                self.unexpected_responses += 1
+        if not wanted:
+            _log.info(
+                "%r dropped response %s: it answers no request pending here (sequence "
+                "number %d, In-Reply-To %s)",
+                self,
+                email.message_id,
+                seq,
+                email.in_reply_to,
+            )
+            ticket.release()
+            return
         hook = self._response_hook
-        if hook is not None and hook(body, info):
+        if hook is not None and hook(email.body, info):
+            with self._lock:
+                self._outstanding.pop(seq, None)
+            ticket.release()
             return
         with self._lock:
-            if info.sequence_number in self._abandoned:
-                self._abandoned.discard(info.sequence_number)
-                return
-            self._responses[info.sequence_number] = (body, info)
+            if seq in self._outstanding:
+                self._responses[seq] = (email.body, info, ticket)
+                ticket = NO_TICKET
+        ticket.release()  # abandoned meanwhile: settled
         self._notify()
 
     def _is_ready(self) -> bool:
-        return bool(self._responses)
+        return bool(self._responses) or bool(self._failed)
 
     def send_request(self, request: str) -> int:
         """Send ``request``; returns its sequence number for :meth:`get_response`."""
@@ -226,17 +329,36 @@ class ServiceClient(_Entity, Waitable):
         if not isinstance(request, str):
             raise TypeError(f"request must be a str, got {type(request).__name__}")
         seq = next(self._seq)
-        self._context.sender.send(
-            request_email(
-                self._service,
-                request,
-                recipients=self._recipients,
-                client_gid=self.gid,
-                sequence_number=seq,
-                timestamp_ns=time.time_ns(),
-            )
+        email = request_email(
+            self._service,
+            request,
+            recipients=self._recipients,
+            client_gid=self.gid,
+            sequence_number=seq,
+            timestamp_ns=time.time_ns(),
         )
+        email = email.with_message_id(new_message_id(self._recipients.from_))
+        assert email.message_id is not None
+        with self._lock:
+            self._outstanding[seq] = email.message_id
+        try:
+            self._context.sender.send(email, guarantee=self._guarantee, on_failure=self._not_sent)
+        except BaseException:
+            with self._lock:
+                self._outstanding.pop(seq, None)
+            raise
         return seq
+
+    def _not_sent(self, email: Email, error: SendError) -> None:
+        seq = int(email.headers.get(HEADER_REQUEST_SEQUENCE_NUMBER, "-1"))
+        _log.error("%r: request %s (%d) not delivered: %s", self, email.message_id, seq, error)
+        hook = self._failure_hook
+        with self._lock:
+            if self._outstanding.pop(seq, None) is not None and hook is None:
+                self._failed[seq] = error
+        if hook is not None:
+            hook(seq, error)
+        self._notify()
 
     def has_response(self, sequence_number: int | None = None) -> bool:
         """Any response waiting (no argument), or the one to ``sequence_number``."""
@@ -250,9 +372,31 @@ class ServiceClient(_Entity, Waitable):
         return None if got is None else got[0]
 
     def get_response_with_info(self, sequence_number: int) -> tuple[str, ServiceInfo] | None:
-        """Take the response with its :class:`~emailmw.ServiceInfo`; None if not arrived."""
+        """Take the response with its :class:`~emailmw.ServiceInfo`; None if not arrived.
+
+        Raises :class:`~emailmw.SendError` when the server refused the request itself
+        (with the ``memory`` or ``spool`` guarantee, after ``send_request`` returned).
+        """
         with self._lock:
-            return self._responses.pop(sequence_number, None)
+            failed = self._failed.pop(sequence_number, None)
+            got = self._responses.pop(sequence_number, None)
+            if got is not None:
+                self._outstanding.pop(sequence_number, None)
+        if failed is not None:
+            raise failed
+        if got is None:
+            return None
+        got[2].release()
+        return got[0], got[1]
+
+    def _abandon(self, sequence_number: int) -> None:
+        """The caller gave up on this request: a later answer is dropped."""
+        with self._lock:
+            self._outstanding.pop(sequence_number, None)
+            self._failed.pop(sequence_number, None)
+            got = self._responses.pop(sequence_number, None)
+        if got is not None:
+            got[2].release()
 
     def call(self, request: str, timeout: float | None = None) -> str:
         """Send ``request`` and block for its response (``timeout`` None: no limit).
@@ -261,14 +405,14 @@ class ServiceClient(_Entity, Waitable):
         later is discarded.
         """
         seq = self.send_request(request)
-        got = wait_for_response_with_info(self, seq, -1 if timeout is None else timeout)
-        if got is None:
-            with self._lock:
-                if self._responses.pop(seq, None) is None:
-                    self._abandoned.add(seq)
+        ready = lambda: self.has_response(seq) or seq in self._failed  # noqa: E731
+        if not wait_until(self, ready, -1 if timeout is None else timeout):
+            self._abandon(seq)
             raise ServiceTimeoutError(
                 f"no response from service {self._service!r} within {timeout} s (request {seq})"
             )
+        got = self.get_response_with_info(seq)
+        assert got is not None
         return got[0]
 
 
@@ -279,6 +423,14 @@ class ServiceServer(_Entity, Waitable):
     with :meth:`send_response`. With ``callback``, a thread of the server's own calls
     ``callback(request)`` for each request and sends its return value as the response
     (None: no response); an exception in the callback is logged and no response is sent.
+
+    At most ``queue-limit`` requests wait here, taken or not: a full queue drops its oldest
+    request not yet taken (or, when every one is taken, refuses the new one), counted in
+    :attr:`dropped`. A request is settled once it is answered (or the callback returned
+    None or raised): with a ``state-file``, a restarted process hands out again, flagged
+    ``redelivered``, what was not. A response the server refused later (with the
+    ``memory``/``spool`` guarantee) is logged with the request's Message-ID and counted in
+    :attr:`failed_responses`.
     """
 
     def __init__(
@@ -292,10 +444,16 @@ class ServiceServer(_Entity, Waitable):
         Waitable.__init__(self)
         self._lock = threading.Lock()
         self._queue: deque[tuple[ServiceRequest, ServiceInfo]] = deque()
-        self._pending: dict[RequestId, Email] = {}
+        self._pending: dict[RequestId, tuple[Email, Ticket]] = {}
         self._callback = callback
+        #: requests dropped or refused because the queue was full
+        self.dropped = 0
+        #: responses the server refused after send_response() returned
+        self.failed_responses = 0
         ctx = self._setup(context)
         self._from = ctx.options.recipients.from_
+        self._limit = ctx.options.queue_limit
+        self._guarantee = ctx.check_guarantee(None)
         ctx._service_handler.register_server(self._service, self)
         self._worker: threading.Thread | None = None
         if callback is not None:
@@ -320,14 +478,29 @@ class ServiceServer(_Entity, Waitable):
         if worker is not None and worker is not threading.current_thread():
             worker.join(5.0)
 
-    def _push_request(self, email: Email, info: ServiceInfo) -> None:
+    def _push_request(self, email: Email, info: ServiceInfo, ticket: Ticket) -> None:
         request_id = RequestId(info.client_gid, info.sequence_number)
+        settle: list[Ticket] = []
         with self._lock:
             if request_id in self._pending:
                 _log.info("dropped duplicate request %s (%s)", email.message_id, request_id)
-                return
-            self._pending[request_id] = email
-            self._queue.append((ServiceRequest(request_id, email.body), info))
+                settle.append(ticket)
+            else:
+                if len(self._pending) >= self._limit:
+                    if self._queue:  # make room: the oldest request nobody took yet
+                        oldest, _ = self._queue.popleft()
+                        settle.append(self._pending.pop(oldest.id)[1])
+                    else:  # every waiting request is taken: refuse the new one
+                        settle.append(ticket)
+                        ticket = NO_TICKET
+                    self.dropped += 1
+                    if self.dropped == 1:
+                        _log.warning("%r is full (%d requests): dropping", self, self._limit)
+                if ticket is not NO_TICKET:
+                    self._pending[request_id] = (email, ticket)
+                    self._queue.append((ServiceRequest(request_id, email.body), info))
+        for dropped in settle:
+            dropped.release()
         self._notify()
 
     def _is_ready(self) -> bool:
@@ -343,31 +516,52 @@ class ServiceServer(_Entity, Waitable):
 
     def get_request_with_info(self) -> tuple[ServiceRequest, ServiceInfo] | None:
         """The oldest request with its :class:`~emailmw.ServiceInfo`, or None."""
-        try:
-            return self._queue.popleft()
-        except IndexError:
-            return None
+        with self._lock:
+            return self._queue.popleft() if self._queue else None
 
     def send_response(self, request_id: RequestId, response: str) -> None:
         """Reply to the request ``request_id`` with ``response``.
 
         Raises :class:`~emailmw.UnknownRequestError` for a request this server did not hand
-        out or already answered.
+        out or already answered. When sending fails here (the ``server`` guarantee), the
+        request stays pending: the call may be repeated.
         """
         self._check_open()
         if not isinstance(response, str):
             raise TypeError(f"response must be a str, got {type(response).__name__}")
         with self._lock:
-            request = self._pending.pop(request_id, None)
-        if request is None:
+            pending = self._pending.pop(request_id, None)
+        if pending is None:
             raise UnknownRequestError(f"no pending request {request_id} on {self!r}")
-        self._context.sender.send(
-            response_email(request, response, from_=self._from, timestamp_ns=time.time_ns())
+        request, ticket = pending
+        reply = response_email(request, response, from_=self._from, timestamp_ns=time.time_ns())
+        try:
+            self._context.sender.send(
+                reply,
+                guarantee=self._guarantee,
+                on_failure=functools.partial(self._reply_failed, request),
+            )
+        except BaseException:
+            with self._lock:
+                self._pending.setdefault(request_id, pending)
+            raise
+        ticket.release()
+
+    def _reply_failed(self, request: Email, reply: Email, error: SendError) -> None:
+        self.failed_responses += 1
+        _log.error(
+            "%r: the response %s to request %s was not delivered: %s",
+            self,
+            reply.message_id,
+            request.message_id,
+            error,
         )
 
     def _discard(self, request_id: RequestId) -> None:
         with self._lock:
-            self._pending.pop(request_id, None)
+            pending = self._pending.pop(request_id, None)
+        if pending is not None:
+            pending[1].release()
 
     def _serve(self) -> None:
         assert self._callback is not None
@@ -394,3 +588,4 @@ class ServiceServer(_Entity, Waitable):
                 return
             except Exception:  # noqa: BLE001 - logged; the server keeps serving
                 _log.exception("sending the response to %s failed", request.id)
+                self._discard(request.id)

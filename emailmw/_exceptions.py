@@ -118,7 +118,15 @@ class TLSError(TransportError):
 
 
 class SendError(TransportError):
-    """The SMTP server refused or failed to accept an email."""
+    """The SMTP server refused or failed to accept an email.
+
+    ``temporary`` is True when trying again later may succeed (a 4xx answer, no answer):
+    senders retry those themselves; False for a permanent refusal (5xx).
+    """
+
+    def __init__(self, message: str, *, server: str | None = None, temporary: bool = False):
+        self.temporary = temporary
+        super().__init__(message, server=server)
 
 
 class ReceiveError(TransportError):

@@ -3,7 +3,8 @@
 They hold the routing tables (topic -> subscriptions, service -> servers, client GID ->
 client) and act on the route :func:`emailmw._protocol.classify` computed. They run on the
 polling thread; registration may happen on any thread (tables are copy-on-write tuples
-swapped under a lock, so dispatch never takes a lock).
+swapped under a lock, so dispatch never takes a lock). Every entity an email is handed to
+holds its :class:`~emailmw._polling.Ticket` until the application is done with it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ import threading
 from typing import Generic, Protocol, TypeVar
 
 from ._log import get_logger
-from ._protocol import PublishRoute, RequestRoute, ResponseRoute, Route
+from ._polling import NO_TICKET, Ticket
+from ._protocol import (
+    PublishRoute,
+    RequestRoute,
+    ResponseRoute,
+    Route,
+    outside_domains,
+    reply_addresses,
+)
 from ._types import Email, MessageInfo, ServiceInfo
 
 __all__ = ["ServiceHandler", "SubscriptionHandler"]
@@ -21,15 +30,15 @@ _log = get_logger("handlers")
 
 
 class MessageSink(Protocol):
-    def _push_message(self, body: str, info: MessageInfo) -> None: ...
+    def _push_message(self, body: str, info: MessageInfo, ticket: Ticket) -> None: ...
 
 
 class RequestSink(Protocol):
-    def _push_request(self, email: Email, info: ServiceInfo) -> None: ...
+    def _push_request(self, email: Email, info: ServiceInfo, ticket: Ticket) -> None: ...
 
 
 class ResponseSink(Protocol):
-    def _push_response(self, body: str, info: ServiceInfo) -> None: ...
+    def _push_response(self, email: Email, info: ServiceInfo, ticket: Ticket) -> None: ...
 
 
 K = TypeVar("K")
@@ -75,42 +84,26 @@ class SubscriptionHandler:
     def unregister(self, topic: str, subscription: MessageSink) -> None:
         self._subscriptions.remove(topic, subscription)
 
-    def __call__(self, email: Email, route: Route) -> None:
+    def __call__(self, email: Email, route: Route, ticket: Ticket = NO_TICKET) -> None:
         if isinstance(route, PublishRoute):
             for subscription in self._subscriptions.get(route.topic):
-                subscription._push_message(email.body, route.info)
-
-
-class _SeenSequenceNumbers:
-    """Which sequence numbers arrived: a low-water mark plus the set above it (bounded by
-    the out-of-order window, not by the number of calls)."""
-
-    __slots__ = ("above", "low")
-
-    def __init__(self) -> None:
-        self.low = 0
-        self.above: set[int] = set()
-
-    def add(self, seq: int) -> bool:
-        """Record ``seq``; False if it was already there."""
-        if seq < self.low or seq in self.above:
-            return False
-        self.above.add(seq)
-        while self.low in self.above:
-            self.above.discard(self.low)
-            self.low += 1
-        return True
+                subscription._push_message(email.body, route.info, ticket.hold())
 
 
 class ServiceHandler:
     """Delivers requests by Subject to every server of the service, and responses to the
-    client whose GID they carry, dropping (and logging) a response whose sequence number
-    that client already received."""
+    client whose GID they carry (which keeps only answers to its own pending requests).
 
-    def __init__(self) -> None:
+    A request whose reply would go outside ``reply_domains`` (None: anywhere) is logged
+    and never handed to a server: a server answers only where it is allowed to send.
+    """
+
+    def __init__(self, reply_domains: frozenset[str] | None = None) -> None:
         self._servers: _Table[str, RequestSink] = _Table()
         self._clients: _Table[int, ResponseSink] = _Table()
-        self._seen: dict[int, _SeenSequenceNumbers] = {}
+        self._reply_domains = reply_domains
+        #: requests not handed to any server because of ``reply-domains``
+        self.refused_requests = 0
 
     def register_server(self, service: str, server: RequestSink) -> None:
         self._servers.add(service, server)
@@ -119,33 +112,35 @@ class ServiceHandler:
         self._servers.remove(service, server)
 
     def register_client(self, gid: int, client: ResponseSink) -> None:
-        self._seen[gid] = _SeenSequenceNumbers()
         self._clients.add(gid, client)
 
     def unregister_client(self, gid: int, client: ResponseSink) -> None:
         self._clients.remove(gid, client)
-        self._seen.pop(gid, None)
 
-    def __call__(self, email: Email, route: Route) -> None:
+    def __call__(self, email: Email, route: Route, ticket: Ticket = NO_TICKET) -> None:
         if isinstance(route, RequestRoute):
-            for server in self._servers.get(route.service):
-                server._push_request(email, route.info)
+            servers = self._servers.get(route.service)
+            if not servers:
+                return
+            outside = outside_domains(reply_addresses(email), self._reply_domains)
+            if outside:
+                self.refused_requests += 1
+                _log.warning(
+                    "request %s to %r not served: its reply would go to %s, outside "
+                    "reply-domains (%s)",
+                    email.message_id,
+                    route.service,
+                    ", ".join(outside),
+                    ", ".join(sorted(self._reply_domains or ())),
+                )
+                return
+            for server in servers:
+                server._push_request(email, route.info, ticket.hold())
         elif isinstance(route, ResponseRoute):
             gid = route.info.client_gid.value
             clients = self._clients.get(gid)
             if not clients:
                 _log.debug("response %s for client %d that is not here", email.message_id, gid)
                 return
-            seen = self._seen.get(gid)
-            if seen is not None and not seen.add(route.info.sequence_number):
-                _log.info(
-                    "dropped duplicate response %s: client %d already received sequence "
-                    "number %d of service %r",
-                    email.message_id,
-                    gid,
-                    route.info.sequence_number,
-                    route.service,
-                )
-                return
             for client in clients:
-                client._push_response(email.body, route.info)
+                client._push_response(email, route.info, ticket.hold())

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from ._context import Context, resolve
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
-from ._exceptions import ClosedError, ServiceTimeoutError
+from ._exceptions import ClosedError, SendError, ServiceTimeoutError
 from ._graph import Announcer
 from ._interfaces import (
     HEADER_MESSAGE_TYPE,
@@ -31,6 +31,7 @@ from ._interfaces import (
 )
 from ._log import get_logger
 from ._names import resolve_name, validate_namespace, validate_node_name
+from ._polling import NO_TICKET, Ticket
 from ._protocol import PublishRoute, classify
 from ._qos import DeadlineMissed, Delivery, DurabilityPolicy, MessageLost, QoSProfile
 from ._types import MessageInfo, ServiceInfo
@@ -172,7 +173,7 @@ class NodeSubscription(Generic[T]):
         self.events = events
         self.type_mismatches = 0
         self._type_name = type_name(msg_type)
-        self._delivery = Delivery(qos, time.time_ns())
+        self._delivery: Delivery[tuple[str, Ticket]] = Delivery(qos, time.time_ns())
         self._core = Subscription(topic, qos.queue_depth, context=node.context)
         if qos.durability is DurabilityPolicy.TRANSIENT_LOCAL:
             self._replay_history(node.context)
@@ -205,7 +206,7 @@ class NodeSubscription(Generic[T]):
         ]
         routed.sort(key=lambda item: (item[1].source_timestamp, item[1].sequence_number or 0))
         for body, info in routed[-depth:]:
-            self._core._push_message(body, info)
+            self._core._push_message(body, info, NO_TICKET)  # from the store: nothing to settle
 
     def _mismatch(self, exc: TypeMismatchError) -> list[Callable[[], None]]:
         self.type_mismatches += 1
@@ -215,16 +216,21 @@ class NodeSubscription(Generic[T]):
         return [] if handler is None else [lambda: handler(exc)]
 
     def _work(
-        self, items: list[tuple[str, MessageInfo]], events: list[MessageLost | DeadlineMissed]
+        self,
+        items: list[tuple[tuple[str, Ticket], MessageInfo]],
+        events: list[MessageLost | DeadlineMissed],
     ) -> list[Callable[[], None]]:
+        """The callbacks to run; each message is settled once its callback has run (or
+        when it cannot be deserialized): a callback that raised has had its message too."""
         work: list[Callable[[], None]] = []
-        for body, _ in items:
+        for (body, ticket), _ in items:
             try:
                 msg = deserialize(self.msg_type, body)
             except TypeMismatchError as exc:
+                ticket.release()
                 work += self._mismatch(exc)
                 continue
-            work.append(functools.partial(self.callback, msg))
+            work.append(functools.partial(_then_release, self.callback, msg, ticket))
         for event in events:
             handler: Any = (
                 self.events.deadline
@@ -243,18 +249,22 @@ class NodeSubscription(Generic[T]):
         return work
 
     def _take(self) -> list[Callable[[], None]]:
-        got = self._core.get_message_with_info()
+        got = self._core._take()
         if got is None:
             return []
-        body, info = got
+        body, info, ticket = got
         if info.message_type not in (None, self._type_name):
+            ticket.release()
             return self._mismatch(
                 TypeMismatchError(
                     f"subscription of {self._type_name} on {self.topic} received "
                     f"{info.message_type}"
                 )
             )
-        return self._work(*self._delivery.offer(body, info, time.time_ns()))
+        step = self._delivery.offer((body, ticket), info, time.time_ns())
+        if step.dropped:  # expired or a duplicate: done with
+            ticket.release()
+        return self._work(step.deliver, step.events)
 
     def _poll(self) -> list[Callable[[], None]]:
         return self._work(*self._delivery.poll(time.time_ns()))
@@ -268,6 +278,13 @@ class NodeSubscription(Generic[T]):
         self._core.close()
 
 
+def _then_release(callback: Callable[[Any], Any], msg: Any, ticket: Ticket) -> None:
+    try:
+        callback(msg)
+    finally:
+        ticket.release()
+
+
 class Client(Generic[T]):
     """A typed service client: :meth:`call_async` returns a :class:`Future`."""
 
@@ -278,6 +295,7 @@ class Client(Generic[T]):
         self._pending: dict[int, Future[Any]] = {}
         self._lock = threading.Lock()
         self._core._response_hook = self._on_response
+        self._core._failure_hook = self._on_failure
 
     def _on_response(self, body: str, info: ServiceInfo) -> bool:
         with self._lock:
@@ -289,6 +307,12 @@ class Client(Generic[T]):
         except TypeMismatchError as exc:
             future.set_exception(exc)
         return True
+
+    def _on_failure(self, sequence_number: int, error: SendError) -> None:
+        with self._lock:
+            future = self._pending.pop(sequence_number, None)
+        if future is not None:
+            future.set_exception(error)
 
     def call_async(self, request: Any) -> Future[Any]:
         if not isinstance(request, self.srv_type.Request):
@@ -332,12 +356,19 @@ class Service:
             typed = deserialize(self.srv_type.Request, request.content)
         except TypeMismatchError as exc:
             _log.warning("service %s: %s", self.service_name, exc)
+            self._core._discard(request.id)
             return None
 
         def run() -> None:
-            response = self.callback(typed, self.srv_type.Response())
-            if response is not None:
-                self._core.send_response(request.id, serialize(response))
+            try:
+                response = self.callback(typed, self.srv_type.Response())
+            except BaseException:
+                self._core._discard(request.id)
+                raise
+            if response is None:
+                self._core._discard(request.id)
+                return
+            self._core.send_response(request.id, serialize(response))
 
         return run
 

@@ -4,11 +4,17 @@ Guarantees:
 
 * emails reach the handlers in the order the receiver returned them, one at a time, on the
   thread named ``emailmw-polling`` (handlers need no locking against each other);
-* each email is classified once (:func:`emailmw._protocol.classify`) and the route handed to
-  every handler; mail that is not emailmw's is logged (INFO, or WARNING when it looks like
-  ours but its metadata is broken) and otherwise left alone;
-* a handler that raises is logged with the email's Message-ID and never stops the thread;
-* a receiver error is logged and retried with exponential backoff (0.1 s to 5 s);
+* no email can stop the thread: each is classified once
+  (:func:`emailmw._protocol.classify`, total by design, and guarded here too) and the route
+  handed to every handler; mail that is not emailmw's is logged (INFO) and left where it is,
+  emailmw mail with broken metadata is logged (WARNING) and quarantined; a handler that
+  raises is logged with the email's Message-ID;
+* an email whose Message-ID this thread handed out recently (the last
+  :data:`RECENT_MESSAGE_IDS`) is a duplicate (a publisher's spool resending after a crash,
+  a folder read again after a UIDVALIDITY change): logged and settled, not handed out again;
+* each email is settled once every entity it was handed to is done with it
+  (:class:`Ticket`); an email no entity wanted is settled at once;
+* a receiver error is logged and retried with exponential backoff (0.1 s to 1 s);
 * :meth:`PollingManager.stop` wakes the receiver and joins with a timeout.
 """
 
@@ -16,22 +22,69 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
 from ._exceptions import ClosedError
 from ._log import get_logger
 from ._protocol import Route, Unroutable, classify
-from ._transport.base import EmailReceiver
+from ._transport.base import EmailReceiver, IncomingEmail
 from ._types import Email
 
-__all__ = ["Handler", "PollingManager"]
-
-Handler = Callable[[Email, Route], None]
+__all__ = ["NO_TICKET", "RECENT_MESSAGE_IDS", "Handler", "PollingManager", "Ticket"]
 
 _log = get_logger("polling")
 _BACKOFF_MIN: Final = 0.1
-_BACKOFF_MAX: Final = 5.0
+_BACKOFF_MAX: Final = 1.0
+#: How many Message-IDs the polling thread remembers to drop duplicates.
+RECENT_MESSAGE_IDS: Final = 10_000
+_TICKET_LOCK: Final = threading.Lock()
+
+
+class Ticket:
+    """Who still holds one incoming email: every entity that queues it holds the ticket
+    (:meth:`hold`) and lets go once the application is done with the email
+    (:meth:`release`); when the last holder lets go the email is acknowledged to its
+    receiver. Thread-safe."""
+
+    __slots__ = ("_holders", "_incoming")
+
+    def __init__(self, incoming: IncomingEmail | None) -> None:
+        self._incoming = incoming
+        self._holders = 1  # the dispatch itself, until every handler has had the email
+
+    def hold(self) -> Ticket:
+        with _TICKET_LOCK:
+            self._holders += 1
+        return self
+
+    def release(self) -> None:
+        with _TICKET_LOCK:
+            self._holders -= 1
+            done = self._holders == 0
+        if done and self._incoming is not None:
+            self._incoming.ack()
+
+
+class _NoTicket(Ticket):
+    """For emails that need no settling (handed over by tests and in-process tools)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+    def hold(self) -> Ticket:
+        return self
+
+    def release(self) -> None:
+        pass
+
+
+NO_TICKET: Final[Ticket] = _NoTicket()
+
+Handler = Callable[[Email, Route, Ticket], None]
 
 
 class PollingManager:
@@ -52,6 +105,9 @@ class PollingManager:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        #: emails dropped as duplicates of one handed out before (by Message-ID)
+        self.duplicates = 0
 
     def register_handler(self, handler: Handler) -> None:
         with self._lock:
@@ -84,7 +140,7 @@ class PollingManager:
         backoff = _BACKOFF_MIN
         while not self._stopping.is_set():
             try:
-                emails = self._receiver.receive(self._receive_timeout)
+                incoming = self._receiver.receive_incoming(self._receive_timeout)
             except ClosedError:
                 if not self._stopping.is_set():
                     _log.warning("receiver closed under the polling manager; stopping")
@@ -95,25 +151,41 @@ class PollingManager:
                 backoff = min(backoff * 2, _BACKOFF_MAX)
                 continue
             backoff = _BACKOFF_MIN
-            for email in emails:
-                self.dispatch(email)
+            for item in incoming:
+                self.dispatch(item)
 
-    def dispatch(self, email: Email) -> None:
-        """Classify ``email`` and hand it to every handler (the thread's loop body)."""
-        route = classify(email, time.time_ns())
+    def dispatch(self, incoming: IncomingEmail) -> None:
+        """Classify one email and hand it to every handler (the thread's loop body).
+        Never raises."""
+        email = incoming.email
+        try:
+            route = classify(email, time.time_ns(), redelivered=incoming.redelivered)
+        except Exception:  # noqa: BLE001 - classify is total; this is the last guard
+            _log.exception("classifying email %s failed (a bug in emailmw)", email.message_id)
+            incoming.quarantine()
+            return
         if isinstance(route, Unroutable):
-            level = 30 if route.malformed else 20  # WARNING / INFO
             _log.log(
-                level,
+                30 if route.malformed else 20,  # WARNING / INFO
                 "left alone email %s (subject %r): %s",
                 email.message_id,
                 email.subject[:80],
                 route.reason,
             )
+            if route.malformed:
+                incoming.quarantine()
+            else:
+                incoming.leave()
             return
+        if self._seen_before(email.message_id):
+            self.duplicates += 1
+            _log.info("dropped email %s: a copy was handed out already", email.message_id)
+            incoming.ack()
+            return
+        ticket = Ticket(incoming)
         for handler in self._handlers:
             try:
-                handler(email, route)
+                handler(email, route, ticket)
             except Exception:  # noqa: BLE001 - a handler must never kill the thread
                 _log.exception(
                     "handler %s failed on email %s (subject %r)",
@@ -121,3 +193,15 @@ class PollingManager:
                     email.message_id,
                     email.subject[:80],
                 )
+        ticket.release()
+
+    def _seen_before(self, message_id: str | None) -> bool:
+        if message_id is None:
+            return False
+        recent = self._recent
+        if message_id in recent:
+            return True
+        recent[message_id] = None
+        if len(recent) > RECENT_MESSAGE_IDS:
+            recent.popitem(last=False)
+        return False

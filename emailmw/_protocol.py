@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from email.utils import parseaddr
 from typing import Final
 
 from ._exceptions import InvalidHeaderError
@@ -31,6 +32,7 @@ from ._wire import (
     HEADER_PUBLISHER_SEQUENCE_NUMBER,
     HEADER_REQUEST_SEQUENCE_NUMBER,
     HEADER_SOURCE_TIMESTAMP,
+    is_message_id,
     make_reply,
     validate_header,
 )
@@ -42,9 +44,12 @@ __all__ = [
     "ResponseRoute",
     "Route",
     "Unroutable",
+    "address_domain",
     "classify",
+    "outside_domains",
     "publish_email",
     "read_metadata",
+    "reply_addresses",
     "request_email",
     "response_email",
 ]
@@ -102,14 +107,24 @@ class Unroutable:
 Route = PublishRoute | RequestRoute | ResponseRoute | Unroutable
 
 
+# Headers that say who sent an email, when, and along which path: the sending side and the
+# mail servers set them, an application's extra headers may not.
+_TRANSPORT_HEADERS: Final = frozenset({"sender", "return-path", "date", "received"})
+
+
 def _user_headers(headers: Mapping[str, str] | None) -> list[tuple[str, str]]:
     if not headers:
         return []
     items = list(headers.items())
     for name, value in items:
         validate_header(name, value)
-        if name.lower() in _METADATA_HEADERS:
+        lower = name.lower()
+        if lower in _METADATA_HEADERS:
             raise InvalidHeaderError(f"header {name!r} is emailmw metadata and set by emailmw")
+        if lower in _TRANSPORT_HEADERS or lower.startswith("resent-"):
+            raise InvalidHeaderError(
+                f"header {name!r} is set by the sender and the mail servers, not by a message"
+            )
     return items
 
 
@@ -188,15 +203,23 @@ def response_email(request: Email, response: str, *, from_: str, timestamp_ns: i
 Metadata = tuple[bool, int, int, int | None]
 
 
+# Timestamps (ns since the epoch) and sequence numbers are int64 on the sending side (ROS'
+# builtin_interfaces and rmw_email): a larger value is not one emailmw or rmw_email sent.
+_INT64_MAX: Final = 2**63 - 1
+
+
 def _uint(item: tuple[str, str] | None, name: str) -> int | None:
-    """A header's ``(name, value)`` as a non-negative integer; None if absent; ValueError
-    if not a number."""
+    """A header's ``(name, value)`` as an integer in 0 .. 2**63-1; None if absent;
+    ValueError if it is not one."""
     if item is None:
         return None
     value = item[1].strip()
-    if not value.isdigit() or not value.isascii():
-        raise ValueError(f"{name} is not a non-negative integer: {value[:40]!r}")
-    return int(value)
+    if not value.isdigit() or not value.isascii() or len(value) > 19:
+        raise ValueError(f"{name} is not an integer from 0 to 2**63-1: {value[:40]!r}")
+    number = int(value)
+    if number > _INT64_MAX:
+        raise ValueError(f"{name} is not an integer from 0 to 2**63-1: {value[:40]!r}")
+    return number
 
 
 def _gid(item: tuple[str, str], name: str) -> int:
@@ -247,21 +270,56 @@ def read_metadata(headers: Headers) -> Metadata | Unroutable:
         return Unroutable(str(exc), malformed=True)
 
 
-def classify(email: Email, received_timestamp: int) -> Route:
-    """Decide what ``email`` is for emailmw; ``received_timestamp`` goes into the info."""
+def reply_addresses(request: Email) -> tuple[str, ...]:
+    """Where the response to ``request`` goes: its Reply-To, else its From (RFC 5322)."""
+    return request.reply_to or ((request.from_,) if request.from_ else ())
+
+
+def address_domain(address: str) -> str:
+    """The domain of an address (``Name <user@Domain>`` -> ``domain``); '' without one."""
+    return parseaddr(address)[1].rpartition("@")[2].lower()
+
+
+def outside_domains(addresses: tuple[str, ...], allowed: frozenset[str] | None) -> list[str]:
+    """The ``addresses`` whose domain is not in ``allowed`` (None: every domain is)."""
+    if allowed is None:
+        return []
+    return [a for a in addresses if address_domain(a) not in allowed]
+
+
+def classify(email: Email, received_timestamp: int, *, redelivered: bool = False) -> Route:
+    """Decide what ``email`` is for emailmw; ``received_timestamp`` and ``redelivered`` go
+    into the info. Total: any :class:`Email` gets a route, never an exception.
+
+    A request must be answerable (an address to reply to, a Message-ID of the form
+    ``<id@domain>`` to reply to); an emailmw email must have a non-empty Subject. Anything
+    else is :class:`Unroutable` (malformed): it is never handed to a server that could not
+    answer it.
+    """
     metadata = read_metadata(email.headers)
     if isinstance(metadata, Unroutable):
         return metadata
+    if not email.subject:
+        return Unroutable("empty Subject (no topic or service name)", malformed=True)
     is_service, source, gid, seq = metadata
     if is_service:
         assert seq is not None  # read_metadata's promise for service emails
-        info = ServiceInfo(source, received_timestamp, Gid(gid), seq)
+        info = ServiceInfo(source, received_timestamp, Gid(gid), seq, redelivered)
         if email.in_reply_to:
             return ResponseRoute(email.subject, info)
+        if not reply_addresses(email):
+            return Unroutable("request with neither Reply-To nor From", malformed=True)
+        if not is_message_id(email.message_id):
+            return Unroutable("request whose Message-ID is not <id@domain>", malformed=True)
         return RequestRoute(email.subject, info)
     return PublishRoute(
         email.subject,
         MessageInfo(
-            source, received_timestamp, Gid(gid), seq, email.headers.get(HEADER_MESSAGE_TYPE)
+            source,
+            received_timestamp,
+            Gid(gid),
+            seq,
+            email.headers.get(HEADER_MESSAGE_TYPE),
+            redelivered,
         ),
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from ._types import MessageInfo
 
@@ -30,6 +30,7 @@ __all__ = [
     "HistoryPolicy",
     "MessageLost",
     "QoSProfile",
+    "Step",
 ]
 
 
@@ -86,19 +87,32 @@ class DeadlineMissed:
     total_count: int
 
 
-Item = tuple[str, MessageInfo]
 Event = MessageLost | DeadlineMissed
+P = TypeVar("P")  # what travels with a message's info: its body (and whatever the caller adds)
+
+
+class Step(NamedTuple, Generic[P]):
+    """What :meth:`Delivery.offer` decided: what to deliver now (in order), what happened,
+    and whether the offered message was dropped (expired or a duplicate)."""
+
+    deliver: list[tuple[P, MessageInfo]]
+    events: list[Event]
+    dropped: bool = False
 
 
 @dataclass
-class _Stream:
+class _Stream(Generic[P]):
     expected: int
-    buffer: dict[int, Item] = field(default_factory=dict)
+    buffer: dict[int, tuple[P, MessageInfo]] = field(default_factory=dict)
     gap_deadline_ns: int | None = None
 
 
-class Delivery:
-    """Delivery rules of one subscription. Not thread-safe: one executor drives it."""
+class Delivery(Generic[P]):
+    """Delivery rules of one subscription. Not thread-safe: one executor drives it.
+
+    Messages are ``(payload, info)`` pairs; the payload (the body, or the body with what
+    the caller needs to settle it) is passed through untouched.
+    """
 
     def __init__(self, qos: QoSProfile, now_ns: int) -> None:
         self.qos = qos
@@ -106,42 +120,42 @@ class Delivery:
         self.duplicates = 0
         self.lost = 0
         self.deadline_misses = 0
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, _Stream[P]] = {}
         self._last_ns = now_ns
         self._seen: set[tuple[int, int]] = set()  # for unordered de-duplication
 
-    def offer(self, body: str, info: MessageInfo, now_ns: int) -> tuple[list[Item], list[Event]]:
+    def offer(self, body: P, info: MessageInfo, now_ns: int) -> Step[P]:
         """A message arrived: what to deliver now, and what happened."""
         if self.qos.lifespan is not None and now_ns - info.source_timestamp > (
             self.qos.lifespan * 1e9
         ):
             self.expired += 1
-            return [], []
+            return Step([], [], dropped=True)
         seq = info.sequence_number
         if seq is None:
-            return self._delivered([(body, info)], now_ns), []
+            return Step(self._delivered([(body, info)], now_ns), [])
         gid = info.publisher_gid.value
         if not self.qos.ordered:
             if (gid, seq) in self._seen:
                 self.duplicates += 1
-                return [], []
+                return Step([], [], dropped=True)
             self._seen.add((gid, seq))
             if len(self._seen) > 4 * self.qos.depth + 1024:
                 self._seen = set(list(self._seen)[-(2 * self.qos.depth + 512) :])
-            return self._delivered([(body, info)], now_ns), []
+            return Step(self._delivered([(body, info)], now_ns), [])
         stream = self._streams.get(gid)
         if stream is None:
             stream = self._streams[gid] = _Stream(expected=seq)
         if seq < stream.expected or seq in stream.buffer:
             self.duplicates += 1
-            return [], []
+            return Step([], [], dropped=True)
         stream.buffer[seq] = (body, info)
         out = self._release(stream)
         if stream.buffer and stream.gap_deadline_ns is None:
             stream.gap_deadline_ns = now_ns + int(self.qos.gap_timeout * 1e9)
-        return self._delivered(out, now_ns), []
+        return Step(self._delivered(out, now_ns), [])
 
-    def _release(self, stream: _Stream) -> list[Item]:
+    def _release(self, stream: _Stream[P]) -> list[tuple[P, MessageInfo]]:
         out = []
         while stream.expected in stream.buffer:
             out.append(stream.buffer.pop(stream.expected))
@@ -150,14 +164,16 @@ class Delivery:
             stream.gap_deadline_ns = None
         return out
 
-    def _delivered(self, items: list[Item], now_ns: int) -> list[Item]:
+    def _delivered(
+        self, items: list[tuple[P, MessageInfo]], now_ns: int
+    ) -> list[tuple[P, MessageInfo]]:
         if items:
             self._last_ns = now_ns
         return items
 
-    def poll(self, now_ns: int) -> tuple[list[Item], list[Event]]:
+    def poll(self, now_ns: int) -> tuple[list[tuple[P, MessageInfo]], list[Event]]:
         """Time passed: give up on gaps whose time is up, report missed deadlines."""
-        out: list[Item] = []
+        out: list[tuple[P, MessageInfo]] = []
         events: list[Event] = []
         for gid, stream in self._streams.items():
             if stream.gap_deadline_ns is not None and now_ns >= stream.gap_deadline_ns:

@@ -239,6 +239,9 @@ class MessageInfo:
     Timestamps are integer nanoseconds since the Unix epoch. ``sequence_number`` is the
     ``Publisher-Sequence-Number`` header (``None`` for mail from publishers that do not send
     it, such as rmw_email); ``message_type`` the ``Message-Type`` header of typed messages.
+    ``redelivered`` is True when this message may have been handed to the application
+    before: it was handed out but not yet taken when the process stopped, and a restarted
+    receiver (with a ``state-file``) hands it out again (``docs/reliability.md``).
     """
 
     source_timestamp: int
@@ -246,16 +249,22 @@ class MessageInfo:
     publisher_gid: Gid
     sequence_number: int | None = None
     message_type: str | None = None
+    redelivered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ServiceInfo:
-    """Metadata of a received service request or response (timestamps in ns since the epoch)."""
+    """Metadata of a received service request or response (timestamps in ns since the epoch).
+
+    ``redelivered`` as in :class:`MessageInfo`: a request handed to a server that had not
+    answered it when its process stopped comes again, flagged.
+    """
 
     source_timestamp: int
     received_timestamp: int
     client_gid: Gid
     sequence_number: int
+    redelivered: bool = False
 
 
 @dataclass(frozen=True, slots=True)

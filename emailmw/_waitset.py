@@ -35,6 +35,7 @@ __all__ = [
     "wait_for_request_with_info",
     "wait_for_response",
     "wait_for_response_with_info",
+    "wait_until",
 ]
 
 _attach_lock = threading.Lock()
@@ -308,6 +309,13 @@ def _wait_until(entity: Waitable, ready: Callable[[], bool], deadline: float | N
             return True
     finally:
         entity._detach(cond)
+
+
+def wait_until(entity: Waitable, ready: Callable[[], bool], timeout: float = -1) -> bool:
+    """Block until ``ready()`` holds (re-checked whenever ``entity`` notifies), at most
+    ``timeout`` seconds (< 0: no limit); True if it holds. Raises :class:`ClosedError` when
+    ``entity`` is closed."""
+    return _wait_until(entity, ready, _deadline(timeout))
 
 
 def wait_for_message(subscription: Subscription, timeout: float = -1) -> str | None:

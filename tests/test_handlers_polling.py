@@ -9,8 +9,9 @@ import pytest
 
 from emailmw import Email, Gid, MessageInfo, ServiceInfo, intraprocess_pair
 from emailmw._handlers import ServiceHandler, SubscriptionHandler
-from emailmw._polling import PollingManager
-from emailmw._protocol import PublishRoute, ResponseRoute, Route
+from emailmw._polling import PollingManager, Ticket
+from emailmw._protocol import PublishRoute, RequestRoute, ResponseRoute, Route
+from emailmw._transport.base import IncomingEmail
 
 from .helpers import Recorder
 
@@ -19,12 +20,15 @@ class Sink:
     def __init__(self) -> None:
         self.messages: list[tuple[str, MessageInfo]] = []
         self.responses: list[tuple[str, ServiceInfo]] = []
+        self.tickets: list[Ticket] = []
 
-    def _push_message(self, body: str, info: MessageInfo) -> None:
+    def _push_message(self, body: str, info: MessageInfo, ticket: Ticket) -> None:
         self.messages.append((body, info))
+        self.tickets.append(ticket)
 
-    def _push_response(self, body: str, info: ServiceInfo) -> None:
-        self.responses.append((body, info))
+    def _push_response(self, email: Email, info: ServiceInfo, ticket: Ticket) -> None:
+        self.responses.append((email.body, info))
+        self.tickets.append(ticket)
 
 
 def _pub(topic: str, body: str = "b", seq: int = 0) -> tuple[Email, PublishRoute]:
@@ -47,14 +51,15 @@ def test_subscription_handler_delivers_to_every_subscription_of_the_subject() ->
     assert len(b.messages) == 2
 
 
-def test_service_handler_drops_a_response_already_received() -> None:
+def test_service_handler_hands_responses_to_the_client_of_their_gid() -> None:
     handler = ServiceHandler()
     client = Sink()
     handler.register_client(5, client)
-    for seq in (0, 1, 0, 1, 2):
+    for seq in (0, 1, 0):
         info = ServiceInfo(1, 2, Gid(5), seq)
         handler(Email("svc", f"r{seq}", in_reply_to="<x@y>"), ResponseRoute("svc", info))
-    assert [body for body, _ in client.responses] == ["r0", "r1", "r2"]
+    # the client decides what it keeps (tests/test_pubsub_services.py)
+    assert [body for body, _ in client.responses] == ["r0", "r1", "r0"]
 
 
 def test_service_handler_ignores_responses_for_other_clients() -> None:
@@ -72,11 +77,11 @@ def test_polling_manager_keeps_order_and_survives_a_failing_handler(
     sender, receiver = intraprocess_pair()
     seen: Recorder[str] = Recorder()
 
-    def failing(email: Email, route: Route) -> None:
+    def failing(email: Email, route: Route, ticket: Ticket) -> None:
         if email.body == "boom":
             raise RuntimeError("handler bug")
 
-    def recording(email: Email, route: Route) -> None:
+    def recording(email: Email, route: Route, ticket: Ticket) -> None:
         seen(email.body)
 
     manager = PollingManager(receiver)
@@ -103,7 +108,7 @@ def test_polling_manager_logs_and_skips_foreign_mail(caplog: pytest.LogCaptureFi
     sender, receiver = intraprocess_pair()
     seen: Recorder[str] = Recorder()
     manager = PollingManager(receiver)
-    manager.register_handler(lambda email, route: seen(email.body))
+    manager.register_handler(lambda email, route, ticket: seen(email.body))
     manager.start()
     try:
         with caplog.at_level(logging.INFO, logger="emailmw"):
@@ -131,7 +136,7 @@ def test_polling_manager_retries_after_receiver_errors() -> None:
     receiver.receive = flaky  # type: ignore[method-assign]
     seen: Recorder[str] = Recorder()
     manager = PollingManager(receiver)
-    manager.register_handler(lambda email, route: seen(email.body))
+    manager.register_handler(lambda email, route, ticket: seen(email.body))
     manager.start()
     try:
         sender.send(Email("t", "after", headers={"Source-Timestamp": "1", "Publisher-GID": "1"}))
@@ -139,3 +144,98 @@ def test_polling_manager_retries_after_receiver_errors() -> None:
         assert calls["n"] >= 3
     finally:
         manager.stop()
+
+
+class Settled:
+    """An IncomingEmail's settle callback that records the outcomes."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def incoming(self, email: Email, redelivered: bool = False) -> IncomingEmail:
+        return IncomingEmail(email, redelivered=redelivered, settle=self.outcomes.append)
+
+
+OURS = {"Source-Timestamp": "1", "Publisher-GID": "1"}
+
+
+def test_an_email_is_acknowledged_once_every_holder_let_go() -> None:
+    settled = Settled()
+    handler = SubscriptionHandler()
+    a, b = Sink(), Sink()
+    handler.register("t", a)
+    handler.register("t", b)
+    manager = PollingManager(intraprocess_pair()[1])
+    manager.register_handler(handler)
+    manager.dispatch(settled.incoming(Email("t", "x", headers=OURS, message_id="<1@t>")))
+    assert settled.outcomes == []  # both subscriptions still hold it
+    a.tickets[0].release()
+    assert settled.outcomes == []
+    b.tickets[0].release()
+    assert settled.outcomes == ["ack"]
+    # an email nobody wanted is acknowledged at once
+    manager.dispatch(settled.incoming(Email("elsewhere", "x", headers=OURS, message_id="<2@t>")))
+    assert settled.outcomes == ["ack", "ack"]
+
+
+def test_foreign_mail_is_left_and_broken_metadata_quarantined() -> None:
+    settled = Settled()
+    manager = PollingManager(intraprocess_pair()[1])
+    manager.dispatch(settled.incoming(Email("Lunch?", "noon", message_id="<3@t>")))
+    broken = {"Publisher-GID": "seven", "Source-Timestamp": "1"}
+    manager.dispatch(settled.incoming(Email("t", "x", headers=broken, message_id="<4@t>")))
+    assert settled.outcomes == ["leave", "quarantine"]
+
+
+def test_a_second_copy_of_a_message_id_is_dropped_and_acknowledged() -> None:
+    settled = Settled()
+    sink = Sink()
+    handler = SubscriptionHandler()
+    handler.register("t", sink)
+    manager = PollingManager(intraprocess_pair()[1])
+    manager.register_handler(handler)
+    for _ in range(2):
+        manager.dispatch(settled.incoming(Email("t", "x", headers=OURS, message_id="<5@t>")))
+    assert len(sink.messages) == 1
+    assert manager.duplicates == 1
+    assert settled.outcomes == ["ack"]  # the copy; the original is still held
+
+
+def test_the_redelivered_flag_reaches_the_info() -> None:
+    sink = Sink()
+    handler = SubscriptionHandler()
+    handler.register("t", sink)
+    manager = PollingManager(intraprocess_pair()[1])
+    manager.register_handler(handler)
+    manager.dispatch(Settled().incoming(Email("t", "x", headers=OURS), redelivered=True))
+    assert sink.messages[0][1].redelivered
+
+
+def test_no_exception_in_classifying_stops_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import emailmw._polling as polling
+
+    def broken(*args: object, **kwargs: object) -> Route:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(polling, "classify", broken)
+    settled = Settled()
+    manager = PollingManager(intraprocess_pair()[1])
+    manager.dispatch(settled.incoming(Email("t", "x", headers=OURS)))  # does not raise
+    assert settled.outcomes == ["quarantine"]
+
+
+def test_a_request_whose_reply_would_leave_the_allowed_domains_is_not_served() -> None:
+    handler = ServiceHandler(frozenset({"example.test"}))
+    served: list[str] = []
+
+    class Server:
+        def _push_request(self, email: Email, info: ServiceInfo, ticket: Ticket) -> None:
+            served.append(email.reply_to[0] if email.reply_to else email.from_)
+
+    handler.register_server("svc", Server())
+    info = ServiceInfo(1, 2, Gid(5), 0)
+    for reply_to in ("me@example.test", "Me <me@EXAMPLE.test>", "them@elsewhere.test"):
+        request = Email("svc", "q", "c@example.test", reply_to=reply_to, message_id="<q@c>")
+        handler(request, RequestRoute("svc", info))
+    assert served == ["me@example.test", "Me <me@EXAMPLE.test>"]
+    assert handler.refused_requests == 1

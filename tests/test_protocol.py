@@ -74,6 +74,45 @@ def test_broken_metadata_is_unroutable_and_malformed() -> None:
         assert route.malformed, headers
 
 
+def test_numbers_past_int64_are_malformed() -> None:
+    # what rmw_email and emailmw send are int64 nanoseconds and sequence numbers
+    for name in ("Source-Timestamp", "Publisher-Sequence-Number"):
+        headers = {"Publisher-GID": "7", "Source-Timestamp": "1", name: str(2**63)}
+        route = classify(Email("t", "b", headers=headers), 1)
+        assert isinstance(route, Unroutable)
+        assert route.malformed
+        assert name in route.reason
+    headers = {"Publisher-GID": "7", "Source-Timestamp": str(2**63 - 1)}
+    assert isinstance(classify(Email("t", "b", headers=headers), 1), PublishRoute)
+
+
+def test_an_unanswerable_request_or_an_empty_subject_is_malformed() -> None:
+    # a request must say where its response goes; building the reply would fail otherwise
+    request = {"Client-GID": "7", "Source-Timestamp": "1", "Request-Sequence-Number": "0"}
+    route = classify(Email("add", "1 2", headers=request), 1)
+    assert isinstance(route, Unroutable)
+    assert route.malformed
+    answerable = Email("add", "1 2", "c@example.test", headers=request, message_id="<q@c.test>")
+    assert isinstance(classify(answerable, 1), RequestRoute)
+    for broken in ("no-brackets@c.test", "<two words@c.test>", None):
+        route = classify(answerable.replace(message_id=broken), 1)
+        assert isinstance(route, Unroutable)
+        assert route.malformed
+        assert "Message-ID" in route.reason
+    publish = {"Publisher-GID": "7", "Source-Timestamp": "1"}
+    route = classify(Email("", "b", headers=publish), 1)
+    assert isinstance(route, Unroutable)
+    assert route.malformed
+
+
+def test_redelivered_goes_into_the_info() -> None:
+    email = Email("t", "b", headers={"Publisher-GID": "7", "Source-Timestamp": "1"})
+    for flag in (False, True):
+        route = classify(email, 1, redelivered=flag)
+        assert isinstance(route, PublishRoute)
+        assert route.info.redelivered is flag
+
+
 def test_a_gid_past_uint32_is_malformed() -> None:
     route = classify(
         Email("t", "b", headers={"Publisher-GID": "4294967296", "Source-Timestamp": "1"}), 1
@@ -82,7 +121,20 @@ def test_a_gid_past_uint32_is_malformed() -> None:
 
 
 _VALUES = st.sampled_from(
-    ["0", "7", " 12 ", "4294967295", "4294967296", "", "seven", "-1", "\u0661"]
+    [
+        "0",
+        "7",
+        " 12 ",
+        "4294967295",
+        "4294967296",
+        "9223372036854775807",
+        "9223372036854775808",
+        "1" + "0" * 40,
+        "",
+        "seven",
+        "-1",
+        "\u0661",
+    ]
 )
 _METADATA = (
     "Source-Timestamp",
@@ -108,12 +160,12 @@ def _oracle(pairs: list[tuple[str, str]]) -> str | tuple[bool, int, int, int | N
     for name, value in pairs:
         first.setdefault(name.lower(), value)
 
-    def number(name: str, bound: int | None = None) -> int | None:
+    def number(name: str, bound: int = 2**63 - 1) -> int | None:
         text = first.get(name.lower())
         if text is None:
             return None
         text = text.strip()
-        if not (text.isascii() and text.isdigit()) or (bound is not None and int(text) > bound):
+        if not (text.isascii() and text.isdigit()) or int(text) > bound:
             raise ValueError(name)
         return int(text)
 
@@ -138,7 +190,14 @@ def test_read_metadata_and_classify_follow_the_metadata_rules(
     """The archive pipeline calls read_metadata() where the transport calls classify(): both
     give the same verdict and values on any mix of metadata headers (the first of repeated
     headers wins, whatever its case)."""
-    email = Email("/t", "b", headers=Headers(pairs), in_reply_to="<q@x>" if reply else None)
+    email = Email(
+        "/t",
+        "b",
+        "a@example.test",
+        message_id="<m@example.test>",
+        headers=Headers(pairs),
+        in_reply_to="<q@x>" if reply else None,
+    )
     want = _oracle(pairs)
     route = classify(email, 3)
     metadata = read_metadata(email.headers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import string
 
@@ -341,6 +342,72 @@ def test_foreign_mail_is_recognised(raw: bytes, why: str) -> None:
 def test_malformed_bytes_raise_malformed(raw: bytes) -> None:
     with pytest.raises(MalformedEmailError):
         parse_email(raw)
+
+
+_META = b"Source-Timestamp: 1\r\nPublisher-GID: 1\r\n"
+_CHARSET = b"Subject: t\r\nContent-Type: text/plain; charset="
+
+
+@pytest.mark.parametrize(
+    ("raw", "why", "in_head"),
+    [
+        # a declared charset that is no charset: each raised UnicodeError or ValueError,
+        # which stopped the polling thread on the same batch forever
+        (_CHARSET + b"undefined\r\n\r\nabc", "charset", 0),
+        (_CHARSET + b"punycode\r\n\r\nabc-9999999999", "charset", 0),
+        (b"Subject: =?undefined?q?a?=\r\n\r\nabc", "charset", 1),
+        (_CHARSET + b"utf\x00\r\n\r\nabc", "NUL", 1),
+        (_CHARSET + b"base64\r\n\r\nabc", "charset", 0),
+        # text emailmw would refuse to send: lone surrogates, CR/LF where a header is
+        (_CHARSET + b"unicode_escape\r\n\r\n\\ud800", "charset", 0),
+        (_CHARSET + b"utf-7\r\n\r\n+2AA-", "surrogate", 0),
+        (b"Subject: =?utf-7?q?+2AA-?=\r\n\r\nabc", "surrogate", 1),
+        (b"Subject: t\r\nX-Note: =?utf-8?q?a=0D=0Ab?=\r\n\r\nabc", "CR, LF", 1),
+        (b"Subject: t\r\nReply-To: =?utf-8?q?a=0D=0Ab?= <a@b.test>\r\n\r\nabc", "CR, LF", 1),
+        (b"Subject: t\r\nX-Note: a\x00b\r\n\r\nabc", "NUL", 1),
+        # the standard library's address parser raised UnicodeEncodeError on this
+        (b"Subject: t\r\nReply-To: \xff1(?b?quoted-printable\r\n\r\n", "address", 1),
+    ],
+)  # fmt: skip
+def test_what_emailmw_would_not_send_is_malformed(raw: bytes, why: str, in_head: int) -> None:
+    raw = raw.replace(b"\r\n\r\n", b"\r\n" + _META + b"\r\n", 1)
+    with pytest.raises(MalformedEmailError, match=why):
+        parse_email(raw)
+    if in_head:  # a header's fault: parse_head (the archive pipeline's reader) agrees
+        with pytest.raises(MalformedEmailError, match=why):
+            parse_head(raw)
+
+
+def test_mail_in_real_charsets_still_parses() -> None:
+    for charset, body in (("iso-8859-1", "café"), ("windows-1252", "€uro"), ("koi8-r", "мир")):
+        raw = (
+            f"Subject: t\r\nContent-Type: text/plain; charset={charset}\r\n\r\n".encode()
+            + body.encode(charset)
+        )
+        assert parse_email(raw).body == body
+    assert parse_email(b"Subject: =?iso-8859-1?q?caf=E9?=\r\n\r\nx").subject == "café"
+
+
+_RAW_PIECES = st.sampled_from(
+    [
+        b"Subject: ", b"From: ", b"To: ", b"Reply-To: ", b"Message-ID: ", b"In-Reply-To: ",
+        b"References: ", b"Content-Type: text/plain; charset=", b"Content-Type: ",
+        b"Content-Transfer-Encoding: ", b"Source-Timestamp: ", b"Publisher-GID: ",
+        b"Client-GID: ", b"Request-Sequence-Number: ", b"=?", b"?=", b"?q?", b"?b?", b"utf-8",
+        b"utf-7", b"punycode", b"undefined", b"unicode_escape", b"base64", b"quoted-printable",
+        b"\r\n", b"\n", b"\r", b" ", b"\t", b":", b"<", b">", b"@", b'"', b"(", b")", b",",
+        b"\x00", b"\xff", b"\xc3\xa9", b"a", b"1", b"9" * 25, b"=0D=0A", b"+2AA-", b"\\ud800",
+    ]
+)  # fmt: skip
+ANY_BYTES = st.one_of(st.binary(max_size=500), st.lists(_RAW_PIECES, max_size=60).map(b"".join))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(ANY_BYTES)
+def test_any_bytes_parse_or_raise_malformed_never_anything_else(raw: bytes) -> None:
+    for parse_ in (parse_email, parse_head):
+        with contextlib.suppress(MalformedEmailError):  # ForeignEmailError included
+            parse_(raw)
 
 
 def test_reply_threads_on_message_id_and_uses_reply_to_else_from() -> None:

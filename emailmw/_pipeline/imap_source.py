@@ -66,7 +66,7 @@ def stage_imap_folder(
     staging = staging_root / f"{host}_{port}" / user / folder.replace("/", "_")
     state_path = staging / "emailmw-staging.json"
     server = f"{'imaps' if implicit else 'imap'}://{host}:{port}"
-    context = ssl_context(tls)
+    context = ssl_context(tls, server)
     try:
         client = imapclient.IMAPClient(
             host, port=port, ssl=implicit, ssl_context=context if implicit else None, timeout=60

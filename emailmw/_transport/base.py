@@ -8,14 +8,86 @@ A transport is a sender/receiver pair. Implementations must pass the conformance
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
+from .._exceptions import SendError
+from .._protocol import Unroutable, classify
 from .._types import Email
 from .._wire import make_reply
 
-__all__ = ["EmailReceiver", "EmailSender"]
+__all__ = [
+    "EmailReceiver",
+    "EmailSender",
+    "FailureCallback",
+    "IncomingEmail",
+    "Settle",
+    "take_all",
+]
+
+#: Told about an email the server refused after ``send()`` returned: (email, error).
+FailureCallback = Callable[[Email, SendError], None]
+
+#: What a receiver is told about an email it handed out: ``"ack"`` (done with; its
+#: on-receive action applies), ``"leave"`` (not emailmw's: left where it is) or
+#: ``"quarantine"`` (unusable: moved to the quarantine folder when one is configured).
+Settle = Callable[[str], None]
+
+
+class IncomingEmail:
+    """One email as a receiver hands it out, to be settled once it is done with.
+
+    A receiver with a durable position (a ``state-file``) hands an email out again after a
+    restart until it is settled; such an email comes with ``redelivered`` True. Settling is
+    idempotent and thread-safe: the first of :meth:`ack`, :meth:`leave` and
+    :meth:`quarantine` decides, later calls do nothing.
+    """
+
+    __slots__ = ("_settle", "email", "redelivered")
+
+    def __init__(
+        self, email: Email, *, redelivered: bool = False, settle: Settle | None = None
+    ) -> None:
+        self.email = email
+        self.redelivered = redelivered
+        self._settle = settle
+
+    def __repr__(self) -> str:
+        flag = " redelivered" if self.redelivered else ""
+        return f"<IncomingEmail {self.email.message_id}{flag}>"
+
+    def _done(self, outcome: str) -> None:
+        settle, self._settle = self._settle, None
+        if settle is not None:
+            settle(outcome)
+
+    def ack(self) -> None:
+        """The application is done with it: never handed out again; the receiver's
+        ``on-receive`` action (keep, seen, delete, move) applies to it."""
+        self._done("ack")
+
+    def leave(self) -> None:
+        """Not emailmw's to handle: never handed out again, and left as it is."""
+        self._done("leave")
+
+    def quarantine(self) -> None:
+        """Unusable (broken metadata): never handed out again; moved to the ``quarantine``
+        folder when one is configured, else left as it is."""
+        self._done("quarantine")
+
+
+def take_all(incoming: Iterable[IncomingEmail]) -> list[Email]:
+    """The emails of ``incoming``, settled as taken: emailmw's own are acknowledged (their
+    on-receive action applies), any other mail is left alone."""
+    emails = []
+    for item in incoming:
+        if isinstance(classify(item.email, 0), Unroutable):
+            item.leave()
+        else:
+            item.ack()
+        emails.append(item.email)
+    return emails
 
 
 class EmailSender(abc.ABC):
@@ -29,13 +101,27 @@ class EmailSender(abc.ABC):
     address: str = ""
 
     @abc.abstractmethod
-    def send(self, email: Email) -> None:
+    def send(
+        self,
+        email: Email,
+        *,
+        guarantee: str | None = None,
+        on_failure: FailureCallback | None = None,
+    ) -> None:
         """Send ``email`` to its ``to``, ``cc`` and ``bcc`` recipients.
+
+        ``guarantee`` (default: the configured ``send-guarantee``) says what holds when this
+        returns: ``"server"``, the server accepted the email; ``"spool"``, it is written to
+        the spool directory and a later process sends it if this one dies; ``"memory"``, it
+        is queued. With ``spool`` and ``memory`` a later permanent refusal goes to
+        ``on_failure(email, error)`` (on the sender's thread), else to the next
+        :meth:`flush`. Transient failures are retried.
 
         Raises :class:`~emailmw.ClosedError` after :meth:`close`,
         :class:`~emailmw.InvalidHeaderError` / :class:`~emailmw.MessageTooLargeError` for an
         email that cannot go on the wire, :class:`~emailmw.SendError` (or another
-        :class:`~emailmw.TransportError`) when the server refuses it.
+        :class:`~emailmw.TransportError`) when the server refuses it (``server``: also when
+        it did not accept it within the configured ``timeout``).
         """
 
     def reply(
@@ -69,23 +155,51 @@ class EmailSender(abc.ABC):
 
 
 class EmailReceiver(abc.ABC):
-    """Receives new emails, in arrival order, each exactly once.
+    """Receives new emails, in arrival order, each exactly once per process.
 
-    :meth:`receive` is called from one thread at a time (the polling manager's);
-    :meth:`wakeup` and :meth:`close` may be called from any thread.
-    Mail the receiver cannot parse is logged and left in the mailbox, never returned.
+    Two ways to receive; a subclass implements at least one, the other follows:
+
+    * :meth:`receive_incoming` hands out :class:`IncomingEmail` objects that the caller
+      settles when done (the polling thread settles each once every entity that got it is
+      done with it). A receiver with a durable position hands out again, after a restart,
+      what was handed out but not settled, flagged ``redelivered``: nothing is lost
+      between the mailbox and the application.
+    * :meth:`receive` returns plain emails, settled as taken (:func:`take_all`).
+
+    :meth:`receive`/:meth:`receive_incoming` are called from one thread at a time (the
+    polling manager's); :meth:`wakeup`, :meth:`close` and settling may be called from any
+    thread. Mail the receiver cannot parse is logged once and never returned: left in the
+    mailbox, or moved to the ``quarantine`` folder if one is configured.
     """
 
-    @abc.abstractmethod
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        declares_abstract = any(
+            getattr(member, "__isabstractmethod__", False) for member in vars(cls).values()
+        )
+        if (
+            not declares_abstract
+            and cls.receive is EmailReceiver.receive
+            and cls.receive_incoming is EmailReceiver.receive_incoming
+        ):
+            raise TypeError(f"{cls.__name__} must implement receive() or receive_incoming()")
+
     def receive(self, timeout: float | None = None) -> list[Email]:
         """Return the emails that arrived since the last call, waiting up to ``timeout``
         seconds (None: no limit) for at least one. Returns ``[]`` on timeout or after
-        :meth:`wakeup`. Every returned email has a ``message_id``.
+        :meth:`wakeup`. Every returned email has a ``message_id``. What it returns counts
+        as taken: it is never handed out again.
 
         Raises :class:`~emailmw.ClosedError` after :meth:`close` and
         :class:`~emailmw.ReceiveError` (or another :class:`~emailmw.TransportError`) when
         the server fails; the receiver stays usable and the next call retries.
         """
+        return take_all(self.receive_incoming(timeout))
+
+    def receive_incoming(self, timeout: float | None = None) -> list[IncomingEmail]:
+        """:meth:`receive`, with each email to be settled by the caller (see the class
+        docstring). The default wraps :meth:`receive`: settling changes nothing."""
+        return [IncomingEmail(email) for email in self.receive(timeout)]
 
     def wakeup(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Make a :meth:`receive` blocked in another thread return soon. Thread-safe."""

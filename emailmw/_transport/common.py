@@ -1,43 +1,84 @@
-"""What the real (SMTP/IMAP) transports share: TLS, outgoing preparation, fetched-mail
-handling and the resume position (UIDVALIDITY + last UID, optionally in a state file)."""
+"""What the real (SMTP/IMAP) transports share: TLS, outgoing preparation, and the receiving
+core of an IMAP folder (:class:`MailboxReceiver`): which UIDs to fetch, in bounded batches,
+how fetched bytes become :class:`IncomingEmail` objects, the resume position with what is
+handed out but not yet settled (:class:`ResumePosition`, optionally in a state file), and the
+mailbox actions (on-receive, quarantine) that settling queues for the receiving thread.
+
+The rule the receiving core enforces: **no email can stop a receiver.** Whatever one email
+holds, parsing it either gives an :class:`~emailmw.Email` or logs it once and settles it (left
+in the folder, or moved to the quarantine folder); the position moves past it either way, so
+the next email is fetched and handed out.
+"""
 
 from __future__ import annotations
 
+import abc
 import contextlib
+import functools
 import json
 import os
 import ssl
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from email.utils import parseaddr
 from pathlib import Path
+from typing import Any, Final
 
 from .._config import Options, TLSOptions
 from .._exceptions import MalformedEmailError
 from .._log import get_logger
-from .._protocol import Unroutable, classify
 from .._types import Email
 from .._wire import ForeignEmailError, format_date, new_message_id, parse
+from .base import EmailReceiver, IncomingEmail
 
 __all__ = [
+    "MAX_BATCH",
+    "MAX_BATCH_BYTES",
+    "MailboxActions",
+    "MailboxReceiver",
     "ResumePosition",
     "envelope_recipients",
-    "hand_out",
     "parse_batch",
     "parse_fetched",
     "prepare_outgoing",
+    "raw_size_limit",
     "ssl_context",
+    "uid_set",
+    "warn_if_unverified",
 ]
 
 _log = get_logger("transport")
 
+#: At most this many emails, and this many bytes of them, are fetched in one round: a
+#: backlog of any size is taken in bounded steps.
+MAX_BATCH: Final = 256
+MAX_BATCH_BYTES: Final = 64 * 1024 * 1024
 
-def ssl_context(tls: TLSOptions) -> ssl.SSLContext:
+
+def raw_size_limit(max_message_size: int) -> int:
+    """The largest stored email (RFC822.SIZE) a receiver downloads: room for a body of
+    ``max-message-size`` bytes in base64 (4/3, plus line breaks) and a generous header.
+    Larger mail cannot be an emailmw message that fits; it is skipped without downloading."""
+    return max_message_size * 3 // 2 + 1024 * 1024
+
+
+def warn_if_unverified(tls: TLSOptions, server: str) -> None:
+    """Log, once per connection set-up, that certificates of ``server`` are not verified."""
+    if not tls.verify:
+        _log.warning(
+            "TLS certificate verification is OFF for %s (tls.verify: false): anyone on the "
+            "path can read the password and the mail",
+            server,
+        )
+
+
+def ssl_context(tls: TLSOptions, server: str) -> ssl.SSLContext:
     """A client context that verifies certificates and host names unless told not to."""
     context = ssl.create_default_context(cafile=tls.ca_file)
+    warn_if_unverified(tls, server)
     if not tls.verify:
-        _log.warning("TLS certificate verification is OFF (tls.verify: false)")
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
@@ -64,14 +105,21 @@ def envelope_recipients(email: Email) -> list[str]:
 
 
 def parse_fetched(raw: bytes, *, uid: int, where: str, max_size: int) -> Email | None:
-    """Parse a fetched message. Mail that is not emailmw's is logged and left alone (None)."""
+    """Parse a fetched message; None (logged once, here) for mail that cannot be parsed.
+
+    Never raises: an exception the parser was not meant to raise is logged with its
+    traceback (a bug to report) and the email treated as unparseable.
+    """
     try:
         parsed = parse(raw, max_size=max_size)
     except ForeignEmailError as exc:
-        _log.info("left alone foreign email UID %d in %s: %s", uid, where, exc)
+        _log.info("UID %d in %s is not emailmw's: %s", uid, where, exc)
         return None
     except MalformedEmailError as exc:
-        _log.warning("left alone malformed email UID %d in %s: %s", uid, where, exc)
+        _log.warning("UID %d in %s is malformed: %s", uid, where, exc)
+        return None
+    except Exception:  # noqa: BLE001 - no email may stop a receiver
+        _log.exception("UID %d in %s could not be parsed (a bug in emailmw)", uid, where)
         return None
     if parsed.message_id is None:
         parsed = parsed.with_message_id(f"<uid{uid}.{time.time_ns()}@{where.replace('/', '.')}>")
@@ -81,12 +129,12 @@ def parse_fetched(raw: bytes, *, uid: int, where: str, max_size: int) -> Email |
 def parse_batch(
     raw_by_uid: Mapping[int, bytes | None], *, where: str, max_size: int
 ) -> list[tuple[int, Email]]:
-    """Parse fetched messages in UID order; mail that is not emailmw's is left out."""
+    """Parse fetched messages in UID order; mail that cannot be parsed is left out."""
     parsed: list[tuple[int, Email]] = []
     for uid in sorted(raw_by_uid):
         raw = raw_by_uid[uid]
         if raw is None:
-            _log.warning("UID %d in %s: no body in FETCH response", uid, where)
+            _log.warning("UID %d in %s: no body in the FETCH response", uid, where)
             continue
         email = parse_fetched(raw, uid=uid, where=where, max_size=max_size)
         if email is not None:
@@ -94,111 +142,147 @@ def parse_batch(
     return parsed
 
 
-def hand_out(
-    raw_by_uid: Mapping[int, bytes | None],
-    *,
-    position: ResumePosition,
-    where: str,
-    max_size: int,
-    apply_on_receive: Callable[[list[int]], None],
-) -> list[Email]:
-    """A fetched batch as the emails to return from ``receive()``.
-
-    The resume position is advanced past the whole batch *before* the handlers run (so a
-    restart never hands out the same mail twice), then the on-receive action is applied to
-    emailmw's own mail only.
-    """
-    fetched = parse_batch(raw_by_uid, where=where, max_size=max_size)
-    if raw_by_uid:
-        position.advance(max(raw_by_uid))
-        apply_on_receive(ours(fetched))
-    return [email for _, email in fetched]
-
-
-def is_ours(email: Email) -> bool:
-    """True when emailmw routes this email (on-receive actions only ever touch those)."""
-    return not isinstance(classify(email, 0), Unroutable)
-
-
-def ours(emails: Iterable[tuple[int, Email]]) -> list[int]:
-    return [uid for uid, e in emails if is_ours(e)]
+def uid_set(uids: Iterable[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1:3,7:7"``: ranges only (a lone UID as ``n:n``; libcurl hands
+    the answer to a FETCH of one lone number to its body callback, cut short)."""
+    out: list[str] = []
+    start = prev = None
+    for uid in sorted(uids):
+        if prev is not None and uid == prev + 1:
+            prev = uid
+            continue
+        if start is not None:
+            out.append(f"{start}:{prev}")
+        start = prev = uid
+    if start is not None:
+        out.append(f"{start}:{prev}")
+    return ",".join(out)
 
 
 class ResumePosition:
-    """Where a receiver continues: the next UID of one folder of one account.
+    """Where a receiver continues in one folder of one account, and which UIDs it handed out
+    that are not settled yet. Thread-safe (settling happens on application threads).
 
-    Without a state file a receiver starts at UIDNEXT (only mail that arrives after it
-    starts, as rmw_email). With one, the last handled UID and UIDVALIDITY are written
-    atomically after every batch, so a restarted receiver gets exactly what it missed; a
-    changed UIDVALIDITY (the mailbox was recreated) is logged and the folder is read again
-    from the start.
+    ``next_uid`` is the first UID not handed out yet; ``pending`` the UIDs handed out and not
+    settled. Without a state file a receiver starts at UIDNEXT (only mail that arrives after
+    it starts, as rmw_email). With one, UIDVALIDITY, the last UID handed out and the pending
+    UIDs are written atomically (fsync, rename) before a batch is handed out and after every
+    settlement, so a restarted receiver hands out exactly what was never handed out, plus,
+    flagged as redelivered, what was handed out but not settled. A changed UIDVALIDITY (the
+    folder was recreated) is logged and the folder read again from the start, every email
+    flagged as redelivered.
     """
 
     def __init__(self, options: Options, account: str) -> None:
         self._path = Path(options.state_file) if options.state_file else None
         self._key = {"account": account, "folder": options.folder}
+        self._lock = threading.Lock()
         self.uidvalidity: int | None = None
         self.next_uid: int | None = None
+        self.pending: set[int] = set()
+        # UIDs below this (and those pending when the state file was read) may have been
+        # handed out before: what is handed out of them is flagged as redelivered
+        self._again_below = 0
+        self._again: set[int] = set()
 
-    def _load(self) -> dict[str, int] | None:
+    def _load(self) -> dict[str, Any] | None:
         if self._path is None:
             return None
         try:
             data = json.loads(self._path.read_text())
+            if any(data.get(k) != v for k, v in self._key.items()):
+                _log.warning(
+                    "state file %s belongs to %s/%s: starting at new mail",
+                    self._path,
+                    data.get("account"),
+                    data.get("folder"),
+                )
+                return None
+            return {
+                "uidvalidity": int(data["uidvalidity"]),
+                "last_uid": int(data["last_uid"]),
+                "pending": sorted({int(uid) for uid in data.get("pending", ())}),
+            }
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             _log.warning("state file %s unreadable (%s): starting at new mail", self._path, exc)
             return None
-        if any(data.get(k) != v for k, v in self._key.items()):
-            _log.warning(
-                "state file %s belongs to %s/%s: starting at new mail",
-                self._path,
-                data.get("account"),
-                data.get("folder"),
-            )
-            return None
-        return {"uidvalidity": int(data["uidvalidity"]), "last_uid": int(data["last_uid"])}
 
-    def start(self, uidvalidity: int, uidnext: int) -> int:
-        """The first UID to fetch after (re)selecting a folder with these values."""
-        if self.uidvalidity == uidvalidity and self.next_uid is not None:
-            return self.next_uid  # reconnect: resume exactly where we were
-        if self.uidvalidity is not None:
-            _log.warning(
-                "UIDVALIDITY changed (%d -> %d): reading the folder from the start",
-                self.uidvalidity,
-                uidvalidity,
-            )
-            self._set(uidvalidity, 1)
-            return 1
-        saved = self._load()
-        if saved is None:
-            self._set(uidvalidity, uidnext)
-        elif saved["uidvalidity"] != uidvalidity:
-            _log.warning(
-                "UIDVALIDITY changed since the state file was written (%d -> %d): "
-                "reading the folder from the start",
-                saved["uidvalidity"],
-                uidvalidity,
-            )
-            self._set(uidvalidity, 1)
-        else:
-            self._set(uidvalidity, saved["last_uid"] + 1)
-        assert self.next_uid is not None
-        return self.next_uid
+    def start(self, uidvalidity: int, uidnext: int) -> list[int] | None:
+        """After (re)selecting the folder with these values: set :attr:`next_uid` and return
+        the UIDs below it to hand out again (those pending in the state file); None when
+        nothing changed (a reselect or a reconnect: what is pending is still in the
+        application's hands)."""
+        with self._lock:
+            if self.uidvalidity == uidvalidity and self.next_uid is not None:
+                return None
+            if self.uidvalidity is not None:
+                _log.warning(
+                    "UIDVALIDITY changed (%d -> %d): reading the folder from the start",
+                    self.uidvalidity,
+                    uidvalidity,
+                )
+                self._restart(uidvalidity, uidnext)
+                return []
+            saved = self._load()
+            if saved is None:
+                self._set(uidvalidity, uidnext, set())
+                return []
+            if saved["uidvalidity"] != uidvalidity:
+                _log.warning(
+                    "UIDVALIDITY changed since the state file was written (%d -> %d): "
+                    "reading the folder from the start",
+                    saved["uidvalidity"],
+                    uidvalidity,
+                )
+                self._restart(uidvalidity, uidnext)
+                return []
+            pending = {uid for uid in saved["pending"] if uid <= saved["last_uid"]}
+            self._again = set(pending)
+            self._set(uidvalidity, saved["last_uid"] + 1, pending)
+            return sorted(pending)
 
-    def advance(self, last_uid: int) -> None:
-        """Everything up to ``last_uid`` has been handed out."""
-        assert self.uidvalidity is not None
-        if self.next_uid is None or last_uid >= self.next_uid:
-            self._set(self.uidvalidity, last_uid + 1)
+    def _restart(self, uidvalidity: int, uidnext: int) -> None:
+        self._again_below = uidnext
+        self._again = set()
+        self._set(uidvalidity, 1, set())
 
-    def _set(self, uidvalidity: int, next_uid: int) -> None:
-        self.uidvalidity, self.next_uid = uidvalidity, next_uid
+    def redelivered(self, uid: int) -> bool:
+        """True when ``uid`` may have been handed out before (see the class docstring)."""
+        return uid < self._again_below or uid in self._again
+
+    def handing_out(self, handed: Iterable[int], settled: Iterable[int] = ()) -> None:
+        """``handed`` go out now (pending until settled); ``settled`` were dealt with here
+        (unparseable mail). Written before the emails reach anyone."""
+        handed, settled = set(handed), set(settled)
+        with self._lock:
+            assert self.uidvalidity is not None
+            assert self.next_uid is not None
+            last = max(handed | settled, default=0)
+            self._set(self.uidvalidity, max(self.next_uid, last + 1), self.pending | handed)
+
+    def settle(self, uidvalidity: int, uid: int) -> bool:
+        """``uid`` (of the folder as it was with ``uidvalidity``) is done with; False when
+        it was not pending (settled already, or from before a UIDVALIDITY change)."""
+        with self._lock:
+            if uidvalidity != self.uidvalidity or uid not in self.pending:
+                return False
+            self._again.discard(uid)
+            assert self.next_uid is not None
+            self._set(uidvalidity, self.next_uid, self.pending - {uid})
+            return True
+
+    def _set(self, uidvalidity: int, next_uid: int, pending: set[int]) -> None:
+        self.uidvalidity, self.next_uid, self.pending = uidvalidity, next_uid, pending
         if self._path is None:
             return
-        data = {**self._key, "uidvalidity": uidvalidity, "last_uid": next_uid - 1}
+        data = {
+            **self._key,
+            "uidvalidity": uidvalidity,
+            "last_uid": next_uid - 1,
+            "pending": sorted(pending),
+        }
         self._path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
         try:
@@ -211,3 +295,191 @@ class ResumePosition:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+
+class MailboxActions:
+    """Flags, deletions and moves that settling queues (from any thread) and the receiving
+    thread applies: IMAP connections are not thread-safe.
+
+    ``ack`` applies the ``on-receive`` action (nothing for ``keep``); ``quarantine`` moves to
+    the ``quarantine`` folder when one is configured; ``leave`` does nothing.
+    """
+
+    def __init__(self, options: Options) -> None:
+        self._by_outcome: dict[str, str | None] = {
+            "ack": None if options.on_receive == "keep" else options.on_receive,
+            "quarantine": f"move:{options.quarantine}" if options.quarantine else None,
+            "leave": None,
+        }
+        self._lock = threading.Lock()
+        self._queued: dict[str, list[int]] = {}
+
+    def queue(self, uid: int, outcome: str) -> bool:
+        """Queue what ``outcome`` means for ``uid``; True when there is something to do."""
+        action = self._by_outcome.get(outcome)
+        if action is None:
+            return False
+        with self._lock:
+            self._queued.setdefault(action, []).append(uid)
+        return True
+
+    def take(self) -> list[tuple[str, list[int]]]:
+        """Everything queued, as (action, UIDs) pairs, emptied."""
+        with self._lock:
+            queued, self._queued = self._queued, {}
+        return [(action, sorted(uids)) for action, uids in queued.items()]
+
+
+class MailboxReceiver(EmailReceiver):
+    """The receiving core both IMAP transports share (see the module docstring).
+
+    A subclass connects, waits its own way and calls :meth:`_started` after selecting the
+    folder, :meth:`_fetch_new` to take the next batch and :meth:`_apply_actions` from its
+    receiving thread; it provides the IMAP commands :meth:`_sizes`, :meth:`_bodies` and
+    :meth:`_apply`. Settling (from any thread) sets :attr:`_nudge` when a mailbox action is
+    queued, so a waiting receiver applies it soon; :meth:`wakeup` sets it too, with
+    :attr:`_woken`, which makes the waiting call return.
+    """
+
+    def __init__(self, options: Options, account: str) -> None:
+        self._options = options
+        self._where = f"{account}/{options.folder}"
+        self._position = ResumePosition(options, account)
+        self._actions = MailboxActions(options)
+        self._raw_limit = raw_size_limit(options.max_message_size)
+        self._refetch: list[int] = []
+        self._nudge = threading.Event()
+        self._woken = False
+        self._closed = False
+
+    # -- what a subclass provides ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def _sizes(self, uid_set: str) -> dict[int, int]:
+        """``UID FETCH uid_set (UID RFC822.SIZE)``: the size of each message in the set."""
+
+    @abc.abstractmethod
+    def _bodies(self, uids: list[int]) -> dict[int, bytes | None]:
+        """``UID FETCH uids (BODY.PEEK[])``: the messages, unchanged on the server."""
+
+    @abc.abstractmethod
+    def _apply(self, action: str, uids: list[int]) -> None:
+        """Apply ``seen``, ``delete`` or ``move:FOLDER`` to ``uids`` (raises on failure)."""
+
+    # -- the shared core ------------------------------------------------------------------
+
+    def wakeup(self) -> None:
+        self._woken = True
+        self._nudge.set()
+
+    def _take_wakeup(self) -> bool:
+        """True (once) when :meth:`wakeup` or :meth:`close` asked the waiting call to return."""
+        if self._woken or self._closed:
+            self._woken = False
+            self._nudge.clear()
+            return True
+        return False
+
+    def _started(self, uidvalidity: int, uidnext: int) -> int:
+        """The folder is selected with these values; returns the first UID to fetch."""
+        again = self._position.start(uidvalidity, uidnext)
+        if again is None:
+            assert self._position.next_uid is not None
+            return self._position.next_uid
+        self._refetch = again
+        if again:
+            _log.info(
+                "%s: handing out again %d email(s) not settled before the last stop",
+                self._where,
+                len(self._refetch),
+            )
+        assert self._position.next_uid is not None
+        return self._position.next_uid
+
+    def _fetch_new(self) -> tuple[list[IncomingEmail], bool]:
+        """The next batch of new mail (plus mail to hand out again), at most
+        :data:`MAX_BATCH` emails and :data:`MAX_BATCH_BYTES`; True when more is waiting."""
+        position = self._position
+        first = position.next_uid
+        assert first is not None
+        assert position.uidvalidity is not None
+        again = set(self._refetch)
+        spec = ",".join(filter(None, (uid_set(again), f"{first}:*")))
+        sizes = {
+            uid: size for uid, size in self._sizes(spec).items() if uid >= first or uid in again
+        }
+        if not sizes:
+            self._refetch = []
+            return [], False
+        batch: list[int] = []
+        oversize: list[int] = []
+        total = 0
+        for uid in sorted(sizes):
+            size = sizes[uid]
+            if size > self._raw_limit:
+                oversize.append(uid)
+                continue
+            if batch and (len(batch) >= MAX_BATCH or total + size > MAX_BATCH_BYTES):
+                break
+            batch.append(uid)
+            total += size
+        last = max(batch + oversize)
+        oversize = [uid for uid in oversize if uid <= last]  # the rest go with a later batch
+        for uid in oversize:
+            _log.warning(
+                "UID %d in %s is %d bytes, more than a message of max-message-size can be "
+                "(%d): not downloaded",
+                uid,
+                self._where,
+                sizes[uid],
+                self._raw_limit,
+            )
+        more = any(uid > last for uid in sizes)
+        raw_by_uid = self._bodies(batch) if batch else {}
+        handed: list[IncomingEmail] = []
+        handed_uids: list[int] = []
+        unusable = list(oversize)
+        for uid in batch:
+            raw = raw_by_uid.get(uid)
+            if raw is None:  # expunged between the two commands, or an odd answer
+                _log.info("UID %d in %s: gone before its body was fetched", uid, self._where)
+                unusable.append(uid)
+                continue
+            email = parse_fetched(
+                raw, uid=uid, where=self._where, max_size=self._options.max_message_size
+            )
+            if email is None:
+                unusable.append(uid)
+                continue
+            handed_uids.append(uid)
+            handed.append(
+                IncomingEmail(
+                    email,
+                    redelivered=position.redelivered(uid),
+                    settle=functools.partial(self._settle, position.uidvalidity, uid),
+                )
+            )
+        position.handing_out(handed_uids, unusable)
+        self._refetch = [uid for uid in self._refetch if uid > last]
+        for uid in unusable:
+            self._actions.queue(uid, "quarantine")
+        return handed, more
+
+    def _settle(self, uidvalidity: int, uid: int, outcome: str) -> None:
+        if self._position.settle(uidvalidity, uid) and self._actions.queue(uid, outcome):
+            self._nudge.set()
+
+    def _apply_actions(self) -> None:
+        """Apply the queued mailbox actions (on the receiving thread); a failure is logged and
+        the UIDs stay where they are."""
+        for action, uids in self._actions.take():
+            try:
+                self._apply(action, uids)
+            except Exception as exc:  # noqa: BLE001 - a failed flag or move stops nothing
+                _log.warning(
+                    "%s of UIDs %s in %s failed: %s",
+                    action,
+                    ",".join(map(str, uids)),
+                    self._where,
+                    exc,
+                )

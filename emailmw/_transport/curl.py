@@ -8,7 +8,8 @@ translates pycurl errors into emailmw's exceptions, each naming the server. libc
 connection open between commands.
 
 The receiver polls every ``polling-period``: ``EXAMINE`` (a sync point that reports UIDNEXT
-and UIDVALIDITY), then, when UIDNEXT moved, one ``UID FETCH n:* (UID BODY.PEEK[])``. libcurl
+and UIDVALIDITY), then, when UIDNEXT moved, ``UID FETCH n:* (UID RFC822.SIZE)`` and one
+``UID FETCH`` of the bodies of a bounded batch (:class:`~.common.MailboxReceiver`). libcurl
 hands the literals of a custom FETCH to the header callback line by line (its write callback
 gets only the first line, curl issue 18847), so the executor collects that stream and
 :func:`parse_fetch_stream` cuts the messages out by their literal lengths.
@@ -22,7 +23,6 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from email.utils import parseaddr
 from typing import Final
 
 import pycurl
@@ -39,15 +39,14 @@ from .._exceptions import (
 )
 from .._log import get_logger, redact
 from .._types import Email
-from .._wire import build
-from .base import EmailReceiver, EmailSender
+from .base import IncomingEmail
 from .common import (
-    ResumePosition,
-    envelope_recipients,
-    hand_out,
+    MailboxReceiver,
     parse_batch,
-    prepare_outgoing,
+    uid_set,
+    warn_if_unverified,
 )
+from .outbox import Envelope, Outbox, Submitter
 
 __all__ = [
     "CurlContext",
@@ -55,6 +54,7 @@ __all__ = [
     "CurlReceiver",
     "CurlSender",
     "parse_fetch_stream",
+    "parse_sizes",
     "parse_status",
 ]
 
@@ -102,6 +102,20 @@ def parse_status(data: bytes) -> dict[str, int]:
     return out
 
 
+_SIZE_LINE_RE: Final = re.compile(rb"^\* \d+ FETCH \((.*)\)\r?$", re.MULTILINE)
+_SIZE_RE: Final = re.compile(rb"RFC822\.SIZE (\d+)")
+
+
+def parse_sizes(data: bytes) -> dict[int, int]:
+    """UID -> size from a ``UID FETCH ... (UID RFC822.SIZE)`` response."""
+    sizes: dict[int, int] = {}
+    for line in _SIZE_LINE_RE.finditer(data):
+        uid, size = _UID_RE.search(line.group(1)), _SIZE_RE.search(line.group(1))
+        if uid is not None and size is not None:
+            sizes[int(uid.group(1))] = int(size.group(1))
+    return sizes
+
+
 def parse_fetch_stream(data: bytes) -> tuple[list[tuple[int, bytes]], bool]:
     """Messages ``(uid, raw)`` in a custom ``UID FETCH (UID BODY.PEEK[])`` response stream.
 
@@ -145,6 +159,7 @@ class CurlContext:
         handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(options.timeout * 1000))
         handle.setopt(pycurl.TIMEOUT_MS, int(options.timeout * 1000))
         handle.setopt(pycurl.NOSIGNAL, 1)
+        warn_if_unverified(options.tls, self.server)
         handle.setopt(pycurl.SSL_VERIFYPEER, 1 if options.tls.verify else 0)
         handle.setopt(pycurl.SSL_VERIFYHOST, 2 if options.tls.verify else 0)
         if options.tls.ca_file:
@@ -206,13 +221,19 @@ class CurlExecutor:
         code = exc.args[0] if exc.args else -1
         detail = exc.args[1] if len(exc.args) > 1 else str(exc)
         server = self._context.server
-        if code in _AUTH_ERRORS:
+        # the server's last answer: 4xx (or none at all) is worth another try, 5xx is not
+        answer = int(self._context.handle.getinfo(pycurl.RESPONSE_CODE) or 0)
+        temporary = answer == 0 or 400 <= answer < 500
+        if code in _AUTH_ERRORS and not (400 <= answer < 500):
             return AuthenticationError(f"login refused: {detail}", server=server)
         if code in _TLS_ERRORS:
             return TLSError(f"TLS failed: {detail}", server=server)
         if code in _CONNECT_ERRORS:
             return ConnectError(f"cannot connect: {detail}", server=server)
-        return self._failure(f"{doing} failed: {detail} (curl error {code})", server=server)
+        message = f"{doing} failed: {detail} (curl error {code})"
+        if self._failure is SendError:
+            return SendError(message, server=server, temporary=temporary)
+        return self._failure(message, server=server)
 
     def _perform(self, doing: str, setup: Callable[[pycurl.Curl], None]) -> None:
         handle = self._context.handle
@@ -280,128 +301,138 @@ class CurlExecutor:
             self._context.close()
 
 
-class CurlSender(EmailSender):
-    """Sends each email synchronously over one libcurl SMTP connection. Thread-safe."""
+class CurlSubmitter(Submitter):
+    """SMTP through libcurl: one transaction per :meth:`submit`, on a connection libcurl
+    keeps open between them."""
 
     def __init__(self, options: Options) -> None:
         assert options.user is not None
-        self._options = options
         self._executor = CurlExecutor(
             CurlContext(options.user.smtp, options.user, options), SendError
         )
-        self.address = options.recipients.from_
-        self._closed = False
+        self.server = self._executor.server
 
-    def __repr__(self) -> str:
-        assert self._options.user is not None
-        return f"<CurlSender {self._options.user.smtp.url}>"
-
-    def send(self, email: Email) -> None:
-        if self._closed:
-            raise ClosedError(f"{self!r} is closed")
-        email = prepare_outgoing(email, self.address)
-        raw = build(email, max_size=self._options.max_message_size)
-        recipients = envelope_recipients(email)
-        assert self._options.user is not None
-        self._executor.send_mail(
-            parseaddr(email.from_)[1] or self._options.user.username, recipients, raw
-        )
+    def submit(self, envelope: Envelope) -> None:
+        try:
+            self._executor.send_mail(envelope.sender, list(envelope.recipients), envelope.raw)
+        except SendError as exc:  # libcurl names no recipient: say which email went where
+            detail = str(exc).removeprefix(f"{exc.server}: ")
+            raise SendError(
+                f"{envelope.message_id} to {', '.join(envelope.recipients)}: {detail}",
+                server=exc.server,
+                temporary=exc.temporary,
+            ) from exc
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._executor.close()
+        self._executor.close()
 
 
-class CurlReceiver(EmailReceiver):
-    """Polls with EXAMINE -> UIDNEXT -> UID FETCH every ``polling-period``."""
+class CurlSender(Outbox):
+    """The curl transport's sender: an :class:`~.outbox.Outbox` over libcurl."""
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(CurlSubmitter(options), options)
+
+    def __repr__(self) -> str:
+        return f"<CurlSender {self._server}>"
+
+
+class CurlReceiver(MailboxReceiver):
+    """Polls with EXAMINE (SELECT when mail is flagged or moved) -> UIDNEXT -> UID FETCH
+    every ``polling-period``."""
 
     def __init__(self, options: Options) -> None:
         assert options.user is not None
-        self._options = options
+        super().__init__(options, options.user.username)
         self._folder = options.folder
-        self._where = f"{options.user.username}/{options.folder}"
         self._executor = CurlExecutor(
             CurlContext(options.user.imap, options.user, options), ReceiveError
         )
         self._period = options.polling_period_ns / 1e9
-        self._position = ResumePosition(options, options.user.username)
-        self._select = "EXAMINE" if options.on_receive == "keep" else "SELECT"
-        self._wake = threading.Event()
+        keep = options.on_receive == "keep" and not options.quarantine
+        self._select = "EXAMINE" if keep else "SELECT"
         self._lock = threading.Lock()
-        self._closed = False
         with self._lock:
             # log in now (a bad password fails at construction) and fix the start position;
             # fetching waits for the first receive(), so nothing is lost here
-            self._start_position()
+            self._select_folder()
 
     def __repr__(self) -> str:
         return f"<CurlReceiver {self._where}>"
 
-    def _start_position(self) -> tuple[int, int]:
+    def _select_folder(self) -> tuple[int, int]:
         """(Re)select the folder; returns (first UID to fetch, UIDNEXT)."""
         try:
             status = parse_status(self._executor.imap(f'{self._select} "{self._folder}"'))
         except ValueError as exc:
             raise ReceiveError(str(exc), server=self._executor.server) from exc
-        return self._position.start(status["uidvalidity"], status["uidnext"]), status["uidnext"]
+        return self._started(status["uidvalidity"], status["uidnext"]), status["uidnext"]
 
-    def _poll(self) -> list[Email]:
-        first, uidnext = self._start_position()
-        if uidnext <= first:
-            return []
-        stream = self._executor.imap(f"UID FETCH {first}:* (UID BODY.PEEK[])")
+    # -- IMAP commands of the shared core --------------------------------------------------
+
+    def _sizes(self, uid_set: str) -> dict[int, int]:
+        return parse_sizes(self._executor.imap(f"UID FETCH {uid_set} (UID RFC822.SIZE)"))
+
+    def _bodies(self, uids: list[int]) -> dict[int, bytes | None]:
+        stream = self._executor.imap(f"UID FETCH {uid_set(uids)} (UID BODY.PEEK[])")
         messages, complete = parse_fetch_stream(stream)
+        found: dict[int, bytes | None] = dict(messages)
         if not complete:
             _log.warning("FETCH stream from %s incomplete: fetching one by one", self._where)
-            known = {uid for uid, _ in messages}
-            messages += [
-                (uid, self._executor.fetch_uid(self._folder, uid))
-                for uid in range(first, uidnext)
-                if uid not in known and self._exists(uid)
-            ]
-        return hand_out(
-            {uid: raw for uid, raw in messages if uid >= first},
-            position=self._position,
-            where=self._where,
-            max_size=self._options.max_message_size,
-            apply_on_receive=self._apply_on_receive,
-        )
+            for uid in uids:
+                if uid not in found and self._exists(uid):
+                    found[uid] = self._executor.fetch_uid(self._folder, uid)
+        return found
 
     def _exists(self, uid: int) -> bool:
         return f" {uid}".encode() in self._executor.imap(f"UID SEARCH UID {uid}")
 
-    def _apply_on_receive(self, uids: list[int]) -> None:
-        action = self._options.on_receive
-        if action == "keep" or not uids:
-            return
-        ids = ",".join(map(str, uids))
-        try:
-            if action == "seen":
-                self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Seen)")
-            elif action == "delete":
-                self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Deleted)")
-                self._executor.imap(f"UID EXPUNGE {ids}")
-            else:
-                self._executor.imap(f'UID MOVE {ids} "{action.partition(":")[2]}"')
-        except TransportError as exc:
-            _log.warning("on-receive %s failed for UIDs %s: %s", action, ids, exc)
+    def _apply(self, action: str, uids: list[int]) -> None:
+        ids = uid_set(uids)
+        if action == "seen":
+            self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Seen)")
+        elif action == "delete":
+            self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Deleted)")
+            self._executor.imap(f"UID EXPUNGE {ids}")
+        else:
+            folder = action.partition(":")[2]
+            try:
+                self._executor.imap(f'UID MOVE {ids} "{folder}"')
+            except ReceiveError:
+                self._executor.imap(f'CREATE "{folder}"')  # a quarantine folder nobody made yet
+                self._executor.imap(f'UID MOVE {ids} "{folder}"')
 
-    def receive(self, timeout: float | None = None) -> list[Email]:
+    # -- receiving --------------------------------------------------------------------
+
+    def _poll(self) -> tuple[list[IncomingEmail], bool]:
+        first, uidnext = self._select_folder()
+        if uidnext <= first and not self._refetch:
+            return [], False
+        emails, more = self._fetch_new()
+        self._apply_actions()  # the quarantine of what could not be parsed
+        return emails, more
+
+    def receive_incoming(self, timeout: float | None = None) -> list[IncomingEmail]:
         with self._lock:
             if self._closed:
                 raise ClosedError(f"{self!r} is closed")
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:
-                emails = self._poll()
+                self._nudge.clear()
+                self._apply_actions()
+                emails, more = self._poll()
                 if emails:
                     return emails
+                if self._take_wakeup():
+                    return []
+                if more:
+                    continue
                 wait = self._period
                 if deadline is not None:
                     wait = min(wait, deadline - time.monotonic())
-                if wait <= 0 or self._wake.wait(wait) or self._closed:
-                    self._wake.clear()
+                if wait <= 0:
                     return []
+                self._nudge.wait(wait)
 
     def history(self, subject: str, limit: int) -> list[Email]:
         """``UID SEARCH HEADER SUBJECT`` then one ``UID FETCH`` of the newest matches.
@@ -434,11 +465,9 @@ class CurlReceiver(EmailReceiver):
         ]
         return found[-limit:]
 
-    def wakeup(self) -> None:
-        self._wake.set()
-
     def close(self) -> None:
         self._closed = True
-        self._wake.set()
+        self._nudge.set()
         with self._lock:
+            self._apply_actions()  # what was settled last still gets its action
             self._executor.close()

@@ -13,7 +13,7 @@ from collections import deque
 from .._exceptions import ClosedError
 from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
-from .base import EmailReceiver, EmailSender
+from .base import EmailReceiver, EmailSender, FailureCallback
 
 __all__ = ["IntraprocessReceiver", "IntraprocessSender", "intraprocess_pair"]
 
@@ -86,7 +86,15 @@ class IntraprocessSender(EmailSender):
         self._closed = False
         self.address = address
 
-    def send(self, email: Email) -> None:
+    def send(
+        self,
+        email: Email,
+        *,
+        guarantee: str | None = None,
+        on_failure: FailureCallback | None = None,
+    ) -> None:
+        """Hand ``email`` to the receiver now: every guarantee holds when this returns."""
+        del guarantee, on_failure  # delivered in-process at once, or refused here
         if self._closed:
             raise ClosedError("intraprocess sender is closed")
         check(email, max_size=self._max_size)

@@ -1,32 +1,32 @@
 """The native transport: aiosmtplib to send, imapclient to receive.
 
-Sender: one persistent authenticated SMTP connection owned by a background event loop.
-``send()`` validates and serializes the email in the caller's thread (so bad input raises
-at once), puts it in a bounded outbox and returns: publishing never waits for the network.
-A full outbox blocks the caller (up to the configured timeout, then :class:`SendError`):
-back-pressure, never a silent drop. Transient failures reconnect with backoff and retry;
-permanent refusals (unknown recipient, message refused) are logged and reported by the next
-:meth:`NativeSender.flush`.
+Sender: one persistent authenticated SMTP connection owned by a background event loop
+(:class:`AiosmtplibSubmitter`), under the shared :class:`~.outbox.Outbox`, which gives
+``send()`` its guarantee (``server``, ``spool`` or ``memory``) and retries what failed for
+now.
 
-Receiver: one persistent IMAP connection with the folder selected (read-only for
-``on-receive: keep``). New mail is fetched in one ``UID FETCH n:* (BODY.PEEK[])``. Waiting is
+Receiver: one persistent IMAP connection with the folder selected (read-only unless mail is
+flagged, deleted or moved), on the shared :class:`~.common.MailboxReceiver`: new mail is
+fetched in bounded batches (``UID FETCH n:* (UID RFC822.SIZE)``, then the bodies). Waiting is
 adaptive, because Dovecot delays IDLE notifications by a fixed 500 ms while delivery takes
 10-25 ms: while mail flows it polls with NOOP every ``poll.interval``; after
 ``poll.idle-after`` quiet seconds it waits in IDLE (no traffic, no CPU), re-issued every
-``poll.idle-refresh`` seconds. On a connection failure it raises :class:`ReceiveError`; the
-next call reconnects and resumes from the last UID it handed out.
+``poll.idle-refresh`` seconds. A connection the server closes (in IDLE too: a kick, a
+restart, a UIDVALIDITY change) raises :class:`ReceiveError`; the next call reconnects and
+resumes from the position (see :class:`~.common.ResumePosition`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
+import socket
 import ssl
 import threading
 import time
 from collections.abc import Coroutine
 from concurrent.futures import Future
-from email.utils import parseaddr
 from typing import Any, Final, TypeVar
 
 import aiosmtplib
@@ -46,22 +46,19 @@ from .._exceptions import (
 )
 from .._log import get_logger
 from .._types import Email
-from .._wire import build
-from .base import EmailReceiver, EmailSender
+from .base import IncomingEmail
 from .common import (
-    ResumePosition,
-    envelope_recipients,
-    hand_out,
+    MailboxReceiver,
     parse_batch,
-    prepare_outgoing,
     ssl_context,
+    uid_set,
 )
+from .outbox import Envelope, Outbox, Submitter
 
 __all__ = ["NativeReceiver", "NativeSender"]
 
 _log = get_logger("native")
 T = TypeVar("T")
-_BACKOFF_MAX: Final = 5.0
 _IDLE_SLICE: Final = 0.25  # how often a blocked IDLE looks at wakeup()/close()
 
 
@@ -76,48 +73,41 @@ def _is_tls_failure(exc: BaseException) -> bool:
 # ----------------------------------------------------------------------------- sender
 
 
-class NativeSender(EmailSender):
-    """aiosmtplib sender with a bounded outbox. Thread-safe."""
+def _smtp_error(exc: aiosmtplib.SMTPResponseException, what: str, server: str) -> SendError:
+    return SendError(f"{what}: {exc}", server=server, temporary=400 <= exc.code < 500)
+
+
+class AiosmtplibSubmitter(Submitter):
+    """One authenticated aiosmtplib connection, owned by an event loop thread of its own;
+    :meth:`submit` waits for its transaction. Connects at construction (a wrong password
+    or an untrusted certificate fails there) and again after any failure."""
 
     def __init__(self, options: Options) -> None:
         assert options.user is not None
         self._user: UserInfo = options.user
         self._endpoint: Endpoint = options.user.smtp
-        self._server = self._endpoint.url
+        self.server = self._endpoint.url
         self._options = options
-        self._ssl = ssl_context(options.tls)
-        self.address = options.recipients.from_
-        self._closed = False
+        self._ssl = ssl_context(options.tls, self.server)
         self._smtp: aiosmtplib.SMTP | None = None
-        self._slots = threading.BoundedSemaphore(options.outbox_size)
-        self._cond = threading.Condition()
-        self._pending = 0
-        self._failures: list[str] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="emailmw-smtp", daemon=True
         )
         self._thread.start()
-        self._queue: asyncio.Queue[tuple[str, list[str], bytes, str] | None] = self._call(
-            self._make_queue()
-        )
         try:
-            self._call(self._connect(), timeout=options.timeout + 5)
+            self._call(self._connect())
         except BaseException:
             self._stop_loop()
             raise
-        self._drainer = asyncio.run_coroutine_threadsafe(self._drain(), self._loop)
 
-    def __repr__(self) -> str:
-        return f"<NativeSender {self._server} as {self._user.username}>"
-
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result(timeout)
-
-    @staticmethod
-    async def _make_queue() -> asyncio.Queue[tuple[str, list[str], bytes, str] | None]:
-        return asyncio.Queue()
+        try:
+            return future.result(2 * self._options.timeout + 5)
+        except TimeoutError as exc:
+            future.cancel()
+            raise ConnectError("no answer from the server", server=self.server) from exc
 
     async def _connect(self) -> None:
         implicit = self._endpoint.scheme == "smtps"
@@ -136,117 +126,59 @@ class NativeSender(EmailSender):
             await smtp.login(self._user.username, self._user.password)
         except aiosmtplib.SMTPAuthenticationError as exc:
             smtp.close()
+            if 400 <= exc.code < 500:  # e.g. 454: the authentication service is restarting
+                raise _smtp_error(exc, "login failed for now", self.server) from exc
             raise AuthenticationError(
-                f"login as {self._user.username} refused ({exc.code})", server=self._server
+                f"login as {self._user.username} refused ({exc.code})", server=self.server
             ) from exc
         except (aiosmtplib.SMTPException, OSError) as exc:
             smtp.close()
             if _is_tls_failure(exc):
-                raise TLSError(f"TLS handshake failed: {exc}", server=self._server) from exc
-            raise ConnectError(f"cannot connect: {exc}", server=self._server) from exc
+                raise TLSError(f"TLS handshake failed: {exc}", server=self.server) from exc
+            raise ConnectError(f"cannot connect: {exc}", server=self.server) from exc
         self._smtp = smtp
-        _log.debug("connected to %s", self._server)
+        _log.debug("connected to %s", self.server)
 
-    def send(self, email: Email) -> None:
-        if self._closed:
-            raise ClosedError(f"{self!r} is closed")
-        email = prepare_outgoing(email, self.address)
-        raw = build(email, max_size=self._options.max_message_size)
-        recipients = envelope_recipients(email)
-        if not recipients:
-            raise SendError("the email has no recipients", server=self._server)
-        assert email.message_id is not None
-        if not self._slots.acquire(timeout=self._options.timeout):
-            raise SendError(
-                f"outbox full ({self._options.outbox_size} emails) for "
-                f"{self._options.timeout} s: the server does not keep up",
-                server=self._server,
+    def submit(self, envelope: Envelope) -> None:
+        self._call(self._submit(envelope))
+
+    async def _submit(self, envelope: Envelope) -> None:
+        if self._smtp is None or not self._smtp.is_connected:
+            await self._connect()
+        smtp = self._smtp
+        assert smtp is not None
+        what = envelope.message_id
+        try:
+            refused, _ = await smtp.sendmail(
+                envelope.sender, list(envelope.recipients), envelope.raw
             )
-        with self._cond:
-            self._pending += 1
-        item = (self._sender_address(email), recipients, raw, email.message_id)
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-
-    def _sender_address(self, email: Email) -> str:
-        return parseaddr(email.from_)[1] or self._user.username
-
-    async def _drain(self) -> None:
-        while True:
-            item = await self._queue.get()
-            if item is None:
-                return
-            try:
-                await self._deliver(*item)
-            finally:
-                self._slots.release()
-                with self._cond:
-                    self._pending -= 1
-                    self._cond.notify_all()
-
-    async def _deliver(self, from_: str, rcpts: list[str], raw: bytes, message_id: str) -> None:
-        backoff = 0.1
-        while True:
-            try:
-                if self._smtp is None or not self._smtp.is_connected:
-                    await self._connect()
-                assert self._smtp is not None
-                refused, _ = await self._smtp.sendmail(from_, rcpts, raw)
-                if refused:
-                    self._fail(f"{message_id}: recipients refused: {', '.join(refused)}")
-                return
-            except (
-                aiosmtplib.SMTPRecipientsRefused,
-                aiosmtplib.SMTPSenderRefused,
-                aiosmtplib.SMTPDataError,
-            ) as exc:
-                code = getattr(exc, "code", 550)  # all recipients refused: permanent
-                if not 400 <= code < 500:  # 5xx: permanent, reported by flush()
-                    self._fail(f"{message_id} refused by the server: {exc}")
-                    return
-                _log.warning("%s deferred by the server (%s); retrying", message_id, exc)
-            except AuthenticationError as exc:
-                _log.error("%s", exc)
-            except (TransportError, aiosmtplib.SMTPException, OSError) as exc:
-                if self._closed and backoff >= _BACKOFF_MAX:
-                    self._fail(f"{message_id} not sent before close: {exc}")
-                    return
-                _log.warning(
-                    "sending %s failed (%s); reconnecting in %.1f s", message_id, exc, backoff
-                )
-            if self._smtp is not None:
-                self._smtp.close()
-                self._smtp = None
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
-
-    def _fail(self, message: str) -> None:
-        _log.error("%s: %s", self._server, message)
-        with self._cond:
-            self._failures.append(message)
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until the server accepted everything sent so far. Raises :class:`SendError`
-        for emails the server refused since the last flush; False on timeout."""
-        with self._cond:
-            done = self._cond.wait_for(lambda: self._pending == 0, timeout)
-            failures, self._failures = self._failures, []
-        if failures:
+        except aiosmtplib.SMTPRecipientsRefused as exc:  # every recipient refused
+            codes = [r.code for r in exc.recipients]
             raise SendError(
-                f"{len(failures)} email(s) refused: " + "; ".join(failures[:5]), server=self._server
+                f"{what}: recipients refused: {', '.join(str(r) for r in exc.recipients)}",
+                server=self.server,
+                temporary=all(400 <= code < 500 for code in codes),
+            ) from exc
+        except aiosmtplib.SMTPResponseException as exc:  # sender refused, data refused, ...
+            self._drop()
+            raise _smtp_error(exc, f"{what} refused", self.server) from exc
+        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+            self._drop()
+            raise ConnectError(f"sending {what} failed: {exc}", server=self.server) from exc
+        if refused:  # accepted for the others: not sent again
+            raise SendError(
+                f"{what}: recipients refused: {', '.join(refused)} (accepted for the others)",
+                server=self.server,
             )
-        return done
+
+    def _drop(self) -> None:
+        if self._smtp is not None:
+            self._smtp.close()
+            self._smtp = None
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(SendError):
-            if not self.flush(self._options.timeout):
-                _log.warning("closing %s with %d unsent emails", self._server, self._pending)
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
-        with contextlib.suppress(Exception):
-            self._drainer.result(5)
-        self._stop_loop()
+        if self._thread.is_alive():
+            self._stop_loop()
 
     def _stop_loop(self) -> None:
         async def quit_() -> None:
@@ -256,11 +188,23 @@ class NativeSender(EmailSender):
             self._smtp = None
 
         with contextlib.suppress(Exception):
-            self._call(quit_(), timeout=5)
+            asyncio.run_coroutine_threadsafe(quit_(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+class NativeSender(Outbox):
+    """The native transport's sender: an :class:`~.outbox.Outbox` over aiosmtplib."""
+
+    def __init__(self, options: Options) -> None:
+        assert options.user is not None
+        self._username = options.user.username
+        super().__init__(AiosmtplibSubmitter(options), options)
+
+    def __repr__(self) -> str:
+        return f"<NativeSender {self._server} as {self._username}>"
 
 
 # ----------------------------------------------------------------------------- receiver
@@ -271,17 +215,7 @@ def _body(item: dict[bytes, Any]) -> bytes | None:
     return raw if isinstance(raw, bytes) else None
 
 
-def _uid_fetch_from(client: imapclient.IMAPClient, first: int) -> dict[int, dict[bytes, Any]]:
-    """``UID FETCH first:* (BODY.PEEK[])``: every message from UID ``first`` on, one round trip.
-
-    ``IMAPClient.fetch`` cannot take a ``n:*`` range (it filters its result through
-    ``int(messages)``), so the command goes through the underlying imaplib connection's
-    public ``uid()`` and the answer through imapclient's own FETCH parser. Note that
-    ``n:*`` also returns the highest message when its UID is below ``n``; callers filter.
-    """
-    typ, data = client._imap.uid("FETCH", f"{first}:*", "(BODY.PEEK[])")
-    if typ != "OK":
-        raise imapclient.exceptions.IMAPClientError(f"UID FETCH failed: {data!r}")
+def _parse_fetch(data: list[Any], client: imapclient.IMAPClient) -> dict[int, dict[bytes, Any]]:
     if not data or data == [None]:
         return {}
     parsed: dict[int, dict[bytes, Any]] = response_parser.parse_fetch_response(
@@ -290,22 +224,73 @@ def _uid_fetch_from(client: imapclient.IMAPClient, first: int) -> dict[int, dict
     return parsed
 
 
-class NativeReceiver(EmailReceiver):
+def _uid_fetch(
+    client: imapclient.IMAPClient, uid_set: str, items: str
+) -> dict[int, dict[bytes, Any]]:
+    """``UID FETCH uid_set items`` in one round trip, keyed by UID.
+
+    ``IMAPClient.fetch`` cannot take a ``n:*`` range (it filters its result through
+    ``int(messages)``), so the command goes through the underlying imaplib connection's
+    public ``uid()`` and the answer through imapclient's own FETCH parser. Note that
+    ``n:*`` also returns the highest message when its UID is below ``n``; callers filter.
+    """
+    typ, data = client._imap.uid("FETCH", uid_set, items)
+    if typ != "OK":
+        raise imapclient.exceptions.IMAPClientError(f"UID FETCH failed: {data!r}")
+    return _parse_fetch(data, client)
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(max(0, int(timeout * 1000))))
+
+
+def _idle_check(client: imapclient.IMAPClient, timeout: float) -> list[Any]:
+    """What the server said during IDLE within ``timeout`` seconds: imapclient's
+    ``idle_check``, except that a closed connection raises instead of looking like a quiet
+    one (``idle_check`` returns ``[]`` on EOF, and a dead socket is readable at once: a
+    receiver kicked by the server looped at 100 % CPU and received nothing). A ``BYE`` from
+    the server raises too."""
+    sock = client.socket()
+    sock.settimeout(None)
+    sock.setblocking(False)
+    try:
+        if not _readable(sock, timeout):
+            return []
+        responses = []
+        while True:
+            try:
+                line = client._imap._get_line()  # EOF: imaplib's abort, which propagates
+            except (BlockingIOError, ssl.SSLWantReadError, TimeoutError):
+                break  # nothing more to read now
+            response = imapclient.imapclient._parse_untagged_response(line)
+            if response and response[0] == b"BYE":
+                raise imapclient.exceptions.IMAPClientAbortError(
+                    f"server closed the session: {line.decode('utf-8', 'replace')}"
+                )
+            responses.append(response)
+        if not responses:  # readable, yet no line: the peer is gone
+            raise imapclient.exceptions.IMAPClientAbortError("connection closed by the server")
+        return responses
+    finally:
+        sock.setblocking(True)
+        client._set_read_timeout()
+
+
+class NativeReceiver(MailboxReceiver):
     """imapclient receiver with adaptive NOOP polling / IDLE. See the module docstring."""
 
     def __init__(self, options: Options) -> None:
         assert options.user is not None
-        self._options = options
+        super().__init__(options, options.user.username)
         self._user: UserInfo = options.user
         self._endpoint: Endpoint = options.user.imap
         self._server = self._endpoint.url
-        self._where = f"{self._user.username}/{options.folder}"
-        self._ssl = ssl_context(options.tls)
-        self._readonly = options.on_receive == "keep"
-        self._position = ResumePosition(options, self._user.username)
+        self._ssl = ssl_context(options.tls, self._server)
+        # read-only unless mail is to be flagged, deleted or moved
+        self._readonly = options.on_receive == "keep" and not options.quarantine
         self._client: imapclient.IMAPClient | None = None
-        self._closed = False
-        self._wake = threading.Event()
         self._lock = threading.Lock()
         self._check = True
         self._last_activity = time.monotonic()
@@ -362,19 +347,51 @@ class NativeReceiver(EmailReceiver):
         except (imapclient.exceptions.IMAPClientError, OSError) as exc:
             raise self._translate(exc, "connecting") from exc
         self._client = client
-        next_uid = self._position.start(int(info[b"UIDVALIDITY"]), int(info[b"UIDNEXT"]))
-        self._check = True  # mail may be waiting at or after next_uid
-        _log.debug("connected to %s, %s from UID %d", self._server, self._where, next_uid)
+        first = self._started(int(info[b"UIDVALIDITY"]), int(info[b"UIDNEXT"]))
+        self._check = True  # mail may be waiting at or after the first UID
+        _log.debug("connected to %s, %s from UID %d", self._server, self._where, first)
 
     def _drop_connection(self) -> None:
+        self._mode = "poll"
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.shutdown()
             self._client = None
 
+    # -- IMAP commands of the shared core --------------------------------------------------
+
+    def _sizes(self, uid_set: str) -> dict[int, int]:
+        assert self._client is not None
+        found = _uid_fetch(self._client, uid_set, "(UID RFC822.SIZE)")
+        return {uid: int(item.get(b"RFC822.SIZE", 0)) for uid, item in found.items()}
+
+    def _bodies(self, uids: list[int]) -> dict[int, bytes | None]:
+        assert self._client is not None
+        found = _uid_fetch(self._client, uid_set(uids), "(BODY.PEEK[])")
+        return {uid: _body(item) for uid, item in found.items()}
+
+    def _apply(self, action: str, uids: list[int]) -> None:
+        client = self._client
+        if client is None:
+            raise ReceiveError("not connected", server=self._server)
+        if action == "seen":
+            client.add_flags(uids, [imapclient.SEEN], silent=True)
+        elif action == "delete":
+            client.delete_messages(uids, silent=True)
+            client.uid_expunge(uids)
+        else:
+            folder = action.partition(":")[2]
+            try:
+                client.move(uids, folder)
+            except imapclient.exceptions.IMAPClientError:
+                if client.folder_exists(folder):
+                    raise
+                client.create_folder(folder)  # a quarantine folder nobody made yet
+                client.move(uids, folder)
+
     # -- receiving --------------------------------------------------------------------
 
-    def receive(self, timeout: float | None = None) -> list[Email]:
+    def receive_incoming(self, timeout: float | None = None) -> list[IncomingEmail]:
         with self._lock:
             if self._closed:
                 raise ClosedError(f"{self!r} is closed")
@@ -388,22 +405,28 @@ class NativeReceiver(EmailReceiver):
     def _remaining(self, deadline: float | None) -> float:
         return float("inf") if deadline is None else deadline - time.monotonic()
 
-    def _receive(self, deadline: float | None) -> list[Email]:
+    def _receive(self, deadline: float | None) -> list[IncomingEmail]:
         while True:
             if self._client is None:
                 self._connect()
+            self._nudge.clear()
+            self._apply_actions()
             while self._check:  # fetch for as long as the server announces news
-                emails = self._fetch_new()
+                self._check = False
+                emails, more = self._fetch_new()
+                self._check = more or self._announces_mail([])
+                if emails or more:
+                    self._last_activity = time.monotonic()
+                self._apply_actions()  # the quarantine of what could not be parsed
                 if emails:
                     return emails
-            if self._wake.is_set() or self._closed:
-                self._wake.clear()
+            if self._take_wakeup():
                 return []
             remaining = self._remaining(deadline)
             if remaining <= 0:
                 return []
             if time.monotonic() - self._last_activity < self._options.poll.idle_after:
-                if self._wake.wait(min(self._options.poll.interval, remaining)):
+                if self._nudge.wait(min(self._options.poll.interval, remaining)):
                     continue
                 assert self._client is not None
                 self._check = self._announces_mail(self._client.noop()[1])
@@ -432,58 +455,19 @@ class NativeReceiver(EmailReceiver):
         client.idle()
         started = time.monotonic()
         self._mode = "idle"
-        try:
-            while not (self._wake.is_set() or self._closed):
-                remaining = self._remaining(deadline)
-                refresh_in = self._options.poll.idle_refresh - (time.monotonic() - started)
-                if remaining <= 0 or refresh_in <= 0:
-                    break
-                if self._announces_mail(client.idle_check(min(_IDLE_SLICE, remaining, refresh_in))):
-                    self._check = True
-                    self._last_activity = time.monotonic()
-                    break
-        finally:
-            self._mode = "poll"
-            _, responses = client.idle_done()
-            if self._announces_mail(responses):
+        while not (self._nudge.is_set() or self._closed):
+            remaining = self._remaining(deadline)
+            refresh_in = self._options.poll.idle_refresh - (time.monotonic() - started)
+            if remaining <= 0 or refresh_in <= 0:
+                break
+            if self._announces_mail(_idle_check(client, min(_IDLE_SLICE, remaining, refresh_in))):
                 self._check = True
-
-    def _fetch_new(self) -> list[Email]:
-        client = self._client
-        assert client is not None
-        assert self._position.next_uid is not None
-        self._check = False
-        first = self._position.next_uid
-        data = _uid_fetch_from(client, first)
-        self._check = self._announces_mail([])
-        uids = sorted(uid for uid in data if uid >= first)
-        if not uids:
-            return []
-        self._last_activity = time.monotonic()
-        return hand_out(
-            {uid: _body(data[uid]) for uid in uids},
-            position=self._position,
-            where=self._where,
-            max_size=self._options.max_message_size,
-            apply_on_receive=self._apply_on_receive,
-        )
-
-    def _apply_on_receive(self, uids: list[int]) -> None:
-        action = self._options.on_receive
-        if action == "keep" or not uids or self._client is None:
-            return
-        try:
-            if action == "seen":
-                self._client.add_flags(uids, [imapclient.SEEN], silent=True)
-            elif action == "delete":
-                self._client.delete_messages(uids, silent=True)
-                self._client.uid_expunge(uids)
-            else:
-                self._client.move(uids, action.partition(":")[2])
-        except imapclient.exceptions.IMAPClientError as exc:
-            _log.warning(
-                "on-receive %s failed for UIDs %s in %s: %s", action, uids, self._where, exc
-            )
+                self._last_activity = time.monotonic()
+                break
+        self._mode = "poll"
+        _, responses = client.idle_done()
+        if self._announces_mail(responses):
+            self._check = True
 
     def history(self, subject: str, limit: int) -> list[Email]:
         """IMAP ``SEARCH`` on a short-lived connection of its own (the main one may be in
@@ -513,14 +497,12 @@ class NativeReceiver(EmailReceiver):
         except (imapclient.exceptions.IMAPClientError, OSError) as exc:
             raise self._translate(exc, "reading history") from exc
 
-    def wakeup(self) -> None:
-        self._wake.set()
-
     def close(self) -> None:
         self._closed = True
-        self._wake.set()
+        self._nudge.set()
         with self._lock:
             if self._client is not None:
+                self._apply_actions()  # what was settled last still gets its action
                 with contextlib.suppress(Exception):
                     self._client.logout()
                 self._drop_connection()

@@ -342,14 +342,22 @@ def test_idle_receiver_wakes_for_new_mail(
     assert emailmw.wait_for_message(sub, 30) == "woke up"
 
 
-def test_refused_recipient_is_reported_by_flush(
-    mailserver: MailServer, account: Callable[[], str]
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_refused_recipient_is_raised_or_reported_by_flush(
+    mailserver: MailServer, account: Callable[[], str], transport: str
 ) -> None:
-    """publish() never waits for the network; the server's refusal comes back via flush()."""
-    sender, receiver = emailmw.open_transport({"email": mailserver.config(account())})
+    """With the server guarantee (the default) send() raises the refusal; with memory it
+    returns at once and the refusal, which nobody else was told of, comes back via flush()."""
+    nobody = "nobody-here@example.test"
+    sender, receiver = emailmw.open_transport(
+        {"email": mailserver.config(account(), transport=transport)}
+    )
     receiver.close()
     with sender:
-        sender.send(emailmw.Email("t", "b", sender.address, "nobody-here@example.test"))
+        with pytest.raises(emailmw.SendError, match=r"nobody-here@example\.test") as info:
+            sender.send(emailmw.Email("t", "b", sender.address, nobody))
+        assert not info.value.temporary  # 550: not retried
+        sender.send(emailmw.Email("t", "b", sender.address, nobody), guarantee="memory")
         with pytest.raises(emailmw.SendError, match=r"nobody-here@example\.test"):
             sender.flush(30)
         assert sender.flush(30)  # reported once; nothing else pending

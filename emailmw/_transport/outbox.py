@@ -1,0 +1,418 @@
+"""Sending with a chosen guarantee: the outbox both SMTP transports share.
+
+A transport provides a :class:`Submitter`: one SMTP connection that submits one
+:class:`Envelope` at a time, synchronously, and raises emailmw's errors. :class:`Outbox` is
+the :class:`~emailmw.EmailSender` on top of it: every email goes through one FIFO and one
+worker thread (so the server sees emails in the order they were sent, whatever their
+guarantee), and ``send()`` returns
+
+* ``server``: once the server accepted the email. Temporary failures (the server restarting,
+  4xx answers, a dropped connection) are retried with backoff until ``timeout`` seconds
+  have passed, then :class:`~emailmw.SendError` is raised; a permanent refusal (5xx) raises
+  at once. Nothing is left behind: an email that raised was not accepted.
+* ``spool``: once the email is written to the spool directory (fsync'ed, atomically
+  renamed). The worker sends spooled files in order and deletes each once the server
+  accepted it; a process that starts with the same spool sends what a dead one left,
+  first. A file is sent again only when its process died between the server's acceptance
+  and the deletion (one SMTP round trip): the copy has the same Message-ID, and emailmw
+  receivers drop it. A permanently refused file moves to ``failed/`` beside the spool.
+* ``memory``: once the email is queued (at most ``outbox-size``; a full queue blocks the
+  caller up to ``timeout``, then raises). Lost if the process dies before it is sent.
+
+With ``spool`` and ``memory``, transient failures are retried until the sender closes; a
+permanent refusal goes to the ``on_failure`` callback given with the email (its owner),
+else to the next :meth:`Outbox.flush`, never to another caller.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import fcntl
+import itertools
+import json
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from .._config import Options
+from .._exceptions import (
+    AuthenticationError,
+    ClosedError,
+    ConfigError,
+    SendError,
+    TransportError,
+)
+from .._log import get_logger
+from .._types import Email
+from .._wire import build
+from .base import EmailSender, FailureCallback
+from .common import envelope_recipients, prepare_outgoing
+
+__all__ = ["Envelope", "Outbox", "Spool", "Submitter"]
+
+_log = get_logger("outbox")
+_BACKOFF_MIN: Final = 0.1
+_BACKOFF_MAX: Final = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What one SMTP transaction sends: MAIL FROM, RCPT TO and the message bytes."""
+
+    sender: str
+    recipients: tuple[str, ...]
+    raw: bytes
+    message_id: str
+
+
+class Submitter(abc.ABC):
+    """One SMTP connection of a transport. Used by one thread at a time (the outbox's
+    worker); connects on first use and after a failure."""
+
+    server: str
+
+    @abc.abstractmethod
+    def submit(self, envelope: Envelope) -> None:
+        """One SMTP transaction; returns once the server accepted the message.
+
+        Raises :class:`~emailmw.SendError` with ``temporary`` True (4xx, no answer) or False
+        (5xx), :class:`~emailmw.ConnectError` when the server cannot be reached,
+        :class:`~emailmw.AuthenticationError` or :class:`~emailmw.TLSError`.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Say goodbye to the server and release the connection. Idempotent."""
+
+
+class Spool:
+    """A directory of emails waiting to be sent, each one file, oldest name first.
+
+    Held by one process at a time (an exclusive ``flock`` on ``.lock``, released by the
+    kernel when the process dies). A file is ``<ns>-<n>-<id>.msg``: one JSON line with
+    the envelope, then the message bytes.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+        self.failed = self.directory / "failed"
+        try:
+            self.failed.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise ConfigError(f"cannot use the spool directory: {exc}", key="email.spool") from exc
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self._lock_fd)
+            raise ConfigError(
+                f"spool directory {directory} is in use by another process", key="email.spool"
+            ) from exc
+        self._names = itertools.count()
+
+    def leftovers(self) -> list[Path]:
+        """Files a previous process wrote and did not send, oldest first."""
+        return sorted(self.directory.glob("*.msg"))
+
+    def write(self, envelope: Envelope) -> Path:
+        head = json.dumps(
+            {
+                "from": envelope.sender,
+                "to": list(envelope.recipients),
+                "message_id": envelope.message_id,
+            }
+        ).encode()
+        name = f"{time.time_ns():020d}-{next(self._names):08d}-{uuid.uuid4().hex[:8]}.msg"
+        path = self.directory / name
+        tmp = self.directory / f".{name}.tmp"
+        with open(tmp, "wb") as out:
+            out.write(head + b"\n" + envelope.raw)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a crash of the machine
+        finally:
+            os.close(dir_fd)
+        return path
+
+    @staticmethod
+    def read(path: Path) -> Envelope:
+        data = path.read_bytes()
+        head, _, raw = data.partition(b"\n")
+        meta = json.loads(head)
+        return Envelope(meta["from"], tuple(meta["to"]), raw, meta["message_id"])
+
+    def sent(self, path: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+    def refused(self, path: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, self.failed / path.name)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
+
+
+@dataclass(eq=False)
+class _Item:
+    guarantee: str
+    envelope: Envelope | None  # None: read from ``path`` when its turn comes
+    email: Email | None
+    on_failure: FailureCallback | None
+    path: Path | None = None
+    deadline: float | None = None  # server: give up then
+    done: threading.Event = field(default_factory=threading.Event)
+    error: TransportError | None = None
+    cancelled: bool = False
+
+
+class Outbox(EmailSender):
+    """An :class:`~emailmw.EmailSender` over a :class:`Submitter` (see the module
+    docstring). Thread-safe."""
+
+    def __init__(self, submitter: Submitter, options: Options) -> None:
+        self._submitter = submitter
+        self._options = options
+        self.address = options.recipients.from_
+        self._server = submitter.server
+        self._cond = threading.Condition()
+        self._queue: deque[_Item] = deque()
+        self._in_memory = 0  # memory-guarantee items queued or in flight
+        self._busy: _Item | None = None
+        self._failures: list[str] = []
+        self._closed = False
+        self._stopping = threading.Event()
+        self._spool: Spool | None = None
+        if options.spool is not None:
+            self._spool = Spool(options.spool)
+            leftovers = self._spool.leftovers()
+            if leftovers:
+                _log.info("sending %d email(s) left in spool %s", len(leftovers), options.spool)
+            for path in leftovers:
+                self._queue.append(_Item("spool", None, None, None, path))
+        self._worker = threading.Thread(target=self._work, name="emailmw-outbox", daemon=True)
+        self._worker.start()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._server}>"
+
+    # -- the caller's side -------------------------------------------------------------------
+
+    def send(
+        self,
+        email: Email,
+        *,
+        guarantee: str | None = None,
+        on_failure: FailureCallback | None = None,
+    ) -> None:
+        if self._closed:
+            raise ClosedError(f"{self!r} is closed")
+        guarantee = guarantee or self._options.send_guarantee
+        email = prepare_outgoing(email, self.address)
+        raw = build(email, max_size=self._options.max_message_size)
+        recipients = envelope_recipients(email)
+        if not recipients:
+            raise SendError("the email has no recipients", server=self._server)
+        assert email.message_id is not None
+        envelope = Envelope(self._envelope_sender(email), tuple(recipients), raw, email.message_id)
+        if guarantee == "server":
+            item = _Item("server", envelope, email, None)
+            item.deadline = time.monotonic() + self._options.timeout
+            self._enqueue(item)
+            self._wait_done(item)
+            if item.error is not None:
+                raise item.error
+            return
+        if guarantee == "spool":
+            if self._spool is None:
+                raise ConfigError("the spool guarantee needs a spool directory", key="email.spool")
+            path = self._spool.write(envelope)
+            self._enqueue(_Item("spool", None, email, on_failure, path))
+            return
+        if guarantee != "memory":
+            raise ValueError(f"guarantee must be memory, spool or server, got {guarantee!r}")
+        with self._cond:
+            if not self._cond.wait_for(
+                lambda: self._in_memory < self._options.outbox_size or self._closed,
+                self._options.timeout,
+            ):
+                raise SendError(
+                    f"outbox full ({self._options.outbox_size} emails) for "
+                    f"{self._options.timeout} s: the server does not keep up",
+                    server=self._server,
+                )
+            self._in_memory += 1
+        self._enqueue(_Item("memory", envelope, email, on_failure))
+
+    def _envelope_sender(self, email: Email) -> str:
+        from email.utils import parseaddr
+
+        return parseaddr(email.from_)[1] or self.address
+
+    def _enqueue(self, item: _Item) -> None:
+        with self._cond:
+            if self._closed:
+                raise ClosedError(f"{self!r} is closed")
+            self._queue.append(item)
+            self._cond.notify_all()
+
+    def _wait_done(self, item: _Item) -> None:
+        """Wait for a ``server`` item; past its deadline (plus the time one attempt may
+        take) it is cancelled: a later attempt would be an email its caller gave up on."""
+        assert item.deadline is not None
+        if item.done.wait(max(0.0, item.deadline - time.monotonic()) + self._options.timeout):
+            return
+        item.cancelled = True
+        if not item.done.wait(self._options.timeout):
+            item.error = SendError(
+                f"not accepted within {self._options.timeout} s", server=self._server
+            )
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything sent so far was accepted or refused; False on timeout.
+        Raises :class:`SendError` for refusals nobody else was told of since the last
+        flush."""
+        with self._cond:
+            done = self._cond.wait_for(lambda: not self._queue and self._busy is None, timeout)
+            failures, self._failures = self._failures, []
+        if failures:
+            raise SendError(
+                f"{len(failures)} email(s) refused: " + "; ".join(failures[:5]), server=self._server
+            )
+        return done
+
+    def close(self) -> None:
+        """Send what is queued (up to ``timeout``), then stop. Spooled emails not sent by
+        then stay in the spool for the next process; emails only in memory are lost, and
+        logged."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(SendError):
+            self.flush(self._options.timeout)
+        with self._cond:
+            waiting = [*self._queue, *([self._busy] if self._busy else [])]
+            unsent = sum(1 for item in waiting if item.guarantee != "spool")
+            spooled = len(waiting) - unsent
+        if unsent:
+            _log.warning("closing %s with %d unsent email(s) in memory: lost", self, unsent)
+        if spooled:
+            _log.info("closing %s: %d email(s) stay in the spool", self, spooled)
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._worker.join(self._options.timeout + 5)
+        self._submitter.close()
+        if self._spool is not None:
+            self._spool.close()
+
+    # -- the worker's side --------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._stopping.is_set())
+                if self._stopping.is_set():
+                    return
+                item = self._busy = self._queue.popleft()
+            try:
+                self._deliver(item)
+            except Exception:  # noqa: BLE001 - the worker must outlive any one email
+                _log.exception("sending %s failed unexpectedly", item.envelope or item.path)
+                self._finish(item, SendError("failed unexpectedly", server=self._server))
+            with self._cond:
+                self._busy = None
+                if item.guarantee == "memory":
+                    self._in_memory -= 1
+                self._cond.notify_all()
+
+    def _deliver(self, item: _Item) -> None:
+        envelope = item.envelope
+        if envelope is None:
+            assert item.path is not None
+            assert self._spool is not None
+            try:
+                envelope = self._spool.read(item.path)
+            except (OSError, ValueError, KeyError) as exc:
+                _log.error("spool file %s unreadable (%s): moved to failed/", item.path, exc)
+                self._spool.refused(item.path)
+                return
+        backoff = _BACKOFF_MIN
+        while True:
+            if item.cancelled:
+                self._finish(item, SendError("cancelled by its caller", server=self._server))
+                return
+            try:
+                self._submitter.submit(envelope)
+            except SendError as exc:
+                if not exc.temporary:
+                    self._finish(item, exc)
+                    return
+                error: TransportError = exc
+            except AuthenticationError as exc:
+                if item.guarantee == "server":
+                    self._finish(item, exc)
+                    return
+                error = exc
+            except TransportError as exc:
+                error = exc
+            else:
+                self._finish(item, None)
+                return
+            if item.deadline is not None and time.monotonic() + backoff > item.deadline:
+                self._finish(
+                    item,
+                    SendError(
+                        f"not accepted within {self._options.timeout} s: {error}",
+                        server=self._server,
+                    ),
+                )
+                return
+            if self._closed and item.guarantee == "memory" and backoff >= _BACKOFF_MAX:
+                self._finish(item, SendError(f"not sent before close: {error}", server=None))
+                return
+            if self._stopping.is_set():
+                return  # closing: a spooled email stays for the next process
+            _log.warning(
+                "sending %s failed (%s); retrying in %.1f s", envelope.message_id, error, backoff
+            )
+            self._stopping.wait(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+
+    def _finish(self, item: _Item, error: TransportError | None) -> None:
+        if item.path is not None and self._spool is not None:
+            if error is None:
+                self._spool.sent(item.path)
+            else:
+                self._spool.refused(item.path)
+        item.error = error
+        item.done.set()
+        if error is None or item.guarantee == "server":
+            return
+        if item.email is None:  # left in the spool by a process that is gone: no owner
+            _log.error(
+                "%s: spooled %s not delivered (moved to failed/): %s", self, item.path, error
+            )
+            return
+        if item.on_failure is not None:
+            failure = error if isinstance(error, SendError) else SendError(str(error))
+            if failure is not error:
+                failure.__cause__ = error
+            try:
+                item.on_failure(item.email, failure)
+            except Exception:  # noqa: BLE001 - the owner's callback must not stop the worker
+                _log.exception("the failure callback for %s failed", item.email.message_id)
+            return
+        _log.error("%s: %s not delivered: %s", self._server, item.email.message_id, error)
+        with self._cond:
+            self._failures.append(f"{item.email.message_id}: {error}")

@@ -12,6 +12,7 @@ Every error is a :class:`~emailmw.ConfigError` naming the file, the key and what
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -280,6 +281,14 @@ class _Reader:
         return validate_address(value, source=self.source, key=self.key(name))
 
 
+def _encoded_credentials(username: str, password: str) -> list[str]:
+    """The password as SASL puts it on the wire (RFC 4616 PLAIN with and without an
+    authorization identity, the LOGIN mechanism's lone password), in base64: log lines
+    redact these too, whichever library writes them."""
+    forms = (f"\0{username}\0{password}", f"{username}\0{username}\0{password}", password)
+    return [base64.b64encode(form.encode()).decode("ascii") for form in forms]
+
+
 def validate_address(value: str, *, source: str = "<dict>", key: str | None = None) -> str:
     """Check an address's syntax (no DNS); return it stripped. Special-use domains are allowed."""
     value = value.strip()
@@ -356,6 +365,8 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         assert smtp_url
         assert imap_url
         register_secret(password)
+        for form in _encoded_credentials(username, password):
+            register_secret(form)
         user = UserInfo(
             parse_endpoint(smtp_url, "smtp", source=source, key=user_reader.key("url-smtp")),
             parse_endpoint(imap_url, "imap", source=source, key=user_reader.key("url-imap")),

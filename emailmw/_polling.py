@@ -165,16 +165,21 @@ class PollingManager:
             incoming.quarantine()
             return
         if isinstance(route, Unroutable):
-            _log.log(
-                30 if route.malformed else 20,  # WARNING / INFO
-                "left alone email %s (subject %r): %s",
-                email.message_id,
-                email.subject[:80],
-                route.reason,
-            )
             if route.malformed:
+                _log.warning(
+                    "malformed email %s (subject %r) not delivered: %s",
+                    email.message_id,
+                    email.subject[:80],
+                    route.reason,
+                )
                 incoming.quarantine()
             else:
+                _log.info(
+                    "left alone email %s (subject %r): %s",
+                    email.message_id,
+                    email.subject[:80],
+                    route.reason,
+                )
                 incoming.leave()
             return
         if self._seen_before(email.message_id):

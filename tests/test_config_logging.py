@@ -194,3 +194,56 @@ def test_every_error_is_an_emailmw_error() -> None:
         obj = getattr(emailmw, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, emailmw.EmailMWError), name
+
+
+def test_curl_trace_redacts_every_line_of_an_authentication_exchange(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redaction by what a line is: the bare base64 line of AUTH PLAIN kept its first
+    'word', which was the whole credential. The credentials fed here were never registered
+    as secrets, so the log filter cannot be what hides them."""
+    import base64
+
+    import pycurl
+
+    from emailmw._transport.curl import CurlContext
+
+    monkeypatch.setenv("EMAILMW_CURL_VERBOSE", "1")
+    options = load_options(
+        {
+            "user": {
+                "url-smtp": "smtps://mail.example.test",
+                "url-imap": "imaps://mail.example.test",
+                "username": "me@example.test",
+                "password": "registered-pw",
+            },
+            "recipients": {"to": "me@example.test"},
+        }
+    )
+    assert options.user is not None
+    plain = base64.b64encode(b"\0u0052@example.test\0other-secret").decode()
+    login = base64.b64encode(b"other-secret").decode()
+    user = base64.b64encode(b"u0052@example.test").decode()
+    out, into = pycurl.INFOTYPE_HEADER_OUT, pycurl.INFOTYPE_HEADER_IN
+    exchanges = [
+        [(out, f"AUTH PLAIN {plain}"), (into, "235 2.7.0 ok"), (out, "MAIL FROM:<a@b.test>")],
+        [(out, "AUTH PLAIN"), (into, "334 "), (out, plain), (into, "235 ok")],
+        [(out, "AUTH LOGIN"), (into, "334 VXNlcm5hbWU6"), (out, user), (into, "334 UGFz"),
+         (out, login), (into, "235 ok"), (out, "QUIT")],
+        [(out, "A001 AUTHENTICATE PLAIN"), (into, "+ "), (out, plain), (into, "A001 OK")],
+        [(out, f"A001 AUTHENTICATE PLAIN {plain}"), (into, "A001 OK"), (out, "A002 NOOP")],
+        [(out, 'A001 LOGIN "u0052@example.test" "other-secret"'), (into, "A001 OK")],
+    ]  # fmt: skip
+    with caplog.at_level(logging.DEBUG, logger="emailmw"):
+        for exchange in exchanges:
+            context = CurlContext(options.user.smtp, options.user, options)
+            for kind, line in exchange:
+                context._debug(kind, line.encode() + b"\r\n")
+            context.close()
+    text = caplog.text
+    for secret in ("other-secret", plain, login, user):
+        assert secret not in text
+    assert text.count("[credentials redacted]") == 7  # one per line the client authenticated with
+    assert "MAIL FROM:<a@b.test>" in text  # what follows the exchange is logged again
+    assert "A002 NOOP" in text
+    assert "> QUIT" in text

@@ -17,6 +17,7 @@ gets only the first line, curl issue 18847), so the executor collects that strea
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import ssl
@@ -80,9 +81,12 @@ _TLS_ERRORS: Final = {
     pycurl.E_SSL_CRL_BADFILE,
 }
 _AUTH_ERRORS: Final = {pycurl.E_LOGIN_DENIED}
-_SECRET_LINE: Final = re.compile(
-    rb"^(?:\S+ )?(AUTHENTICATE|AUTH|LOGIN)\b.*$|^[A-Za-z0-9+/=]{8,}\r?$", re.IGNORECASE
-)
+# an authentication command: (IMAP tag) AUTHENTICATE|AUTH mechanism [initial response]
+_AUTH_COMMAND: Final = re.compile(rb"^((?:\S+ )?(?:AUTHENTICATE|AUTH) +\S+)", re.IGNORECASE)
+_LOGIN_COMMAND: Final = re.compile(rb"^((?:\S+ )?LOGIN)\b", re.IGNORECASE)
+# the server asks for more of an authentication exchange: SMTP 334, IMAP "+"
+_AUTH_CONTINUES: Final = re.compile(rb"^(?:334[ -]|\+)")
+_REDACTED: Final = b" [credentials redacted]"
 _FETCH_RE: Final = re.compile(rb"\* \d+ FETCH \(([^\r\n{]*)\{(\d+)\}\r\n")
 _UID_RE: Final = re.compile(rb"UID (\d+)")
 _STATUS_RE: Final = {
@@ -175,6 +179,7 @@ class CurlContext:
             handle.setopt(
                 pycurl.USE_SSL, pycurl.USESSL_ALL if options.tls.starttls else pycurl.USESSL_NONE
             )
+        self._authenticating = False
         if os.environ.get("EMAILMW_CURL_VERBOSE", "").strip() not in ("", "0", "false"):
             handle.setopt(pycurl.VERBOSE, 1)
             handle.setopt(pycurl.DEBUGFUNCTION, self._debug)
@@ -189,12 +194,33 @@ class CurlContext:
             return
         direction = {pycurl.INFOTYPE_HEADER_IN: "<", pycurl.INFOTYPE_HEADER_OUT: ">"}.get(kind, "*")
         for raw_line in data.splitlines():
-            line = raw_line
-            if kind == pycurl.INFOTYPE_HEADER_OUT and _SECRET_LINE.match(line):
-                line = line.split(b" ", 2)[0] + b" [credentials redacted]"
+            if kind == pycurl.INFOTYPE_HEADER_OUT:
+                line = self._redacted(raw_line)
+            else:
+                line = raw_line
+                if kind == pycurl.INFOTYPE_HEADER_IN:
+                    self._authenticating = self._authenticating and bool(
+                        _AUTH_CONTINUES.match(raw_line)
+                    )
             _log.debug(
                 "curl %s %s %s", self.server, direction, redact(line.decode("utf-8", "replace"))
             )
+
+    def _redacted(self, line: bytes) -> bytes:
+        """An outgoing line as it may be logged, judged by what it is: everything a client
+        sends in an authentication exchange (the initial response of ``AUTH PLAIN``, each
+        line it sends while the server asks for more, the arguments of ``LOGIN``) is
+        replaced, whatever it looks like."""
+        if self._authenticating:
+            return _REDACTED.strip()
+        command = _AUTH_COMMAND.match(line)
+        if command is not None:
+            self._authenticating = True  # until the server stops asking (334 / "+")
+            return command.group(1) + (_REDACTED if line[command.end() :].strip() else b"")
+        login = _LOGIN_COMMAND.match(line)
+        if login is not None:
+            return login.group(1) + _REDACTED
+        return line
 
     def url(self, path: str = "") -> str:
         return f"{self.endpoint.url}/{path}"
@@ -399,7 +425,10 @@ class CurlReceiver(MailboxReceiver):
             try:
                 self._executor.imap(f'UID MOVE {ids} "{folder}"')
             except ReceiveError:
-                self._executor.imap(f'CREATE "{folder}"')  # a quarantine folder nobody made yet
+                # libcurl opens a new connection after a failed command: nothing selected
+                with contextlib.suppress(ReceiveError):  # a folder nobody made yet
+                    self._executor.imap(f'CREATE "{folder}"')
+                self._select_folder()
                 self._executor.imap(f'UID MOVE {ids} "{folder}"')
 
     # -- receiving --------------------------------------------------------------------

@@ -14,6 +14,7 @@ from .._exceptions import ClosedError
 from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
 from .base import EmailReceiver, EmailSender, FailureCallback
+from .common import parse_fetched
 
 __all__ = ["IntraprocessReceiver", "IntraprocessSender", "intraprocess_pair"]
 
@@ -24,7 +25,8 @@ HISTORY_PER_SUBJECT = 1000
 class IntraprocessReceiver(EmailReceiver):
     """Queue of emails handed over by :class:`IntraprocessSender` objects. Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        self._max_size = max_message_size
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[Email] = deque()
         self._closed = False
@@ -42,6 +44,17 @@ class IntraprocessReceiver(EmailReceiver):
             stored = self._stored.setdefault(email.subject, deque(maxlen=HISTORY_PER_SUBJECT))
             stored.append(email)
             self._cond.notify()
+
+    def deliver_bytes(self, raw: bytes) -> bool:
+        """Hand raw RFC 5322 bytes to this receiver as a mail server would: they go through
+        the same parsing as mail fetched over IMAP. False (logged once) when they are not
+        an email emailmw can read; they are then dropped, as there is no mailbox here to
+        leave them in."""
+        email = parse_fetched(raw, uid=next(_ids), where="intraprocess", max_size=self._max_size)
+        if email is None:
+            return False
+        self._deliver(email)
+        return True
 
     def receive(self, timeout: float | None = None) -> list[Email]:
         with self._cond:
@@ -112,5 +125,5 @@ def intraprocess_pair(
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
 ) -> tuple[IntraprocessSender, IntraprocessReceiver]:
     """A connected sender and receiver: what the sender sends, the receiver receives."""
-    receiver = IntraprocessReceiver()
+    receiver = IntraprocessReceiver(max_message_size=max_message_size)
     return IntraprocessSender(receiver, address, max_message_size=max_message_size), receiver

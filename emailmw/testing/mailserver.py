@@ -39,7 +39,7 @@ import yaml
 
 from .._exceptions import EmailMWError
 
-__all__ = ["MailServer", "MailServerError", "ensure_installed", "main"]
+__all__ = ["MailServer", "MailServerError", "ensure_installed", "free_ports", "main"]
 
 PACKAGES = ("postfix", "dovecot-core", "dovecot-imapd", "dovecot-lmtpd", "openssl")
 _SBIN = "/usr/sbin:/sbin"
@@ -106,6 +106,20 @@ def ensure_installed() -> None:
         raise MailServerError(f"still missing after apt-get install: {missing_packages()}")
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` TCP ports nothing listens on right now (the kernel's choice)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def _alive(pid: int) -> bool:
     """Running and not a zombie (PID 1 here reaps orphans lazily)."""
     try:
@@ -147,6 +161,20 @@ class MailServer:
         self._pool = (f"u{i:04d}" for i in range(1, self.pool_size + 1))
 
     # ------------------------------------------------------------------ accounts
+
+    @classmethod
+    def on_free_ports(cls, state_dir: Path, **kwargs: Any) -> MailServer:
+        """An instance with its own state directory on four ports free right now: a second,
+        independent mail server beside any other."""
+        smtp, smtps, imap, imaps = free_ports(4)
+        return cls(
+            state_dir=state_dir,
+            smtp_port=smtp,
+            smtps_port=smtps,
+            imap_port=imap,
+            imaps_port=imaps,
+            **kwargs,
+        )
 
     @property
     def users(self) -> list[str]:
@@ -285,6 +313,15 @@ class MailServer:
             shutil.rmtree(self.state_dir / "mail", ignore_errors=True)
             shutil.rmtree(self.state_dir / "postfix" / "spool", ignore_errors=True)
         self._prepare()
+        self.start_dovecot()
+        self.start_postfix()
+        return self
+
+    def start_dovecot(self) -> None:
+        """Start Dovecot (configured by :meth:`start`) and wait until IMAP answers."""
+        for socket_file in ("auth-postfix", "lmtp"):  # a killed instance leaves them behind
+            (self.state_dir / "dovecot/run" / socket_file).unlink(missing_ok=True)
+        self._dc_pid.unlink(missing_ok=True)
         self._run_daemon(
             "dovecot", "-c", str(self._dc_conf), log=self.state_dir / "dovecot" / "start.log"
         )
@@ -295,6 +332,22 @@ class MailServer:
             ),
             "dovecot sockets",
         )
+        self._wait(lambda: self._banner(self.imap_port, b"* OK", tls=False), "imap")
+        self._wait(lambda: self._banner(self.imaps_port, b"* OK", tls=True), "imaps")
+
+    def stop_dovecot(self) -> None:
+        """Stop Dovecot only (every IMAP session ends; Postfix queues what it cannot
+        deliver)."""
+        pid = _read_pid(self._dc_pid)
+        if pid and _alive(pid):
+            self._run("doveadm", "-c", str(self._dc_conf), "stop", check=False)
+            if not self._wait_gone(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+        self._dc_pid.unlink(missing_ok=True)
+
+    def start_postfix(self) -> None:
+        """Start Postfix (configured by :meth:`start`) and wait until SMTP answers."""
         self._run_daemon(
             "postfix",
             "-c",
@@ -302,14 +355,29 @@ class MailServer:
             "start",
             log=self.state_dir / "postfix" / "start.log",
         )
-        for name, check in (
-            ("smtp", lambda: self._banner(self.smtp_port, b"220 ", tls=False)),
-            ("imap", lambda: self._banner(self.imap_port, b"* OK", tls=False)),
-            ("smtps", lambda: self._banner(self.smtps_port, b"220 ", tls=True)),
-            ("imaps", lambda: self._banner(self.imaps_port, b"* OK", tls=True)),
-        ):
-            self._wait(check, name)
-        return self
+        self._wait(lambda: self._banner(self.smtp_port, b"220 ", tls=False), "smtp")
+        self._wait(lambda: self._banner(self.smtps_port, b"220 ", tls=True), "smtps")
+
+    def stop_postfix(self) -> None:
+        """Stop Postfix only (sending fails until it is back)."""
+        pid = _read_pid(self.state_dir / "postfix/spool/pid/master.pid")
+        self._run("postfix", "-c", str(self._pf_conf), "stop", check=False)
+        if pid and not self._wait_gone(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+    def doveadm(self, *args: str) -> str:
+        """Run ``doveadm`` against this instance; its output."""
+        return self._run("doveadm", "-c", str(self._dc_conf), *args).stdout
+
+    def kick(self, address: str) -> None:
+        """Disconnect every IMAP session of ``address`` (``doveadm kick``)."""
+        self.doveadm("kick", address)
+
+    def set_uidvalidity(self, address: str, uidvalidity: int, folder: str = "INBOX") -> None:
+        """Give ``folder`` of ``address`` a new UIDVALIDITY, as a recreated folder has; an
+        open session is told its state is inconsistent and disconnected."""
+        self.doveadm("mailbox", "update", "-u", address, "--uid-validity", str(uidvalidity), folder)
 
     def stop(self) -> None:
         """Stop both daemons of this state dir (only those). Idempotent."""

@@ -24,9 +24,9 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
 class Peer:
     """A ``tests.email.peer`` process; its stdout lines are collected as they come."""
 
-    def __init__(self, role: str, config: Path, name: str) -> None:
+    def __init__(self, role: str, config: Path, name: str, *options: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.email.peer", role, str(config), name],
+            [sys.executable, "-m", "tests.email.peer", role, str(config), name, *options],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -52,6 +52,11 @@ class Peer:
         got = [json.loads(line) for line in self.lines.items[1:]]
         assert ok, f"got {len(got)} of {count} messages; stderr: {''.join(self.stderr)[-2000:]}"
         return got
+
+    def kill(self) -> None:
+        """SIGKILL: the process gets no chance to flush, close or save anything."""
+        self.process.kill()
+        self.process.wait(10)
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -1,0 +1,192 @@
+"""The outbox's guarantees, with a scripted SMTP connection: what send() promises when it
+returns, what is retried, where failures go, and the spool across a process's death
+(the same with real processes and SIGKILL is in tests/email/test_reliability.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from emailmw import ConfigError, ConnectError, Email, SendError
+from emailmw._config import load_options
+from emailmw._transport.outbox import Envelope, Outbox, Submitter
+
+
+class Scripted(Submitter):
+    """Answers each submit() with the next scripted outcome (None: accepted), then
+    accepts everything. Records what the server accepted."""
+
+    server = "smtps://scripted:465"
+
+    def __init__(self, *outcomes: Exception | None, gate: threading.Event | None = None) -> None:
+        self.outcomes = list(outcomes)
+        self.accepted: list[str] = []
+        self.attempts = 0
+        self.gate = gate
+        self.closed = False
+
+    def submit(self, envelope: Envelope) -> None:
+        if self.gate is not None:
+            self.gate.wait(10)
+        self.attempts += 1
+        outcome = self.outcomes.pop(0) if self.outcomes else None
+        if outcome is not None:
+            raise outcome
+        self.accepted.append(envelope.message_id)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _outbox(submitter: Submitter, tmp_path: Path | None = None, **extra: object) -> Outbox:
+    config: dict[str, object] = {
+        "user": {
+            "url-smtp": "smtps://scripted",
+            "url-imap": "imaps://scripted",
+            "username": "me@example.test",
+            "password": "pw",
+        },
+        "recipients": {"to": "you@example.test"},
+        "timeout": 2,
+        **extra,
+    }
+    if tmp_path is not None:
+        config["spool"] = str(tmp_path / "spool")
+    return Outbox(submitter, load_options(config))
+
+
+def _email(n: int) -> Email:
+    return Email(f"t{n}", "b", "me@example.test", "you@example.test", message_id=f"<{n}@x>")
+
+
+@pytest.fixture
+def closing() -> Iterator[Callable[[Outbox], Outbox]]:
+    made: list[Outbox] = []
+    yield lambda outbox: made.append(outbox) or outbox
+    for outbox in made:
+        outbox.close()
+
+
+TEMPORARY = SendError("451 try later", temporary=True)
+PERMANENT = SendError("550 no such user", temporary=False)
+
+
+def test_server_returns_once_accepted_retrying_what_fails_for_now(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    submitter = Scripted(ConnectError("refused"), TEMPORARY, None)
+    outbox = closing(_outbox(submitter))
+    outbox.send(_email(1))  # the default guarantee: returns once accepted
+    assert submitter.accepted == ["<1@x>"]
+    assert submitter.attempts == 3
+
+
+def test_server_raises_a_permanent_refusal_at_once(closing: Callable[[Outbox], Outbox]) -> None:
+    submitter = Scripted(PERMANENT)
+    outbox = closing(_outbox(submitter))
+    with pytest.raises(SendError, match="550"):
+        outbox.send(_email(1))
+    assert submitter.attempts == 1
+    assert outbox.flush(1)  # the caller was told: nothing left for flush()
+
+
+def test_server_gives_up_after_the_timeout(closing: Callable[[Outbox], Outbox]) -> None:
+    submitter = Scripted(*[TEMPORARY] * 100)
+    outbox = closing(_outbox(submitter, timeout=0.5))
+    with pytest.raises(SendError, match="not accepted within"):
+        outbox.send(_email(1))
+    assert submitter.accepted == []
+
+
+def test_memory_returns_at_once_and_a_refusal_goes_to_its_owner_only(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    gate = threading.Event()
+    submitter = Scripted(PERMANENT, gate=gate)
+    outbox = closing(_outbox(submitter))
+    failed: list[tuple[str | None, SendError]] = []
+    outbox.send(
+        _email(1), guarantee="memory", on_failure=lambda e, err: failed.append((e.message_id, err))
+    )
+    outbox.send(_email(2), guarantee="memory")
+    assert submitter.attempts == 0  # both returned before the server said anything
+    gate.set()
+    assert outbox.flush(5)  # no failure without an owner: nothing to raise
+    assert [message_id for message_id, _ in failed] == ["<1@x>"]
+    assert submitter.accepted == ["<2@x>"]
+
+
+def test_one_queue_keeps_the_order_across_guarantees(
+    tmp_path: Path, closing: Callable[[Outbox], Outbox]
+) -> None:
+    submitter = Scripted()
+    outbox = closing(_outbox(submitter, tmp_path))
+    outbox.send(_email(1), guarantee="memory")
+    outbox.send(_email(2), guarantee="spool")
+    outbox.send(_email(3))
+    assert submitter.accepted == ["<1@x>", "<2@x>", "<3@x>"]
+
+
+class Hung(Submitter):
+    """A connection that never gets an answer: what a process sees before it is killed."""
+
+    server = "smtps://hung:465"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def submit(self, envelope: Envelope) -> None:
+        self.release.wait()
+        raise ConnectError("gone")
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_spool_outlives_its_process(tmp_path: Path) -> None:
+    hung = Hung()
+    first = _outbox(hung, tmp_path)
+    for n in range(3):
+        first.send(_email(n), guarantee="spool")
+    spool = tmp_path / "spool"
+    assert len(list(spool.glob("*.msg"))) == 3  # on disk before send() returned
+    # the process dies here: nothing was sent, and the kernel releases its spool lock
+    first._spool.close()  # type: ignore[union-attr]
+    second_submitter = Scripted()
+    second = _outbox(second_submitter, tmp_path)
+    try:
+        assert second.flush(5)
+        assert second_submitter.accepted == ["<0@x>", "<1@x>", "<2@x>"]
+        assert list(spool.glob("*.msg")) == []
+    finally:
+        second.close()
+        first._stopping.set()  # end the dead process's thread
+        hung.release.set()
+
+
+def test_a_refused_spooled_email_is_kept_aside_not_deleted(
+    tmp_path: Path, closing: Callable[[Outbox], Outbox]
+) -> None:
+    outbox = closing(_outbox(Scripted(PERMANENT), tmp_path))
+    failed: list[str] = []
+    outbox.send(_email(1), guarantee="spool", on_failure=lambda e, err: failed.append(str(err)))
+    assert outbox.flush(5)
+    assert failed
+    assert len(list((tmp_path / "spool" / "failed").glob("*.msg"))) == 1
+
+
+def test_a_spool_is_used_by_one_process_at_a_time(
+    tmp_path: Path, closing: Callable[[Outbox], Outbox]
+) -> None:
+    closing(_outbox(Scripted(), tmp_path))
+    with pytest.raises(ConfigError, match="in use by another process"):
+        _outbox(Scripted(), tmp_path)
+
+
+def test_the_spool_guarantee_needs_a_spool(closing: Callable[[Outbox], Outbox]) -> None:
+    outbox = closing(_outbox(Scripted()))
+    with pytest.raises(ConfigError, match="spool"):
+        outbox.send(_email(1), guarantee="spool")

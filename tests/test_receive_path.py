@@ -1,0 +1,239 @@
+"""No email can stop a receiver: arbitrary bytes through the whole receive path, the resume
+position and its settlement as a state machine, and the bounds that hold against floods.
+Intraprocess and pure; the same against the real server is in tests/email/test_reliability.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import emailmw
+from emailmw import Gid, InvalidHeaderError
+from emailmw._config import load_options
+from emailmw._protocol import Recipients, publish_email, response_email
+from emailmw._transport.common import MailboxActions, ResumePosition, uid_set
+from emailmw._transport.intraprocess import IntraprocessReceiver
+from emailmw._wire import build
+
+from .test_wire import ANY_BYTES
+
+
+@pytest.fixture(scope="module")
+def raw_ctx() -> Iterator[emailmw.Context]:
+    context = emailmw.Context({"intraprocess": True})
+    yield context
+    context.shutdown()
+
+
+def _legit(topic: str, body: str) -> bytes:
+    email = publish_email(
+        topic,
+        body,
+        recipients=Recipients("a@example.test", ("b@example.test",)),
+        gid=Gid(7),
+        sequence_number=0,
+        timestamp_ns=1,
+    ).with_message_id(f"<{uuid.uuid4().hex}@example.test>")
+    return build(email)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ANY_BYTES)
+def test_no_bytes_stop_the_receive_path(raw_ctx: emailmw.Context, raw: bytes) -> None:
+    """Whatever arrives, the next legitimate email is delivered: bytes go through the same
+    parsing as fetched mail, then classification, routing and the subscription."""
+    receiver = raw_ctx.receiver
+    assert isinstance(receiver, IntraprocessReceiver)
+    topic = f"/after/{uuid.uuid4().hex}"
+    with emailmw.Subscription(topic, context=raw_ctx) as sub:
+        receiver.deliver_bytes(raw)  # never raises, whatever the bytes
+        assert receiver.deliver_bytes(_legit(topic, "still here"))
+        assert emailmw.wait_for_message(sub, 10) == "still here"
+    assert raw_ctx._polling.running
+
+
+POISON = [
+    b"Subject: /p\r\nSource-Timestamp: 1\r\nPublisher-GID: 1\r\n"
+    b"Content-Type: text/plain; charset=undefined\r\n\r\nabc\r\n",
+    b"Subject: /p\r\nSource-Timestamp: 1\r\nPublisher-GID: 1\r\n"
+    b"Content-Type: text/plain; charset=punycode\r\n\r\nabc-9999999999\r\n",
+    b"Subject: =?undefined?q?a?=\r\nSource-Timestamp: 1\r\nPublisher-GID: 1\r\n\r\nabc\r\n",
+    b"Subject: /p\r\nSource-Timestamp: 1\r\nPublisher-GID: 1\r\n"
+    b"Content-Type: text/plain; charset=utf\x00\r\n\r\nabc\r\n",
+    b"Subject: /p\r\nSource-Timestamp: 1\r\nPublisher-GID: 1\r\n"
+    b"Content-Type: text/plain; charset=unicode_escape\r\n\r\n\\ud800\r\n",
+    b"Subject: /p\r\nSource-Timestamp: 10000000000000000000000000000000000000000\r\n"
+    b"Publisher-GID: 1\r\n\r\nabc\r\n",
+]
+
+
+def test_poison_between_legitimate_mail_is_logged_once_each_and_delivers_nothing(
+    raw_ctx: emailmw.Context, caplog: pytest.LogCaptureFixture
+) -> None:
+    receiver = raw_ctx.receiver
+    assert isinstance(receiver, IntraprocessReceiver)
+    topic = f"/mixed/{uuid.uuid4().hex}"
+    poison_topic = emailmw.Subscription("/p", context=raw_ctx)
+    with emailmw.Subscription(topic, context=raw_ctx) as sub, caplog.at_level(logging.INFO):
+        for i, raw in enumerate(POISON):
+            receiver.deliver_bytes(raw)
+            receiver.deliver_bytes(_legit(topic, f"m{i}"))
+        got = [emailmw.wait_for_message(sub, 10) for _ in POISON]
+    assert got == [f"m{i}" for i in range(len(POISON))]
+    assert not poison_topic.has_message()
+    complaints = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(complaints) == len(POISON)  # one line each
+
+
+def test_publish_refuses_headers_only_the_sender_and_servers_set(ctx: emailmw.Context) -> None:
+    pub = emailmw.Publisher("t", context=ctx)
+    for name in ("Sender", "Return-Path", "Date", "Received", "Resent-From", "resent-date"):
+        with pytest.raises(InvalidHeaderError, match=name):
+            pub.publish("x", {name: "v"})
+    pub.publish("x", {"X-Trace": "fine"})
+
+
+# ----------------------------------------------------------------------------- bounds
+
+
+def test_a_keep_all_subscription_is_bounded_by_queue_limit() -> None:
+    with emailmw.Context({"intraprocess": True, "queue-limit": 5}) as ctx:
+        sub = emailmw.Subscription("t", context=ctx)
+        pub = emailmw.Publisher("t", context=ctx)
+        for i in range(8):
+            pub.publish(str(i))
+        probe = emailmw.Subscription("probe", context=ctx)
+        emailmw.Publisher("probe", context=ctx).publish("sync")  # everything before is in
+        assert emailmw.wait_for_message(probe, 5) == "sync"
+        assert sub.dropped == 3
+        assert [sub.get_message() for _ in range(5)] == ["3", "4", "5", "6", "7"]
+
+
+def test_a_flood_of_requests_is_bounded_by_queue_limit() -> None:
+    with emailmw.Context({"intraprocess": True, "queue-limit": 10}) as ctx:
+        server = emailmw.ServiceServer("svc", context=ctx)
+        clients = [emailmw.ServiceClient("svc", context=ctx) for _ in range(30)]
+        for client in clients:
+            client.send_request("x" * 10_000)
+        probe = emailmw.Subscription("probe", context=ctx)
+        emailmw.Publisher("probe", context=ctx).publish("sync")
+        assert emailmw.wait_for_message(probe, 5) == "sync"
+        assert len(server._pending) == 10
+        assert server.dropped == 20
+        taken = [server.get_request() for _ in range(10)]
+        assert all(t is not None for t in taken)
+        # every waiting request taken and unanswered: a new one is refused, not queued
+        clients[0].send_request("late")
+        emailmw.Publisher("probe", context=ctx).publish("sync")
+        assert emailmw.wait_for_message(probe, 5) == "sync"
+        assert len(server._pending) == 10
+        assert not server.has_request()
+
+
+def test_a_client_keeps_only_replies_to_its_own_pending_requests(ctx: emailmw.Context) -> None:
+    server = emailmw.ServiceServer("svc", context=ctx)
+    client = emailmw.ServiceClient("svc", context=ctx)
+    receiver = ctx.receiver
+    assert isinstance(receiver, IntraprocessReceiver)
+    seq = client.send_request("q")
+    request = emailmw.wait_for_request_with_info(server, 5)
+    assert request is not None
+    original = server._pending[request[0].id][0]
+    # forgeries: a right GID and sequence number with a made-up In-Reply-To, replies to
+    # requests never sent, in numbers
+    for n in range(200):
+        forged = response_email(
+            original.with_message_id(f"<forged{n}@elsewhere.test>"),
+            "forged",
+            from_="mallory@example.test",
+            timestamp_ns=1,
+        )
+        headers = forged.headers.merged({"Request-Sequence-Number": str(seq + n % 2)})
+        receiver.deliver_bytes(build(forged.replace(headers=headers, message_id=f"<f{n}@x>")))
+    server.send_response(request[0].id, "real")
+    assert emailmw.wait_for_response(client, seq, 5) == "real"
+    assert client.unexpected_responses == 200
+    assert client._responses == {}
+    assert client._outstanding == {}
+
+
+def test_a_late_reply_to_an_abandoned_call_is_dropped(ctx: emailmw.Context) -> None:
+    emailmw.ServiceServer("slow", context=ctx)  # never answers by itself
+    client = emailmw.ServiceClient("slow", context=ctx)
+    with pytest.raises(emailmw.ServiceTimeoutError):
+        client.call("q", timeout=0.05)
+    assert client._outstanding == {}
+
+
+# ----------------------------------------------------------------------------- position
+
+
+def _options(tmp_path: Path, **extra: object) -> emailmw.Options:
+    return load_options({"intraprocess": True, "state-file": str(tmp_path / "s.json"), **extra})
+
+
+def test_position_hands_out_again_what_was_not_settled(tmp_path: Path) -> None:
+    position = ResumePosition(_options(tmp_path), "me@example.test")
+    assert position.start(uidvalidity=7, uidnext=10) == []
+    position.handing_out([10, 11, 12], settled=[13])
+    assert position.next_uid == 14
+    assert position.settle(7, 11)
+    assert not position.settle(7, 11)  # once
+    assert not position.settle(6, 10)  # a UID of the folder before a UIDVALIDITY change
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert (saved["last_uid"], saved["pending"]) == (13, [10, 12])
+
+    # a process killed now: the next hands out 10 and 12 again, flagged, then new mail
+    again = ResumePosition(_options(tmp_path), "me@example.test")
+    assert again.start(uidvalidity=7, uidnext=20) == [10, 12]
+    assert again.next_uid == 14
+    assert again.redelivered(10)
+    assert again.redelivered(12)
+    assert not again.redelivered(14)
+    assert again.start(uidvalidity=7, uidnext=20) is None  # a reconnect changes nothing
+
+
+def test_a_uidvalidity_change_reads_the_folder_again_flagged(tmp_path: Path) -> None:
+    position = ResumePosition(_options(tmp_path), "me@example.test")
+    position.start(uidvalidity=7, uidnext=10)
+    position.handing_out([10])
+    assert position.start(uidvalidity=8, uidnext=12) == []
+    assert position.next_uid == 1
+    assert position.pending == set()
+    assert position.redelivered(11)  # the folder as it was may have been handed out
+    assert not position.redelivered(12)
+
+
+def test_an_old_state_file_without_pending_still_resumes(tmp_path: Path) -> None:
+    (tmp_path / "s.json").write_text(
+        json.dumps(
+            {"account": "me@example.test", "folder": "INBOX", "uidvalidity": 7, "last_uid": 4}
+        )
+    )
+    position = ResumePosition(_options(tmp_path), "me@example.test")
+    assert position.start(uidvalidity=7, uidnext=9) == []
+    assert position.next_uid == 5
+
+
+def test_settling_queues_the_mailbox_actions(tmp_path: Path) -> None:
+    actions = MailboxActions(_options(tmp_path, **{"on-receive": "delete", "quarantine": "Q"}))
+    assert actions.queue(3, "ack")
+    assert actions.queue(4, "quarantine")
+    assert not actions.queue(5, "leave")  # foreign mail is never touched
+    assert actions.queue(1, "ack")
+    assert dict(actions.take()) == {"delete": [1, 3], "move:Q": [4]}
+    assert actions.take() == []
+    keep = MailboxActions(_options(tmp_path))
+    assert not keep.queue(1, "ack")
+    assert not keep.queue(2, "quarantine")  # no quarantine folder: left where it is
+
+
+def test_uid_sets_are_ranges_only() -> None:
+    assert uid_set([7, 1, 2, 3, 9, 10]) == "1:3,7:7,9:10"
+    assert uid_set([]) == ""

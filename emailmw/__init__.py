@@ -61,7 +61,7 @@ from ._node import (
 )
 from ._protocol import Recipients
 from ._qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
-from ._transport.base import EmailReceiver, EmailSender
+from ._transport.base import EmailReceiver, EmailSender, IncomingEmail
 from ._transport.intraprocess import IntraprocessReceiver, IntraprocessSender, intraprocess_pair
 from ._types import Email, Gid, Headers, MessageInfo, RequestId, ServiceInfo, ServiceRequest
 from ._waitset import (
@@ -131,6 +131,7 @@ __all__ = [
     "GuardCondition",
     "GuardConditionAlreadyInUseError",
     "Headers",
+    "IncomingEmail",
     "IntraprocessReceiver",
     "IntraprocessSender",
     "InvalidHeaderError",

@@ -61,9 +61,11 @@ def open_transport(config: ConfigLike = None) -> tuple[EmailSender, EmailReceive
 class Context:
     """An isolated emailmw instance: a transport, a polling thread and the routing tables.
 
-    Creating a context connects and starts polling; :meth:`shutdown` (or ``close``, or
-    leaving the ``with`` block) closes every entity created on it, stops polling and closes
-    the transport. Thread-safe.
+    Creating a context connects (a wrong password or an untrusted certificate fails here);
+    it starts handing out mail once an entity first waits for some
+    (:meth:`start_receiving`). :meth:`shutdown` (or ``close``, or leaving the ``with``
+    block) closes every entity created on it, stops polling and closes the transport.
+    Thread-safe.
 
     ``sender``/``receiver`` replace the transport the options would build (both or neither).
     """
@@ -92,7 +94,7 @@ class Context:
         self._polling = PollingManager(receiver)
         self._polling.register_handler(self._subscription_handler)
         self._polling.register_handler(self._service_handler)
-        self._polling.start()
+        self._receiving = False
         _log.debug(
             "context started (%s transport, %s)", self.options.transport, self.options.source
         )
@@ -108,6 +110,21 @@ class Context:
     @property
     def receiver(self) -> EmailReceiver:
         return self._receiver
+
+    def start_receiving(self) -> None:
+        """Start handing out mail to the entities. Happens by itself the first time one of
+        them waits for or looks for mail (``wait_for_*``, a wait set, ``has_*``, ``get_*``,
+        a callback server's thread, spinning, a client's request), so that every entity
+        created before that
+        sees the mail waiting in the mailbox: with a ``state-file``, what a previous process
+        had not taken. Idempotent, thread-safe."""
+        if self._receiving:
+            return
+        with self._lock:
+            if self._receiving or self._shut_down:
+                return
+            self._receiving = True
+            self._polling.start()
 
     def ok(self) -> bool:
         """True until :meth:`shutdown`."""

@@ -16,7 +16,13 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
-from ._exceptions import ClosedError, SendError, ServiceTimeoutError, UnknownRequestError
+from ._exceptions import (
+    ClosedError,
+    SendError,
+    ServiceTimeoutError,
+    TransportError,
+    UnknownRequestError,
+)
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import publish_email, request_email, response_email
@@ -55,6 +61,9 @@ class _Entity:
 
     def _unregister(self) -> None:
         """Remove the entity from its handler; runs once, on close."""
+
+    def _before_wait(self) -> None:
+        self._context.start_receiving()
 
     def close(self) -> None:
         """Stop receiving and release the entity. Idempotent."""
@@ -223,6 +232,7 @@ class Subscription(_Entity, Waitable):
         return bool(self._queue)
 
     def has_message(self) -> bool:
+        self._context.start_receiving()
         return bool(self._queue)
 
     def get_message(self) -> str | None:
@@ -232,6 +242,7 @@ class Subscription(_Entity, Waitable):
 
     def get_message_with_info(self) -> tuple[str, MessageInfo] | None:
         """The oldest queued message with its :class:`~emailmw.MessageInfo`, or None."""
+        self._context.start_receiving()
         got = self._queue.pop()
         if got is None:
             return None
@@ -241,6 +252,7 @@ class Subscription(_Entity, Waitable):
     def _take(self) -> tuple[str, MessageInfo, Ticket] | None:
         """The oldest message with its ticket, for a caller that releases the ticket once
         it is done with the message (the ROS layer: after the callback returned)."""
+        self._context.start_receiving()
         got = self._queue.pop()
         return None if got is None else (*got[0], got[1])
 
@@ -324,8 +336,10 @@ class ServiceClient(_Entity, Waitable):
         return bool(self._responses) or bool(self._failed)
 
     def send_request(self, request: str) -> int:
-        """Send ``request``; returns its sequence number for :meth:`get_response`."""
+        """Send ``request``; returns its sequence number for :meth:`get_response`. Starts the
+        context's receiving: the response is on its way."""
         self._check_open()
+        self._context.start_receiving()
         if not isinstance(request, str):
             raise TypeError(f"request must be a str, got {type(request).__name__}")
         seq = next(self._seq)
@@ -362,6 +376,7 @@ class ServiceClient(_Entity, Waitable):
 
     def has_response(self, sequence_number: int | None = None) -> bool:
         """Any response waiting (no argument), or the one to ``sequence_number``."""
+        self._context.start_receiving()
         if sequence_number is None:
             return bool(self._responses)
         return sequence_number in self._responses
@@ -377,6 +392,7 @@ class ServiceClient(_Entity, Waitable):
         Raises :class:`~emailmw.SendError` when the server refused the request itself
         (with the ``memory`` or ``spool`` guarantee, after ``send_request`` returned).
         """
+        self._context.start_receiving()
         with self._lock:
             failed = self._failed.pop(sequence_number, None)
             got = self._responses.pop(sequence_number, None)
@@ -427,10 +443,10 @@ class ServiceServer(_Entity, Waitable):
     At most ``queue-limit`` requests wait here, taken or not: a full queue drops its oldest
     request not yet taken (or, when every one is taken, refuses the new one), counted in
     :attr:`dropped`. A request is settled once it is answered (or the callback returned
-    None or raised): with a ``state-file``, a restarted process hands out again, flagged
-    ``redelivered``, what was not. A response the server refused later (with the
-    ``memory``/``spool`` guarantee) is logged with the request's Message-ID and counted in
-    :attr:`failed_responses`.
+    None or raised, or its response could not be sent): with a ``state-file``, a restarted
+    process hands out again, flagged ``redelivered``, what was not. A response the server
+    refused, at once or later (with the ``memory``/``spool`` guarantee), is logged with the
+    request's Message-ID and counted in :attr:`failed_responses`.
     """
 
     def __init__(
@@ -507,6 +523,7 @@ class ServiceServer(_Entity, Waitable):
         return bool(self._queue)
 
     def has_request(self) -> bool:
+        self._context.start_receiving()
         return bool(self._queue)
 
     def get_request(self) -> ServiceRequest | None:
@@ -516,6 +533,7 @@ class ServiceServer(_Entity, Waitable):
 
     def get_request_with_info(self) -> tuple[ServiceRequest, ServiceInfo] | None:
         """The oldest request with its :class:`~emailmw.ServiceInfo`, or None."""
+        self._context.start_receiving()
         with self._lock:
             return self._queue.popleft() if self._queue else None
 
@@ -541,13 +559,15 @@ class ServiceServer(_Entity, Waitable):
                 guarantee=self._guarantee,
                 on_failure=functools.partial(self._reply_failed, request),
             )
-        except BaseException:
+        except BaseException as exc:
             with self._lock:
                 self._pending.setdefault(request_id, pending)
+            if isinstance(exc, TransportError):
+                self._reply_failed(request, reply, exc)
             raise
         ticket.release()
 
-    def _reply_failed(self, request: Email, reply: Email, error: SendError) -> None:
+    def _reply_failed(self, request: Email, reply: Email, error: TransportError) -> None:
         self.failed_responses += 1
         _log.error(
             "%r: the response %s to request %s was not delivered: %s",
@@ -586,6 +606,8 @@ class ServiceServer(_Entity, Waitable):
                 self.send_response(request.id, result)
             except ClosedError:
                 return
+            except TransportError:  # logged and counted by send_response: settled
+                self._discard(request.id)
             except Exception:  # noqa: BLE001 - logged; the server keeps serving
                 _log.exception("sending the response to %s failed", request.id)
                 self._discard(request.id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -155,6 +156,11 @@ class NodeSubscription(Generic[T]):
     Mail of another type (or that does not fit the type) is counted in
     :attr:`type_mismatches`, logged once and reported to the ``type_mismatch`` event
     callback: never a crash.
+
+    The callback takes the message, or (as in rclpy) the message and its
+    :class:`~emailmw.MessageInfo`. A message is settled once its callback has returned (or
+    raised): with a ``state-file``, a process that dies before that gets it again after a
+    restart, with ``info.redelivered`` True.
     """
 
     def __init__(
@@ -169,6 +175,7 @@ class NodeSubscription(Generic[T]):
         self.msg_type = msg_type
         self.topic = topic
         self.callback = callback
+        self._with_info = _takes_info(callback)
         self.qos = qos
         self.events = events
         self.type_mismatches = 0
@@ -223,14 +230,15 @@ class NodeSubscription(Generic[T]):
         """The callbacks to run; each message is settled once its callback has run (or
         when it cannot be deserialized): a callback that raised has had its message too."""
         work: list[Callable[[], None]] = []
-        for (body, ticket), _ in items:
+        for (body, ticket), info in items:
             try:
                 msg = deserialize(self.msg_type, body)
             except TypeMismatchError as exc:
                 ticket.release()
                 work += self._mismatch(exc)
                 continue
-            work.append(functools.partial(_then_release, self.callback, msg, ticket))
+            args = (msg, info) if self._with_info else (msg,)
+            work.append(functools.partial(_then_release, self.callback, args, ticket))
         for event in events:
             handler: Any = (
                 self.events.deadline
@@ -278,11 +286,25 @@ class NodeSubscription(Generic[T]):
         self._core.close()
 
 
-def _then_release(callback: Callable[[Any], Any], msg: Any, ticket: Ticket) -> None:
+def _then_release(callback: Callable[..., Any], args: tuple[Any, ...], ticket: Ticket) -> None:
     try:
-        callback(msg)
+        callback(*args)
     finally:
         ticket.release()
+
+
+def _takes_info(callback: Callable[..., Any]) -> bool:
+    """True when ``callback`` takes a second positional argument (the message info)."""
+    try:
+        parameters = inspect.signature(callback).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the message only
+        return False
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
 class Client(Generic[T]):

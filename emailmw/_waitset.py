@@ -53,6 +53,10 @@ class Waitable:
     def _is_ready(self) -> bool:
         raise NotImplementedError
 
+    def _before_wait(self) -> None:
+        """Called before anything waits on this waitable (entities start their context's
+        receiving here)."""
+
     def _attach(self, cond: threading.Condition) -> None:
         with _attach_lock:
             self._wakers = (*self._wakers, cond)
@@ -257,6 +261,8 @@ class WaitSet:
         """
         if self._closed:
             raise ClosedError("wait set is closed")
+        for item in self._all():
+            item._before_wait()
         deadline = None if timeout < 0 else time.monotonic() + timeout
         with self._cond:
             if not self._all():
@@ -286,6 +292,7 @@ def _deadline(timeout: float) -> float | None:
 
 def _wait_until(entity: Waitable, ready: Callable[[], bool], deadline: float | None) -> bool:
     """Block until ``ready()`` or the deadline; True if ready. Raises ClosedError if closed."""
+    entity._before_wait()
     if ready():
         return True
     if entity._closed:

@@ -245,3 +245,32 @@ def test_entities_are_context_managers(ctx: Context) -> None:
         assert wait_for_message(sub, 5) == "x"
     with pytest.raises(ClosedError):
         pub.publish("y")
+
+
+def test_mail_waiting_before_the_first_wait_reaches_every_entity_created_before_it() -> None:
+    """A context hands out mail once an entity first waits: entities created between the
+    context and that wait (a restarted subscriber setting itself up) miss nothing."""
+
+    class Watched(emailmw.IntraprocessReceiver):
+        handed = threading.Event()
+
+        def receive(self, timeout: float | None = None) -> list[emailmw.Email]:
+            got = super().receive(timeout)
+            if got:
+                self.handed.set()
+            return got
+
+    receiver = Watched()
+    sender = emailmw.IntraprocessSender(receiver)
+    for topic in ("a", "b"):  # in the mailbox before the context exists
+        sender.send(
+            emailmw.Email(
+                topic, f"for {topic}", headers={"Source-Timestamp": "1", "Publisher-GID": "1"}
+            )
+        )
+    with Context({"intraprocess": True}, sender=sender, receiver=receiver) as ctx:
+        assert not receiver.handed.wait(0.5)  # nothing handed out: nobody waits yet
+        first = emailmw.Subscription("a", context=ctx)
+        second = emailmw.Subscription("b", context=ctx)
+        assert emailmw.wait_for_message(first, 5) == "for a"
+        assert emailmw.wait_for_message(second, 5) == "for b"

@@ -102,6 +102,24 @@ def test_publish_subscribe_with_callbacks_in_spin(ctx: Context) -> None:
         pub.publish(std_msgs.msg.Int64(data=1))  # type: ignore[arg-type]
 
 
+def test_a_callback_may_take_the_message_info_as_in_rclpy(ctx: Context) -> None:
+    node = Node("listener", context=ctx)
+    heard: list[tuple[str, emailmw.MessageInfo]] = []
+
+    def with_info(msg: Any, info: emailmw.MessageInfo) -> None:
+        heard.append((msg.data, info))
+
+    node.create_subscription(std_msgs.msg.String, "chatter", with_info)
+    pub = Node("talker", context=ctx).create_publisher(std_msgs.msg.String, "chatter")
+    pub.publish(std_msgs.msg.String(data="hi"))
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    assert spin_until(executor, lambda: len(heard) == 1)
+    assert heard[0][0] == "hi"
+    assert heard[0][1].publisher_gid == pub._core.gid
+    assert heard[0][1].redelivered is False
+
+
 def test_subscription_of_another_type_gets_an_event_not_a_crash(ctx: Context) -> None:
     node = Node("n", context=ctx)
     events: list[TypeMismatchError] = []
@@ -136,6 +154,26 @@ def test_service_call_async_and_spin_until_future_complete(ctx: Context) -> None
     executor.add_node(server)
     future = client.call_async(example_interfaces.srv.AddTwoInts.Request(a=2, b=3))
     executor.spin_until_future_complete(future, timeout_sec=10)
+    assert future.done()
+    assert future.result().sum == 5
+
+
+def test_a_client_alone_in_its_context_gets_its_response(ctx: Context) -> None:
+    """A client's responses complete futures on the polling thread: nothing in the client's
+    context waits on an entity, so sending the request must start receiving."""
+    from emailmw._protocol import response_email
+    from emailmw._transport.intraprocess import IntraprocessReceiver
+    from emailmw._wire import build
+
+    node = Node("caller", context=ctx)
+    client = node.create_client(example_interfaces.srv.AddTwoInts, "add_two_ints")
+    future = client.call_async(example_interfaces.srv.AddTwoInts.Request(a=2, b=3))
+    receiver = ctx.receiver
+    assert isinstance(receiver, IntraprocessReceiver)
+    (request,) = receiver.history("/add_two_ints", 1)  # answered by a server elsewhere
+    answer = emailmw.serialize(example_interfaces.srv.AddTwoInts.Response(sum=5))
+    receiver.deliver_bytes(build(response_email(request, answer, from_="s@x.test", timestamp_ns=1)))
+    emailmw.spin_until_future_complete(node, future, timeout_sec=5)
     assert future.done()
     assert future.result().sum == 5
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pytest
 
 from .._exceptions import ClosedError, InvalidHeaderError, InvalidNameError, MessageTooLargeError
-from .._transport.base import EmailReceiver, EmailSender
+from .._transport.base import EmailReceiver, EmailSender, IncomingEmail
 from .._types import Email, Headers
 
 __all__ = [
@@ -164,6 +164,35 @@ class TransportConformance:
         # nothing more comes: each email is received exactly once
         extra = receive_matching(transport.receiver, lambda e: e.subject == subject, 1, 0.5)
         assert extra == []
+
+    def test_incoming_emails_are_handed_out_once_and_settle_once(
+        self, transport: TransportUnderTest
+    ) -> None:
+        subject = f"conformance/incoming/{_token()}"
+        transport.sender.send(
+            Email(
+                subject,
+                "settle me",
+                transport.sender.address,
+                transport.address,
+                headers={"Source-Timestamp": "1", "Publisher-GID": "1"},
+            )
+        )
+        transport.sender.flush(transport.delivery_timeout)
+        found: list[IncomingEmail] = []
+        deadline = time.monotonic() + transport.delivery_timeout
+        while not found and time.monotonic() < deadline:
+            for item in transport.receiver.receive_incoming(1.0):
+                if item.email.subject == subject:
+                    found.append(item)
+                else:
+                    item.leave()
+        assert len(found) == 1, f"email {subject!r} not handed out once"
+        assert found[0].email.body == "settle me"
+        assert found[0].redelivered is False
+        for settle in (found[0].ack, found[0].ack, found[0].leave, found[0].quarantine):
+            settle()  # the first decides; the others do nothing and raise nothing
+        assert receive_matching(transport.receiver, lambda e: e.subject == subject, 1, 0.5) == []
 
     def test_reply_threads_and_goes_to_sender(self, transport: TransportUnderTest) -> None:
         subject = f"conformance/reply/{_token()}"

@@ -333,6 +333,7 @@ def test_idle_receiver_wakes_for_new_mail(
     sub = emailmw.Subscription("late", context=ctx)
     receiver = ctx.receiver
     assert isinstance(receiver, NativeReceiver)
+    ctx.start_receiving()  # nothing waits on the subscription yet
     idle = threading.Event()
     deadline = time.monotonic() + 30
     while receiver.mode != "idle" and time.monotonic() < deadline:

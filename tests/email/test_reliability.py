@@ -158,6 +158,7 @@ def test_a_native_receiver_kicked_in_idle_reconnects_and_receives(
     receiver = ctx.receiver
     assert isinstance(receiver, NativeReceiver)
     sub = emailmw.Subscription("/after-kick", context=ctx)
+    ctx.start_receiving()  # nothing waits on the subscription yet
     _wait_idle(receiver)
     mailserver.kick(address)
     pub = emailmw.Publisher("/after-kick", context=email_context(account(), to=address))

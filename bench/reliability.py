@@ -28,6 +28,7 @@ JSON, exits 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -254,15 +256,26 @@ def publisher_crash_run(
     }
 
 
-def restart_run(server: MailServer, transport: str, rate: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def pub_sub(
+    server: MailServer, transport: str
+) -> Iterator[tuple[emailmw.Subscription, emailmw.Publisher, str]]:
+    """A subscription on ``transport`` and a (native) publisher to it, each in a context of
+    its own, on fresh accounts; and the subscriber's address."""
     sender, receiver = server.fresh_account(), server.fresh_account()
     sub_config = server.config(receiver, transport=transport, **transport_extra(transport))
     with (
         emailmw.Context({"email": sub_config}) as sub_ctx,
         emailmw.Context({"email": server.config(sender, to=receiver)}) as pub_ctx,
     ):
-        sub = emailmw.Subscription(TOPIC, context=sub_ctx)
-        pub = emailmw.Publisher(TOPIC, context=pub_ctx)
+        yield (
+            emailmw.Subscription(TOPIC, context=sub_ctx),
+            emailmw.Publisher(TOPIC, context=pub_ctx),
+        )
+
+
+def restart_run(server: MailServer, transport: str, rate: float) -> dict[str, Any]:
+    with pub_sub(server, transport) as (sub, pub, _):
         sent_at: dict[int, float] = {}
         received_at: dict[int, float] = {}
         streaming, listening = threading.Event(), threading.Event()
@@ -319,14 +332,7 @@ def inject(server: MailServer, to: str, raw: bytes) -> None:
 
 
 def latency_run(server: MailServer, transport: str, poison: bool) -> dict[str, Any]:
-    sender, receiver = server.fresh_account(), server.fresh_account()
-    sub_config = server.config(receiver, transport=transport, **transport_extra(transport))
-    with (
-        emailmw.Context({"email": sub_config}) as sub_ctx,
-        emailmw.Context({"email": server.config(sender, to=receiver)}) as pub_ctx,
-    ):
-        sub = emailmw.Subscription(TOPIC, context=sub_ctx)
-        pub = emailmw.Publisher(TOPIC, context=pub_ctx)
+    with pub_sub(server, transport) as (sub, pub, receiver):
         if poison:
             for raw in POISON:
                 inject(server, receiver, raw)

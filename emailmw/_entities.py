@@ -421,8 +421,11 @@ class ServiceClient(_Entity, Waitable):
         later is discarded.
         """
         seq = self.send_request(request)
-        ready = lambda: self.has_response(seq) or seq in self._failed  # noqa: E731
-        if not wait_until(self, ready, -1 if timeout is None else timeout):
+
+        def answered() -> bool:  # a response, or the server refused the request
+            return self.has_response(seq) or seq in self._failed
+
+        if not wait_until(self, answered, -1 if timeout is None else timeout):
             self._abandon(seq)
             raise ServiceTimeoutError(
                 f"no response from service {self._service!r} within {timeout} s (request {seq})"

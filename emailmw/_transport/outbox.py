@@ -37,6 +37,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from email.utils import parseaddr
 from pathlib import Path
 from typing import Final
 
@@ -255,8 +256,6 @@ class Outbox(EmailSender):
         self._enqueue(_Item("memory", envelope, email, on_failure))
 
     def _envelope_sender(self, email: Email) -> str:
-        from email.utils import parseaddr
-
         return parseaddr(email.from_)[1] or self.address
 
     def _enqueue(self, item: _Item) -> None:

@@ -337,13 +337,15 @@ class MailServer:
 
     def stop_dovecot(self) -> None:
         """Stop Dovecot only (every IMAP session ends; Postfix queues what it cannot
-        deliver)."""
+        deliver). Idempotent."""
         pid = _read_pid(self._dc_pid)
         if pid and _alive(pid):
-            self._run("doveadm", "-c", str(self._dc_conf), "stop", check=False)
+            if self._dc_conf.exists():
+                self._run("doveadm", "-c", str(self._dc_conf), "stop", check=False)
             if not self._wait_gone(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
+        # a stale pid file pointing at a zombie makes dovecot refuse to start
         self._dc_pid.unlink(missing_ok=True)
 
     def start_postfix(self) -> None:
@@ -387,20 +389,8 @@ class MailServer:
             and not self._run("postfix", "-c", str(self._pf_conf), "status", check=False).returncode
         )
         if postfix_up:
-            pid = _read_pid(self.state_dir / "postfix/spool/pid/master.pid")
-            self._run("postfix", "-c", str(self._pf_conf), "stop", check=False)
-            if pid and not self._wait_gone(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, 9)
-        pid = _read_pid(self._dc_pid)
-        if pid and _alive(pid):
-            if self._dc_conf.exists():
-                self._run("doveadm", "-c", str(self._dc_conf), "stop", check=False)
-            if not self._wait_gone(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, 9)
-        # a stale pid file pointing at a zombie makes dovecot refuse to start
-        self._dc_pid.unlink(missing_ok=True)
+            self.stop_postfix()
+        self.stop_dovecot()
 
     def __enter__(self) -> Self:
         return self.start()

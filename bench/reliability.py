@@ -268,10 +268,8 @@ def pub_sub(
         emailmw.Context({"email": sub_config}) as sub_ctx,
         emailmw.Context({"email": server.config(sender, to=receiver)}) as pub_ctx,
     ):
-        yield (
-            emailmw.Subscription(TOPIC, context=sub_ctx),
-            emailmw.Publisher(TOPIC, context=pub_ctx),
-        )
+        sub = emailmw.Subscription(TOPIC, context=sub_ctx)
+        yield sub, emailmw.Publisher(TOPIC, context=pub_ctx), receiver
 
 
 def restart_run(server: MailServer, transport: str, rate: float) -> dict[str, Any]:

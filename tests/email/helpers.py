@@ -3,17 +3,49 @@
 from __future__ import annotations
 
 import json
+import smtplib
+import ssl
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+import imapclient
 import yaml
+
+from emailmw.testing.mailserver import MailServer
 
 from ..helpers import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
+TRANSPORTS = ["native", "curl"]
+
+
+def transport_extra(transport: str) -> dict[str, Any]:
+    """What makes a transport quick enough for tests: curl polls every 20 ms."""
+    return {"polling-period": 20_000_000} if transport == "curl" else {}
+
+
+def inject(server: MailServer, to: str, raw: bytes) -> None:
+    """Mail ``raw`` to ``to`` as any account holder could (alice, over SMTPS)."""
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    with smtplib.SMTP_SSL(server.host, server.smtps_port, context=context) as smtp:
+        smtp.login(server.address("alice"), server.password)
+        smtp.sendmail(server.address("alice"), [to], raw)
+
+
+def folder_subjects(server: MailServer, address: str, folder: str = "INBOX") -> list[bytes]:
+    """The Subject header line of every email in ``folder`` ([] when there is no such
+    folder), read without changing anything."""
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    with imapclient.IMAPClient(server.host, port=server.imaps_port, ssl_context=context) as c:
+        c.login(address, server.password)
+        if not c.folder_exists(folder):
+            return []
+        c.select_folder(folder, readonly=True)
+        found = c.fetch(c.search("ALL"), ["BODY.PEEK[HEADER.FIELDS (SUBJECT)]"])
+        return [item[b"BODY[HEADER.FIELDS (SUBJECT)]"].strip() for item in found.values()]
 
 
 def write_config(path: Path, config: dict[str, Any]) -> Path:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import signal
-import smtplib
 import socket
-import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import imapclient
 import pytest
 
 import emailmw
@@ -20,22 +17,7 @@ from emailmw._transport.native import NativeReceiver
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
 
-from .helpers import Peer, write_config
-
-TRANSPORTS = ["native", "curl"]
-CURL_FAST = {"polling-period": 20_000_000}
-
-
-def _extra(transport: str) -> dict[str, object]:
-    return CURL_FAST if transport == "curl" else {}
-
-
-@pytest.fixture
-def peers() -> Iterator[list[Peer]]:
-    started: list[Peer] = []
-    yield started
-    for peer in started:
-        peer.stop()
+from .helpers import TRANSPORTS, Peer, folder_subjects, inject, transport_extra, write_config
 
 
 def test_pub_sub_two_subscriber_processes_with_cc_and_bcc(
@@ -77,13 +59,15 @@ def test_service_call_across_processes(
         "server",
         write_config(
             tmp_path / "server.yml",
-            mailserver.config(server_address, transport=transport, **_extra(transport)),
+            mailserver.config(server_address, transport=transport, **transport_extra(transport)),
         ),
         "/add_two_ints",
     )
     peers.append(server)
     server.wait_ready()
-    ctx = email_context(client_address, to=server_address, transport=transport, **_extra(transport))
+    ctx = email_context(
+        client_address, to=server_address, transport=transport, **transport_extra(transport)
+    )
     client = emailmw.ServiceClient("/add_two_ints", context=ctx)
     assert [client.call(f"{i} {i + 1}", timeout=30) for i in range(3)] == ["1", "3", "5"]
 
@@ -103,7 +87,7 @@ def test_non_ascii_topic_and_one_mib_body(
         "sub",
         write_config(
             tmp_path / "sub.yml",
-            mailserver.config(receiver, transport=transport, **_extra(transport)),
+            mailserver.config(receiver, transport=transport, **transport_extra(transport)),
         ),
         topic,
     )
@@ -160,7 +144,7 @@ def test_killed_subscriber_restarts_from_its_state_file(
             receiver,
             transport=transport,
             **{"state-file": str(tmp_path / "state.json")},
-            **_extra(transport),
+            **transport_extra(transport),
         ),
     )
     first = Peer("sub", config, "/stream")
@@ -216,7 +200,7 @@ def test_untrusted_certificate_is_a_tls_error_unless_the_ca_is_configured(
     with pytest.raises(emailmw.TLSError):
         emailmw.Context({"email": config})
     # the same account with the CA configured works, over the same ports
-    ctx = email_context(address, transport=transport, tls=tls, **_extra(transport))
+    ctx = email_context(address, transport=transport, tls=tls, **transport_extra(transport))
     sub = emailmw.Subscription("t", context=ctx)
     emailmw.Publisher("t", context=ctx).publish("over verified TLS")
     assert emailmw.wait_for_message(sub, 30) == "over verified TLS"
@@ -249,27 +233,6 @@ def test_unreachable_server_is_a_connect_error_within_the_timeout(
         silent.close()
 
 
-def _inject(mailserver: MailServer, to: str, raw: bytes) -> None:
-    context = ssl.create_default_context(cafile=str(mailserver.ca_file))
-    with smtplib.SMTP_SSL(mailserver.host, mailserver.smtps_port, context=context) as smtp:
-        smtp.login("alice@example.test", mailserver.password)
-        smtp.sendmail("alice@example.test", [to], raw)
-
-
-def _inbox(mailserver: MailServer, address: str, folder: str = "INBOX") -> list[bytes]:
-    context = ssl.create_default_context(cafile=str(mailserver.ca_file))
-    with imapclient.IMAPClient(
-        mailserver.host, port=mailserver.imaps_port, ssl_context=context
-    ) as client:
-        client.login(address, mailserver.password)
-        client.select_folder(folder, readonly=True)
-        uids = client.search("ALL")
-        return [
-            d[b"BODY[HEADER.FIELDS (SUBJECT)]"]
-            for d in client.fetch(uids, ["BODY.PEEK[HEADER.FIELDS (SUBJECT)]"]).values()
-        ]
-
-
 FOREIGN = [
     b"From: person@example.test\r\nSubject: Re: your robot\r\nMIME-Version: 1.0\r\n"
     b"Content-Type: multipart/alternative; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n"
@@ -289,17 +252,17 @@ def test_foreign_mail_is_ignored_and_left_in_place(
 ) -> None:
     address = account()
     ctx = email_context(
-        address, transport=transport, **{"on-receive": "delete"}, **_extra(transport)
+        address, transport=transport, **{"on-receive": "delete"}, **transport_extra(transport)
     )
     sub = emailmw.Subscription("ours", context=ctx)
     pub = emailmw.Publisher("ours", context=ctx)
     for raw in FOREIGN:
-        _inject(mailserver, address, raw)
+        inject(mailserver, address, raw)
     pub.publish("first")
     assert emailmw.wait_for_message(sub, 30) == "first"
     pub.publish("second")  # the polling thread survived the foreign mail
     assert emailmw.wait_for_message(sub, 30) == "second"
-    subjects = b"".join(_inbox(mailserver, address))
+    subjects = b"".join(folder_subjects(mailserver, address))
     for raw in FOREIGN:
         assert raw.split(b"Subject: ")[1].split(b"\r\n")[0] in subjects
     assert b"ours" not in subjects  # emailmw's own mail was deleted as configured
@@ -314,14 +277,17 @@ def test_on_receive_move_files_emailmw_mail_away(
 ) -> None:
     address = account()
     ctx = email_context(
-        address, transport=transport, **{"on-receive": "move:Processed"}, **_extra(transport)
+        address,
+        transport=transport,
+        **{"on-receive": "move:Processed"},
+        **transport_extra(transport),
     )
     sub = emailmw.Subscription("filed", context=ctx)
     emailmw.Publisher("filed", context=ctx).publish("x")
     assert emailmw.wait_for_message(sub, 30) == "x"
     ctx.shutdown()
-    assert _inbox(mailserver, address) == []
-    assert len(_inbox(mailserver, address, "Processed")) == 1
+    assert folder_subjects(mailserver, address) == []
+    assert len(folder_subjects(mailserver, address, "Processed")) == 1
 
 
 def test_idle_receiver_wakes_for_new_mail(
@@ -389,7 +355,7 @@ def test_transient_local_late_joiner_reads_the_mailbox(
         threading.Event().wait(0.1)  # delivery through Postfix: a deadline loop on it
     receiver.close()
 
-    ctx = email_context(listener, transport=transport, **_extra(transport))
+    ctx = email_context(listener, transport=transport, **transport_extra(transport))
     node = emailmw.Node("late", context=ctx)
     got: list[int] = []
     node.create_subscription(

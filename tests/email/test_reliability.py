@@ -8,15 +8,12 @@ import base64
 import json
 import logging
 import shutil
-import smtplib
-import ssl
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import imapclient
 import pytest
 
 import emailmw
@@ -25,42 +22,14 @@ from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
 
 from ..helpers import Recorder, deadline_loop
-from .helpers import Peer, write_config
-
-TRANSPORTS = ["native", "curl"]
-CURL_FAST = {"polling-period": 20_000_000}
-
-
-def _extra(transport: str) -> dict[str, object]:
-    return dict(CURL_FAST) if transport == "curl" else {}
-
-
-@pytest.fixture
-def peers() -> Iterator[list[Peer]]:
-    started: list[Peer] = []
-    yield started
-    for peer in started:
-        peer.stop()
-
-
-def inject(server: MailServer, to: str, raw: bytes) -> None:
-    """Mail ``raw`` to ``to`` as any account holder could (alice, over SMTPS)."""
-    context = ssl.create_default_context(cafile=str(server.ca_file))
-    with smtplib.SMTP_SSL(server.host, server.smtps_port, context=context) as smtp:
-        smtp.login(server.address("alice"), server.password)
-        smtp.sendmail(server.address("alice"), [to], raw)
-
-
-def folder_subjects(server: MailServer, address: str, folder: str = "INBOX") -> list[bytes]:
-    context = ssl.create_default_context(cafile=str(server.ca_file))
-    with imapclient.IMAPClient(server.host, port=server.imaps_port, ssl_context=context) as c:
-        c.login(address, server.password)
-        if not c.folder_exists(folder):
-            return []
-        c.select_folder(folder, readonly=True)
-        found = c.fetch(c.search("ALL"), ["BODY.PEEK[HEADER.FIELDS (SUBJECT)]"])
-        return [item[b"BODY[HEADER.FIELDS (SUBJECT)]"].strip() for item in found.values()]
-
+from .helpers import (
+    TRANSPORTS,
+    Peer,
+    folder_subjects,
+    inject,
+    transport_extra,
+    write_config,
+)
 
 # ----------------------------------------------------------------------------- 1. poison
 
@@ -94,7 +63,7 @@ def test_poison_mail_stops_no_receiver_and_is_quarantined_never_deleted(
     address = account()
     state = tmp_path / "state.json"
     config = {"state-file": str(state), "on-receive": "delete", "quarantine": "Quarantine"}
-    sub_ctx = email_context(address, transport=transport, **config, **_extra(transport))
+    sub_ctx = email_context(address, transport=transport, **config, **transport_extra(transport))
     sub = emailmw.Subscription("/stream", context=sub_ctx)
     pub = emailmw.Publisher("/stream", context=email_context(account(), to=address))
     with caplog.at_level(logging.WARNING, logger="emailmw"):
@@ -112,7 +81,7 @@ def test_poison_mail_stops_no_receiver_and_is_quarantined_never_deleted(
 
     # a restart from the state file does not meet the poison again
     caplog.clear()
-    again = email_context(address, transport=transport, **config, **_extra(transport))
+    again = email_context(address, transport=transport, **config, **transport_extra(transport))
     sub = emailmw.Subscription("/stream", context=again)
     pub.publish("after restart")
     assert emailmw.wait_for_message(sub, 30) == "after restart"
@@ -128,7 +97,7 @@ def test_unparseable_mail_without_a_quarantine_stays_where_it_is(
 ) -> None:
     address = account()
     ctx = email_context(
-        address, transport=transport, **{"on-receive": "delete"}, **_extra(transport)
+        address, transport=transport, **{"on-receive": "delete"}, **transport_extra(transport)
     )
     sub = emailmw.Subscription("/stream", context=ctx)
     inject(mailserver, address, POISON["charset=punycode"])
@@ -174,7 +143,7 @@ def test_a_uidvalidity_change_reconnects_and_delivers_each_message_once(
     """Dovecot disconnects a session whose folder changed UIDVALIDITY ("IMAP session state is
     inconsistent"); the native receiver then delivered 0 of 10."""
     address = account()
-    ctx = email_context(address, transport=transport, **_extra(transport))
+    ctx = email_context(address, transport=transport, **transport_extra(transport))
     sub = emailmw.Subscription("/uv", context=ctx)
     pub = emailmw.Publisher("/uv", context=email_context(account(), to=address))
     pub.publish("before")
@@ -215,7 +184,7 @@ def test_no_log_line_holds_the_password_in_any_encoding(
         base64.b64encode(password.encode()).decode(),  # LOGIN's password line
     }
     with caplog.at_level(logging.DEBUG):
-        ctx = email_context(address, transport=transport, **_extra(transport))
+        ctx = email_context(address, transport=transport, **transport_extra(transport))
         sub = emailmw.Subscription("/creds", context=ctx)
         emailmw.Publisher("/creds", context=ctx).publish("x")
         assert emailmw.wait_for_message(sub, 30) == "x"
@@ -263,7 +232,7 @@ def test_a_subscriber_killed_with_messages_handed_out_but_not_taken_loses_none(
         tmp_path / "sub.yml",
         mailserver.config(
             receiver, transport=transport, **{"state-file": str(tmp_path / "s.json")},
-            **_extra(transport),
+            **transport_extra(transport),
         ),
     )  # fmt: skip
     slow = Peer("sub", config, "/stream", "--take-every", "0.1")
@@ -394,7 +363,11 @@ def test_receiving_resumes_after_a_dovecot_restart(
     sender, receiver = private_server.fresh_account(), private_server.fresh_account()
     with (
         emailmw.Context(
-            {"email": private_server.config(receiver, transport=transport, **_extra(transport))}
+            {
+                "email": private_server.config(
+                    receiver, transport=transport, **transport_extra(transport)
+                )
+            }
         ) as sub_ctx,
         emailmw.Context({"email": private_server.config(sender, to=receiver)}) as pub_ctx,
     ):
@@ -496,7 +469,7 @@ def test_an_unanswerable_request_never_reaches_the_server(
     """Such a request was handed to the server; building the reply then failed, after
     send_response had already dropped it."""
     server_address, client_address = account(), account()
-    ctx = email_context(server_address, transport=transport, **_extra(transport))
+    ctx = email_context(server_address, transport=transport, **transport_extra(transport))
     server = emailmw.ServiceServer("/q", context=ctx)
     head = f"Subject: /q\r\nFrom: {client_address}\r\nSource-Timestamp: 1\r\nClient-GID: 9\r\n"
     inject(

@@ -25,7 +25,7 @@ import yaml
 
 from ._exceptions import ConfigError
 from ._log import get_logger, register_secret
-from ._protocol import Recipients
+from ._protocol import Recipients, address_domain
 from ._wire import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
@@ -463,7 +463,7 @@ def _reply_domains(reader: _Reader, recipients: Recipients) -> frozenset[str] | 
     value = reader.data.get("reply-domains")
     if value is None:
         addresses = (recipients.from_, *recipients.to, *recipients.cc, *recipients.bcc)
-        return frozenset(a.rpartition("@")[2].strip(" >").lower() for a in addresses if "@" in a)
+        return frozenset(filter(None, map(address_domain, addresses)))
     if value == "*":
         return None
     items = [value] if isinstance(value, str) else value

@@ -133,8 +133,8 @@ def parse_batch(
     parsed: list[tuple[int, Email]] = []
     for uid in sorted(raw_by_uid):
         raw = raw_by_uid[uid]
-        if raw is None:
-            _log.warning("UID %d in %s: no body in the FETCH response", uid, where)
+        if raw is None:  # expunged since it was listed, or an odd answer
+            _log.info("UID %d in %s: gone before its body was fetched", uid, where)
             continue
         email = parse_fetched(raw, uid=uid, where=where, max_size=max_size)
         if email is not None:
@@ -436,29 +436,21 @@ class MailboxReceiver(EmailReceiver):
             )
         more = any(uid > last for uid in sizes)
         raw_by_uid = self._bodies(batch) if batch else {}
-        handed: list[IncomingEmail] = []
-        handed_uids: list[int] = []
-        unusable = list(oversize)
-        for uid in batch:
-            raw = raw_by_uid.get(uid)
-            if raw is None:  # expunged between the two commands, or an odd answer
-                _log.info("UID %d in %s: gone before its body was fetched", uid, self._where)
-                unusable.append(uid)
-                continue
-            email = parse_fetched(
-                raw, uid=uid, where=self._where, max_size=self._options.max_message_size
+        parsed = parse_batch(
+            {uid: raw_by_uid.get(uid) for uid in batch},
+            where=self._where,
+            max_size=self._options.max_message_size,
+        )
+        handed_uids = [uid for uid, _ in parsed]
+        unusable = oversize + sorted(set(batch) - set(handed_uids))
+        handed = [
+            IncomingEmail(
+                email,
+                redelivered=position.redelivered(uid),
+                settle=functools.partial(self._settle, position.uidvalidity, uid),
             )
-            if email is None:
-                unusable.append(uid)
-                continue
-            handed_uids.append(uid)
-            handed.append(
-                IncomingEmail(
-                    email,
-                    redelivered=position.redelivered(uid),
-                    settle=functools.partial(self._settle, position.uidvalidity, uid),
-                )
-            )
+            for uid, email in parsed
+        ]
         position.handing_out(handed_uids, unusable)
         self._refetch = [uid for uid in self._refetch if uid > last]
         for uid in unusable:

@@ -215,15 +215,6 @@ def _body(item: dict[bytes, Any]) -> bytes | None:
     return raw if isinstance(raw, bytes) else None
 
 
-def _parse_fetch(data: list[Any], client: imapclient.IMAPClient) -> dict[int, dict[bytes, Any]]:
-    if not data or data == [None]:
-        return {}
-    parsed: dict[int, dict[bytes, Any]] = response_parser.parse_fetch_response(
-        data, client.normalise_times, True
-    )
-    return parsed
-
-
 def _uid_fetch(
     client: imapclient.IMAPClient, uid_set: str, items: str
 ) -> dict[int, dict[bytes, Any]]:
@@ -237,7 +228,12 @@ def _uid_fetch(
     typ, data = client._imap.uid("FETCH", uid_set, items)
     if typ != "OK":
         raise imapclient.exceptions.IMAPClientError(f"UID FETCH failed: {data!r}")
-    return _parse_fetch(data, client)
+    if not data or data == [None]:
+        return {}
+    parsed: dict[int, dict[bytes, Any]] = response_parser.parse_fetch_response(
+        data, client.normalise_times, True
+    )
+    return parsed
 
 
 def _readable(sock: socket.socket, timeout: float) -> bool:

@@ -4,13 +4,17 @@ Guarantees (tested with hypothesis in ``tests/test_wire.py``):
 
 * ``parse(build(e)) == e`` for every valid email ``e`` except ``bcc``, which is never written
   into the message (Bcc recipients are only SMTP envelope recipients).
+* Every email built is one the C++ ``rmw_email`` parser accepts (``docs/interop.md``): the
+  ``To``, ``Cc``, ``Bcc``, ``In-Reply-To`` and ``References`` lines are always written, empty
+  when there is nothing to say (``Bcc`` always empty).
 * Subject and custom header values are written raw when that is safe and as RFC 2047 encoded
   words otherwise (non-ASCII, leading/trailing/multiple white space, ``=?``, long values);
   both decode back to the exact string.
-* The body is the message string exactly. A body without CR, NUL or other control characters
-  whose lines fit in 998 bytes goes as plain ``7bit``/``8bit`` text, line breaks as CRLF and
-  one CRLF appended (rmw_email's convention, so its mail parses here and ours there); any other
-  body goes as ``base64``, which keeps CRLF, bare CR, long lines and everything else.
+* The body is the message string exactly. A body without CR or NUL whose lines fit in 998
+  bytes goes as plain ``7bit``/``8bit`` text, line breaks as CRLF and one CRLF appended (what
+  curl's SMTP upload adds to rmw_email's bodies, so its mail parses here and ours there); an
+  empty body is nothing at all. Any other body goes as ``base64``, which keeps CRLF, bare CR,
+  NUL and long lines (a C++ peer receives that base64 text undecoded).
 * Building refuses CR, LF and NUL in any header value (header injection); parsing treats a
   Subject whose encoded words decode to CR or LF as malformed (CVE-2024-6923 class).
 * Parsing accepts what building could have written and nothing else: any bytes either parse
@@ -110,14 +114,13 @@ _MSGID_RE: Final = re.compile(r"<[^<>\s]+>")
 # b"\r" as the byte's value: ``_CR in data`` is one memchr (0.03 us for an email's header
 # block), ``b"\r" in data`` a general search (0.14 us)
 _CR: Final = 0x0D
-# One unfolded header line: the name, then the value without surrounding blanks. A line
-# that ends in a blank does not match (the slower path strips it): the value is the rest of
-# the line, found without backtracking to its last character (3.9 against 4.6 us for
-# emailmw's usual block).
-_HEADER_LINE_RE: Final = re.compile(r"(?m)^([!-9;-~]+):[ \t]*([^\n]*)(?<![ \t])$")
-# Control characters that are not safe in a 7bit/8bit body (everything below 0x20 but TAB
-# and LF, plus DEL). CR is in this set: a CR forces base64 so CRLF vs LF survives.
-_UNSAFE_BODY_CHARS_RE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# One unfolded header line: the name, then the value without surrounding blanks, possibly
+# empty ("Cc: "). A non-empty value that ends in a blank does not match (the slower path
+# strips it), so the value is the rest of the line without backtracking to its last character.
+_HEADER_LINE_RE: Final = re.compile(r"(?m)^([!-9;-~]+):[ \t]*((?:[^\n]*(?<![ \t]))?)$")
+# What a 7bit/8bit body cannot carry (RFC 2045 2.7, 2.8): NUL, and CR other than in CRLF.
+# Every CR is in this set: a body's CRLF and LF must stay apart, so a CR forces base64.
+_UNSAFE_BODY_CHARS_RE: Final = re.compile(r"[\x00\r]")
 _UNSAFE_RAW_VALUE_RE: Final = re.compile(r"[^\x20-\x7e]|=\?|  |^ | $")
 
 
@@ -259,6 +262,8 @@ def _encode_body(body: str, max_size: int) -> tuple[str, bytes]:
         raise MessageTooLargeError(
             f"message body is {len(data)} bytes, larger than max-message-size ({max_size})"
         )
+    if not data:
+        return "7bit", b""  # nothing after the blank line, as rmw_email writes an empty body
     plain = not _UNSAFE_BODY_CHARS_RE.search(body) and (
         len(data) <= _MAX_LINE_BYTES
         or all(len(line) <= _MAX_LINE_BYTES for line in data.split(b"\n"))
@@ -278,21 +283,24 @@ def build(email_: Email, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> bytes:
     lines: list[str] = []
     if email_.from_:
         lines.append(f"From: {_address_list('From', (email_.from_,))}")
-    if email_.to:
-        lines.append(f"To: {_address_list('To', email_.to)}")
-    if email_.cc:
-        lines.append(f"Cc: {_address_list('Cc', email_.cc)}")
+    # To, Cc, Bcc, In-Reply-To and References are written even when empty ("Cc: "): the C++
+    # rmw_email parser accepts an email only when all of them are there (docs/interop.md).
+    # Bcc is never given a value: its recipients are SMTP envelope recipients only.
+    lines.append(f"To: {_address_list('To', email_.to)}")
+    lines.append(f"Cc: {_address_list('Cc', email_.cc)}")
+    lines.append("Bcc: ")
     if email_.reply_to:
         lines.append(f"Reply-To: {_address_list('Reply-To', email_.reply_to)}")
     lines.append(f"Subject: {_header_value(email_.subject)}")
-    for name, msgid in (("Message-ID", email_.message_id), ("In-Reply-To", email_.in_reply_to)):
-        if msgid:
-            _check_msgid(name, msgid)
-            lines.append(f"{name}: {msgid}")
-    if email_.references:
-        for msgid in email_.references:
-            _check_msgid("References", msgid)
-        lines.append("References: " + "\r\n ".join(email_.references))
+    if email_.message_id:
+        _check_msgid("Message-ID", email_.message_id)
+        lines.append(f"Message-ID: {email_.message_id}")
+    if email_.in_reply_to:
+        _check_msgid("In-Reply-To", email_.in_reply_to)
+    lines.append(f"In-Reply-To: {email_.in_reply_to or ''}")
+    for msgid in email_.references:
+        _check_msgid("References", msgid)
+    lines.append("References: " + "\r\n ".join(email_.references))
     for name, value in email_.headers.items():
         validate_header(name, value)
         lines.append(f"{name}: {_header_value(value)}")

@@ -646,10 +646,29 @@ class Executor:
             item()
 
     def spin_once(self, timeout_sec: float | None = None) -> None:
-        """Wait for work (up to ``timeout_sec``; None: no limit) and run what is ready."""
+        """Wait for work, up to ``timeout_sec`` (None: no limit), and run what is ready.
+
+        Returns once it has run something, at the timeout, or after :meth:`shutdown`, as
+        rclpy's does: a :meth:`wake` (a node added or removed, another thread's call) makes
+        it look at its nodes again, not return.
+        """
+        self._spin_once(timeout_sec, lambda: self._shutdown)
+
+    def _spin_once(self, timeout_sec: float | None, stop: Callable[[], bool]) -> None:
+        deadline = None if timeout_sec is None else time.monotonic() + max(0.0, timeout_sec)
+        while True:
+            work = self._wait_for_work(deadline)
+            if work:
+                self._dispatch(work)
+                return
+            if stop() or (deadline is not None and time.monotonic() >= deadline):
+                return
+
+    def _wait_for_work(self, deadline: float | None) -> list[Callable[[], None]]:
+        """Wait until something is ready, the deadline, or a wake; what is ready to run."""
         now = time.monotonic()
         timers = [t for n in self._nodes for t in n.timers if not t.is_canceled()]
-        wait = -1.0 if timeout_sec is None else max(0.0, timeout_sec)
+        wait = -1.0 if deadline is None else max(0.0, deadline - now)
         subs = {s._core: s for n in self._nodes for s in n.subscriptions}
         checks = [t._due_in(now) for t in timers]
         checks += [c for s in subs.values() if (c := s._next_check()) is not None]
@@ -679,14 +698,14 @@ class Executor:
             if not timer.is_canceled() and timer._due_in(now) <= 0:
                 timer._fire(now)
                 work.append(timer.callback)
-        self._dispatch(work)
+        return work
 
     def spin(self) -> None:
         """Spin until :meth:`shutdown` or the nodes' context shuts down."""
         self._shutdown = False
         while not self._shutdown:
             try:
-                self.spin_once(None)
+                self._spin_once(None, lambda: self._shutdown)
             except ClosedError:
                 return
 
@@ -699,7 +718,7 @@ class Executor:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return
-            self.spin_once(remaining)
+            self._spin_once(remaining, future.done)
 
 
 class SingleThreadedExecutor(Executor):

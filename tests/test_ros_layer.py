@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from typing import Any
@@ -258,3 +261,44 @@ def test_node_lifecycle_destroy(ctx: Context) -> None:
     node.create_publisher(std_msgs.msg.Empty, "e")
     node.destroy_node()
     assert node.publishers == []
+
+
+def test_spin_once_waits_up_to_its_timeout_for_work_without_burning_cpu() -> None:
+    """As in rclpy: ``while ok(): spin_once(node, timeout_sec=...)`` with nothing to do
+    sleeps in the wait, it does not return at once (a fresh process: only its CPU counts)."""
+    script = textwrap.dedent(
+        """
+        import time, emailmw
+        emailmw.init({"intraprocess": True})
+        node = emailmw.Node("idle")
+        node.create_subscription(emailmw.std_msgs.msg.String, "chatter", lambda m: None)
+        calls, wall0, cpu0 = 0, time.monotonic(), time.process_time()
+        while time.monotonic() - wall0 < 1.5:
+            emailmw.spin_once(node, timeout_sec=0.5)
+            calls += 1
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        first = time.monotonic()
+        emailmw.spin_once(node, timeout_sec=0.3)
+        print(calls, cpu / wall, time.monotonic() - first)
+        emailmw.shutdown()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    calls, cpu_share, one_call = out.stdout.split()
+    assert int(calls) <= 4, out.stdout
+    assert float(cpu_share) < 0.05, out.stdout
+    assert float(one_call) >= 0.3, out.stdout
+
+
+def test_spin_once_returns_as_soon_as_work_ran(ctx: Context) -> None:
+    node = Node("worker", context=ctx)
+    got = Recorder[str]()
+    node.create_subscription(std_msgs.msg.String, "chatter", lambda msg: got(msg.data))
+    pub = node.create_publisher(std_msgs.msg.String, "chatter")
+    threading.Timer(0.2, lambda: pub.publish(std_msgs.msg.String(data="hi"))).start()
+    start = time.monotonic()
+    emailmw.spin_once(node, timeout_sec=10.0)
+    assert got.items == ["hi"]
+    assert time.monotonic() - start < 5.0

@@ -2,9 +2,9 @@
 
     python bench/email_latency.py [--messages 200] [--rate 5] [--burst 1000] [--json FILE]
 
-Starts its own server (state /tmp/emailmw-benchmail, ports 12025/12465/12143/12993; needs
-root). Everything goes over implicit TLS (smtps/imaps) with the certificate verified, for
-emailmw and floor alike. All in one run:
+Starts its own server (state /tmp/emailmw-benchmail, on ports free at start; needs root).
+Everything goes over implicit TLS (smtps/imaps) with the certificate verified, for emailmw
+and floor alike. All in one run:
 
 * latency publish -> received in the subscriber, ``--messages`` at ``--rate`` msg/s, for the
   native transport and for curl (polling-period 20 ms): p50, p99;
@@ -252,14 +252,7 @@ def main() -> int:
     args = parser.parse_args()
     interval = args.poll_interval or emailmw.Options().poll.interval
 
-    server = MailServer(
-        state_dir=Path("/tmp/emailmw-benchmail"),
-        smtp_port=12025,
-        smtps_port=12465,
-        imap_port=12143,
-        imaps_port=12993,
-        pool_size=20,
-    )
+    server = MailServer(state_dir=Path("/tmp/emailmw-benchmail"), pool_size=20)
     server.start(fresh=True)
     try:
         print(f"paced runs: {args.messages} messages at {args.rate} msg/s ...", flush=True)

@@ -412,7 +412,7 @@ def main() -> int:
     random.seed(args.seed)
     state = Path("/tmp/emailmw-benchrel")
     work = state / "work"
-    server = MailServer.on_free_ports(state)
+    server = MailServer(state_dir=state)
     server.start(fresh=True)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

@@ -45,13 +45,7 @@ def start_local_server() -> tuple[object | None, str]:
         return None, "not running as root, so the local Postfix + Dovecot cannot be started"
     from emailmw.testing.mailserver import MailServer, MailServerError
 
-    server = MailServer(
-        state_dir=Path("/tmp/emailmw-demomail"),
-        smtp_port=11025,
-        smtps_port=11465,
-        imap_port=11143,
-        imaps_port=11993,
-    )
+    server = MailServer(state_dir=Path("/tmp/emailmw-demomail"))  # on ports free at start
     try:
         log("starting the local mail server (Postfix + Dovecot on 127.0.0.1) ...")
         server.start(fresh=True)

@@ -1,8 +1,11 @@
 """A real mail server on loopback for tests, benchmarks and the demo: Postfix + Dovecot.
 
-Debian's Postfix (SMTP 10025 with STARTTLS, SMTPS 10465; AUTH required, SASL through Dovecot,
-LMTP delivery) and Dovecot (IMAP 10143 with STARTTLS, IMAPS 10993), run as private instances
-with their configuration and state under one directory (default ``/tmp/emailmw-testmail``).
+Debian's Postfix (SMTP with STARTTLS, SMTPS; AUTH required, SASL through Dovecot, LMTP
+delivery) and Dovecot (IMAP with STARTTLS, IMAPS), run as private instances with their
+configuration and state under one directory (default ``/tmp/emailmw-testmail``). A port left
+at 0 (the default) is one free when the server starts; the ports in use are recorded in the
+state directory (``ports.json``), so ``MailServer(state_dir=...)`` in another process, and the
+command line's ``config`` and ``status``, find a running instance's ports.
 ``/etc/postfix`` and ``/etc/dovecot`` are never used, and Debian's system services are never
 started. A private CA signs the server certificate (SAN ``localhost``, ``127.0.0.1``, ``::1``);
 clients verify it with :attr:`MailServer.ca_file`.
@@ -13,7 +16,8 @@ Accounts ``alice``, ``bob``, ``robot`` and ``u0001`` ... ``u1000`` at ``example.
 Needs root (the daemons' masters do) and the Debian packages, which :func:`ensure_installed`
 installs. Command line::
 
-    python -m emailmw.testing.mailserver install | start [--fresh] | stop | status
+    python -m emailmw.testing.mailserver install | start [--keep] [--smtp-port N ...] | stop
+    python -m emailmw.testing.mailserver status          # running or not, and the ports
     python -m emailmw.testing.mailserver config USER     # an email.yml for that account
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -44,6 +49,7 @@ __all__ = ["MailServer", "MailServerError", "ensure_installed", "free_ports", "m
 PACKAGES = ("postfix", "dovecot-core", "dovecot-imapd", "dovecot-lmtpd", "openssl")
 _SBIN = "/usr/sbin:/sbin"
 _TEMPLATES = ("dovecot.conf", "main.cf", "master.cf")
+_PORTS = ("smtp_port", "smtps_port", "imap_port", "imaps_port")
 
 
 class MailServerError(EmailMWError):
@@ -144,10 +150,11 @@ class MailServer:
 
     state_dir: Path = field(default_factory=lambda: Path("/tmp/emailmw-testmail"))
     host: str = "127.0.0.1"
-    smtp_port: int = 10025
-    smtps_port: int = 10465
-    imap_port: int = 10143
-    imaps_port: int = 10993
+    # 0: a port free at start (the one in use is recorded, see the module's docstring)
+    smtp_port: int = 0
+    smtps_port: int = 0
+    imap_port: int = 0
+    imaps_port: int = 0
     domain: str = "example.test"
     password: str = field(default="secret", repr=False)
     pool_size: int = 1000
@@ -159,22 +166,18 @@ class MailServer:
         if not self.state_dir.is_absolute() or len(str(self.state_dir)) > 60:
             raise MailServerError("state_dir must be absolute and at most 60 characters")
         self._pool = (f"u{i:04d}" for i in range(1, self.pool_size + 1))
+        self._chosen = tuple(name for name in _PORTS if not getattr(self, name))
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            recorded = json.loads((self.state_dir / "ports.json").read_text())
+            for name in self._chosen:
+                setattr(self, name, int(recorded[name]))
 
     # ------------------------------------------------------------------ accounts
 
-    @classmethod
-    def on_free_ports(cls, state_dir: Path, **kwargs: Any) -> MailServer:
-        """An instance with its own state directory on four ports free right now: a second,
-        independent mail server beside any other."""
-        smtp, smtps, imap, imaps = free_ports(4)
-        return cls(
-            state_dir=state_dir,
-            smtp_port=smtp,
-            smtps_port=smtps,
-            imap_port=imap,
-            imaps_port=imaps,
-            **kwargs,
-        )
+    @property
+    def ports(self) -> dict[str, int]:
+        """The four ports by name (``smtp_port`` ...); 0 for one not chosen yet."""
+        return {name: getattr(self, name) for name in _PORTS}
 
     @property
     def users(self) -> list[str]:
@@ -312,9 +315,21 @@ class MailServer:
         if fresh:
             shutil.rmtree(self.state_dir / "mail", ignore_errors=True)
             shutil.rmtree(self.state_dir / "postfix" / "spool", ignore_errors=True)
-        self._prepare()
-        self.start_dovecot()
-        self.start_postfix()
+        for attempt in range(3):
+            # a chosen port another process took between the choice and the bind: choose again
+            for name, port in zip(self._chosen, free_ports(len(self._chosen)), strict=True):
+                setattr(self, name, port)
+            self._prepare()
+            (self.state_dir / "ports.json").write_text(json.dumps(self.ports))
+            try:
+                self.start_dovecot()
+                self.start_postfix()
+            except MailServerError as exc:
+                self.stop()
+                if not self._chosen or attempt == 2 or "in use" not in str(exc):
+                    raise
+            else:
+                break
         return self
 
     def start_dovecot(self) -> None:
@@ -602,8 +617,13 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(os.environ.get("EMAILMW_TEST_MAIL_STATE", "/tmp/emailmw-testmail")),
     )
     parser.add_argument("--keep", action="store_true", help="for 'start': keep existing mail")
+    for name in _PORTS:
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(
+            flag, type=int, default=0, metavar="N", help="for 'start' (default: a free port)"
+        )
     args = parser.parse_args(argv)
-    server = MailServer(state_dir=args.state)
+    server = MailServer(state_dir=args.state, **{name: getattr(args, name) for name in _PORTS})
     try:
         if args.command == "install":
             ensure_installed()
@@ -618,9 +638,17 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         elif args.command == "status":
             running = server.running()
-            print("running" if running else "stopped")
+            ports = " ".join(
+                f"{name.removesuffix('_port')}={port}" for name, port in server.ports.items()
+            )
+            print(f"running {ports}" if running else "stopped")
             return 0 if running else 3
         else:
+            if not server.running():
+                raise MailServerError(
+                    f"no server of state dir {args.state} is running: start it first "
+                    "(python -m emailmw.testing.mailserver start)"
+                )
             account = args.user if "@" in args.user else server.address(args.user)
             print(yaml.safe_dump({"email": server.config(account)}, sort_keys=False), end="")
     except MailServerError as exc:

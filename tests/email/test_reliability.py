@@ -311,7 +311,7 @@ def test_a_publisher_killed_mid_burst_with_the_spool_loses_nothing(
 def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MailServer]:
     """A mail server of these tests' own, to stop and start without disturbing others."""
     state = Path(f"/tmp/emailmw-rel-{uuid.uuid4().hex[:8]}")
-    server = MailServer.on_free_ports(state)
+    server = MailServer(state_dir=state)
     server.start(fresh=True)
     yield server
     server.stop()

@@ -1,0 +1,73 @@
+"""The project's mail server helper: it runs beside any other server on the machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from emailmw.testing.mailserver import MailServer, free_ports
+
+pytestmark = pytest.mark.mailserver
+
+
+@pytest.fixture
+def state_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="emailmw-ms-", dir="/tmp") as path:
+        yield Path(path)
+
+
+def cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "emailmw.testing.mailserver", "--state", str(state), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_second_server_takes_free_ports_and_the_command_line_says_which(
+    mailserver: MailServer, state_dir: Path
+) -> None:
+    """The test run's server is up; another one with no ports given starts beside it on
+    ports of its own, and ``status``/``config`` in another process print those ports."""
+    second = MailServer(state_dir=state_dir, pool_size=2)
+    with second:
+        assert second.running()
+        assert all(second.ports.values())
+        assert not set(second.ports.values()) & set(mailserver.ports.values())
+        status = cli(state_dir, "status")
+        assert status.returncode == 0, status.stderr
+        for name, port in second.ports.items():
+            assert f"{name.removesuffix('_port')}={port}" in status.stdout
+        config = yaml.safe_load(cli(state_dir, "config", "alice").stdout)["email"]
+        assert config["user"]["url-smtp"] == f"smtps://127.0.0.1:{second.smtps_port}"
+        assert config["user"]["url-imap"] == f"imaps://127.0.0.1:{second.imaps_port}"
+    assert cli(state_dir, "status").returncode == 3
+
+
+def test_config_of_a_server_not_running_is_a_one_line_error(state_dir: Path) -> None:
+    result = cli(state_dir, "config", "alice")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert "start it first" in result.stderr
+
+
+def test_ports_given_on_the_command_line_are_used(mailserver: MailServer, state_dir: Path) -> None:
+    wanted = free_ports(4)
+    names = ("smtp", "smtps", "imap", "imaps")
+    flags = [f"--{name}-port={port}" for name, port in zip(names, wanted, strict=True)]
+    started = cli(state_dir, "start", *flags)
+    try:
+        assert started.returncode == 0, started.stderr
+        for port in wanted:
+            assert f":{port}" in started.stdout
+    finally:
+        cli(state_dir, "stop")

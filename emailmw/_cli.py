@@ -4,6 +4,7 @@ status (2 for usage errors), never a traceback unless ``--debug``."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,14 +22,25 @@ def _conf(text: str) -> tuple[str, str]:
     return key, value
 
 
+_CONFIG_HELP = "email.yml (default: EMAILMW_CONFIG_FILE, EMAIL_CONFIG_FILE, ./email.yml, ~/...)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="emailmw", description="emailmw command line")
+    parser.add_argument("--version", action="version", version=f"emailmw {_version()}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument("--config", help="email.yml (default: EMAILMW_CONFIG_FILE, ...)")
+    parser.add_argument("--config", help=_CONFIG_HELP)
+    # the same options after a command's verb (SUPPRESS: absent there, the one before stands)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     analyze = commands.add_parser(
         "analyze",
+        parents=[common],
         help="traffic analytics of mail archives (Spark)",
         description="Read mail archives (Maildir, mbox, imap[s]:// folder, or an earlier "
         "output directory) and write Parquet tables and report.html to --out.",
@@ -49,8 +61,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     analyze.add_argument("--workers", type=int, help="processes reading the archives")
     analyze.add_argument("--no-report", action="store_true", help="tables only")
-    add_ros_commands(commands)
+    add_ros_commands(commands, [common])
     return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -98,6 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("emailmw: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader left (``emailmw topic echo ... | head``): end quietly, as cat does;
+        # stdout goes to /dev/null so the interpreter's final flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (EmailMWError, OSError, ImportError, KeyError) as exc:
         if args.debug:
             raise

@@ -20,6 +20,7 @@ __all__ = [
     "ContextNotInitializedError",
     "EmailMWError",
     "GuardConditionAlreadyInUseError",
+    "InvalidCallbackError",
     "InvalidHeaderError",
     "InvalidNameError",
     "MalformedEmailError",
@@ -52,6 +53,10 @@ class ConfigError(EmailMWError, ValueError):
 
 class InvalidNameError(EmailMWError, ValueError):
     """A topic or service name is empty or contains CR, LF or NUL."""
+
+
+class InvalidCallbackError(EmailMWError, TypeError):
+    """A callback emailmw cannot run: a coroutine function (``async def``)."""
 
 
 class InvalidHeaderError(EmailMWError, ValueError):

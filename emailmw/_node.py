@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from ._context import Context, resolve
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
-from ._exceptions import ClosedError, SendError, ServiceTimeoutError
+from ._exceptions import ClosedError, InvalidCallbackError, SendError, ServiceTimeoutError
 from ._graph import Announcer
 from ._interfaces import (
     HEADER_MESSAGE_TYPE,
@@ -58,6 +58,19 @@ __all__ = [
 
 _log = get_logger("node")
 T = TypeVar("T")
+
+
+def _runnable(callback: Callable[..., Any], what: str) -> None:
+    """Refuse a callback the executors would call without ever running its body."""
+    if inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
+        getattr(callback, "__call__", None)  # noqa: B004 - an object with an async __call__
+    ):
+        name = getattr(callback, "__qualname__", type(callback).__qualname__)
+        raise InvalidCallbackError(
+            f"{what} callback {name} is a coroutine function (async def); emailmw's "
+            "executors call plain functions: make it a def (run a coroutine from it with "
+            "asyncio.run_coroutine_threadsafe if you need one)"
+        )
 
 
 class Future(Generic[T]):
@@ -114,6 +127,7 @@ class Future(Generic[T]):
         self._finish(None, None, cancelled=True)
 
     def add_done_callback(self, callback: Callable[[Future[T]], None]) -> None:
+        _runnable(callback, "done")
         with self._lock:
             if not self._done.is_set():
                 self._callbacks.append(callback)
@@ -520,6 +534,7 @@ class Node:
         event_callbacks: SubscriptionEventCallbacks | None = None,
     ) -> NodeSubscription[T]:
         """``qos`` is a :class:`QoSProfile`, or an int: keep-last with that depth."""
+        _runnable(callback, "subscription")
         profile = qos if isinstance(qos, QoSProfile) else QoSProfile(depth=qos)
         subscription = NodeSubscription(
             self,
@@ -542,18 +557,21 @@ class Node:
     def create_service(
         self, srv_type: ServiceType, srv_name: str, callback: Callable[[Any, Any], Any]
     ) -> Service:
+        _runnable(callback, "service")
         service = Service(self, srv_type, self.resolve(srv_name, "service name"), callback)
         self.services.append(service)
         self._changed()
         return service
 
     def create_timer(self, timer_period_sec: float, callback: Callable[[], Any]) -> Timer:
+        _runnable(callback, "timer")
         timer = Timer(timer_period_sec, callback)
         self.timers.append(timer)
         self._changed()
         return timer
 
     def create_guard_condition(self, callback: Callable[[], Any]) -> NodeGuardCondition:
+        _runnable(callback, "guard condition")
         guard = NodeGuardCondition(callback)
         self.guards.append(guard)
         self._changed()
@@ -562,6 +580,7 @@ class Node:
     def destroy_publisher(self, publisher: NodePublisher[Any]) -> None:
         self.publishers.remove(publisher)
         publisher.destroy()
+        self._changed()
 
     def destroy_subscription(self, subscription: NodeSubscription[Any]) -> None:
         self.subscriptions.remove(subscription)
@@ -571,6 +590,7 @@ class Node:
     def destroy_client(self, client: Client[Any]) -> None:
         self.clients.remove(client)
         client.destroy()
+        self._changed()
 
     def destroy_service(self, service: Service) -> None:
         self.services.remove(service)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ import emailmw
 from emailmw import example_interfaces, std_msgs
 from emailmw.testing.mailserver import MailServer
 
-from ..helpers import round_trip
+from ..helpers import Recorder, round_trip
 from .helpers import write_config
 
 
@@ -114,6 +115,15 @@ def test_topic_pub(system: dict[str, Any]) -> None:
 
 
 def _while_running(process: subprocess.Popen[str], action: Callable[[], None]) -> str:
+    out, err = _communicate_while(process, action)
+    assert process.returncode == 0, err
+    return out
+
+
+def _communicate_while(
+    process: subprocess.Popen[str], action: Callable[[], None]
+) -> tuple[str, str]:
+    """``process``' output, doing ``action`` every 0.2 s until it exits."""
     stop = threading.Event()
 
     def keep_publishing() -> None:
@@ -123,12 +133,10 @@ def _while_running(process: subprocess.Popen[str], action: Callable[[], None]) -
     thread = threading.Thread(target=keep_publishing, daemon=True)
     thread.start()
     try:
-        out, err = process.communicate(timeout=120)
+        return process.communicate(timeout=120)
     finally:
         stop.set()
         thread.join()
-    assert process.returncode == 0, err
-    return out
 
 
 @pytest.mark.parametrize(
@@ -173,3 +181,112 @@ def test_interface_show_and_list_and_errors(tmp_path: Path) -> None:
     assert "Traceback" not in bad.stderr
     usage = cli(tmp_path / "unused.yml", "topic", "frobnicate")
     assert usage.returncode == 2
+
+
+def test_relative_names_resolve_as_a_node_in_the_root_namespace(system: dict[str, Any]) -> None:
+    """``chatter`` is ``/chatter`` for every verb, as for ``topic pub`` (and ros2)."""
+    info = cli(system["config"], "topic", "info", "chatter")
+    assert info.returncode == 0, info.stderr
+    assert "std_msgs/msg/String" in info.stdout
+    call = cli(system["config"], "service", "call", "add_two_ints", _ADD, "{a: 2, b: 3}")
+    assert call.returncode == 0, call.stderr
+    assert "sum: 5" in call.stdout
+    echo = _popen(system["config"], "topic", "echo", "chatter", "--once")
+    out = _while_running(echo, lambda: system["pub"].publish(std_msgs.msg.String("rel")))
+    assert "data: rel" in out
+
+
+_ADD = "example_interfaces/srv/AddTwoInts"
+
+
+def _popen(config: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "emailmw", *args, "--config", str(config)],  # after the verb
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_echo_of_a_topic_nobody_publishes_warns_and_waits(system: dict[str, Any]) -> None:
+    process = _popen(system["config"], "topic", "echo", "/nobody/here")
+    lines = Recorder[str]()
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines(line.strip())
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        got = lines.wait_count(1, timeout=60)
+        assert got[0] == "WARNING: topic [/nobody/here] does not appear to be published yet"
+        assert process.poll() is None  # still waiting for messages, as ros2 topic echo does
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("emailmw: error: ") or "error: argument" in lines[-1], lines
+    for fragment in fragments:
+        assert fragment in lines[-1], lines
+
+
+def test_user_mistakes_are_one_line_errors(system: dict[str, Any]) -> None:
+    config = system["config"]
+    _one_line_error(
+        cli(config, "topic", "pub", "/x", _ADD, "{a: 1}", "--once"), "is a service type"
+    )
+    _one_line_error(cli(config, "topic", "pub", "/x", "std_msgs/msg/String", "-r", "0"), "positive")
+    echo = _popen(config, "topic", "echo", "/chatter", "--once", "--field", "nosuch")
+    _, stderr = _communicate_while(echo, lambda: system["pub"].publish(std_msgs.msg.String("x")))
+    assert echo.returncode == 1
+    assert stderr.strip().splitlines() == [
+        "emailmw: error: --field: the message has no field 'nosuch' (its fields: data)"
+    ]
+
+
+def test_echo_into_a_pipe_that_closes_ends_quietly(system: dict[str, Any]) -> None:
+    command = (
+        f"set -o pipefail; {sys.executable} -m emailmw --config {system['config']} "
+        "topic echo /chatter | head -2"
+    )
+    process = subprocess.Popen(
+        ["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out = _while_running(process, lambda: system["pub"].publish(std_msgs.msg.String("p")))
+    assert out.splitlines() == ["data: p", "---"]
+
+
+def test_a_verb_without_a_mail_account_says_how_to_configure_one(tmp_path: Path) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("EMAILMW_CONFIG_FILE", "EMAIL_CONFIG_FILE")
+    }
+    env["HOME"] = str(tmp_path)
+    for args in (
+        ["topic", "pub", "/chatter", "std_msgs/msg/String", "data: lost", "--once"],
+        ["service", "call", "/add_two_ints", _ADD, "{a: 1, b: 2}"],
+        ["topic", "echo", "/chatter"],
+        ["node", "list"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "emailmw", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=tmp_path,
+            env=env,
+        )
+        _one_line_error(result, "no mail account configured", "--config")
+
+
+def test_version() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "emailmw", "--version"], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == f"emailmw {emailmw.__version__}"

@@ -4,12 +4,13 @@ status (2 for usage errors), never a traceback unless ``--debug``."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._exceptions import EmailMWError
+from ._exceptions import ConfigError, EmailMWError
 from ._ros_cli import add_ros_commands, run_ros_command
 
 __all__ = ["main"]
@@ -52,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--until", metavar="T", help="ISO 8601 or epoch seconds")
     analyze.add_argument("--topic", metavar="GLOB", help="only topics matching GLOB")
     analyze.add_argument(
+        "--include-internal",
+        action="store_true",
+        help="keep emailmw's own topics (/_emailmw/..., the graph) in the tables",
+    )
+    analyze.add_argument(
         "--conf",
         type=_conf,
         action="append",
@@ -72,7 +78,18 @@ def _version() -> str:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from ._pipeline.analyze import AnalyzeRequest, analyze, parse_time
+    try:
+        from ._pipeline.analyze import AnalyzeRequest, analyze, parse_time
+
+        missing = None if importlib.util.find_spec("pyspark") else "pyspark"
+    except ImportError as exc:
+        missing = exc.name or str(exc)
+    if missing:
+        raise ConfigError(
+            f"analyze needs the spark extra, which is not installed (no module {missing!r}): "
+            "pip install 'emailmw[spark]'",
+            source="analyze",
+        )
 
     request = AnalyzeRequest(
         sources=args.sources,
@@ -81,6 +98,7 @@ def _analyze(args: argparse.Namespace) -> int:
         since_ns=parse_time(args.since) if args.since else None,
         until_ns=parse_time(args.until) if args.until else None,
         topic_glob=args.topic,
+        include_internal=args.include_internal,
         conf=dict(args.conf),
         config=args.config,
         workers=args.workers,
@@ -99,6 +117,10 @@ def _analyze(args: argparse.Namespace) -> int:
         f"{summary['malformed']} malformed emails left out\n"
         f"service calls: {summary['calls']} ({summary['answered']} answered, "
         f"{summary['duplicate_responses']} duplicate responses)\n"
+        f"latency measurable for {summary['latency_measured']} of {summary['publish']} "
+        f"messages, round trip for {summary['round_trips_measured']} of "
+        f"{summary['answered']} answered calls (the rest have delivery times known only to "
+        "the second: the report gives bounds)\n"
         f"publishers: {summary['publishers']} streams, {summary['lost']} lost, "
         f"{summary['duplicated']} duplicated, {summary['out_of_order']} out of order\n"
         f"tables and report in {args.out} ({summary['seconds']} s)"

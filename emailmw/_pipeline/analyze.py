@@ -11,7 +11,9 @@ import contextlib
 import datetime as dt
 import importlib
 import os
+import re
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -51,6 +53,8 @@ class AnalyzeRequest:
     since_ns: int | None = None
     until_ns: int | None = None
     topic_glob: str | None = None
+    # emailmw's own topics (the graph's announcements) in the tables too
+    include_internal: bool = False
     conf: dict[str, str] = field(default_factory=dict)
     config: str | None = None
     workers: int | None = None
@@ -108,8 +112,75 @@ def _classify(request: AnalyzeRequest) -> tuple[list[Source], list[Path]]:
                 )
             archives.append(Source("maildir", path.resolve(), str(path)))
         else:
+            _check_mbox(path, text)
             archives.append(Source("mbox", path.resolve(), str(path)))
     return archives, earlier
+
+
+def _check_mbox(path: Path, text: str) -> None:
+    """An mbox file starts with a ``From `` line (an empty one is an empty archive)."""
+    try:
+        with path.open("rb") as file:
+            start = file.read(5)
+    except OSError as exc:
+        raise ConfigError(f"cannot read it: {exc.strerror}", source=text) from exc
+    if start and start != b"From ":
+        raise ConfigError(
+            "not an mbox file (its first line is not a 'From ' line); give a Maildir as its "
+            "directory, an IMAP folder as imaps://user@host/FOLDER",
+            source=text,
+        )
+
+
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\])?|local-cluster\[[0-9]+,[0-9]+,[0-9]+\]"
+    r"|spark://[^\s/]+(/)?|yarn|k8s://\S+"
+)
+
+
+def _preflight(master: str) -> None:
+    """What would otherwise cost a minute of Java retries and tracebacks: no Java, a
+    malformed master URL, a standalone master nobody answers at."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
+    if java is None or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={java_home}" if java_home else "PATH"
+        raise ConfigError(
+            f"no Java runtime found on {where}: Spark needs Java 17 or later "
+            "(apt-get install openjdk-17-jre-headless, or set JAVA_HOME)",
+            source="analyze",
+        )
+    if not _MASTER.fullmatch(master):
+        raise ConfigError(
+            f"not a Spark master URL: {master!r} (local, local[N], local[*], "
+            "spark://HOST:PORT, yarn, k8s://...)",
+            source="--master",
+        )
+    if master.startswith("spark://"):
+        for address in master.removeprefix("spark://").rstrip("/").split(","):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"expected spark://HOST:PORT, got {master!r}", source="--master")
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+            except OSError as exc:
+                raise ConfigError(
+                    f"no Spark master answers at {host}:{port} ({exc.strerror or exc}): is it "
+                    "running, and is this its URL?",
+                    source="--master",
+                ) from exc
+
+
+def _kept(tally: Any) -> int:
+    return sum(n for key, n in tally.items() if key[0] == "kind")
+
+
+def _no_topic(request: AnalyzeRequest) -> None:
+    raise ConfigError(
+        f"no message's topic matches {request.topic_glob!r} (a glob matches the whole topic, "
+        "as in '/sensors/*'; see the topics of a run without --topic)",
+        source="--topic",
+    )
 
 
 def _link_tree(source: Path, target: Path) -> None:
@@ -213,6 +284,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:  # a file on the way, or at the end
         raise ConfigError("not a directory", source=f"--out {request.out}") from exc
+    _preflight(request.master)
     archives, earlier = _classify(request)
     if archives:
         start_workers()  # their imports overlap the count and the JVM's start
@@ -240,7 +312,11 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     # a plain run's landing writes the messages and rejects tables itself; a merge leaves
     # them to Spark, which drops the emails landed twice
     sink = (
-        None if earlier else TableSink(out, request.since_ns, request.until_ns, request.topic_glob)
+        None
+        if earlier
+        else TableSink(
+            out, request.since_ns, request.until_ns, request.topic_glob, request.include_internal
+        )
     )
     landed = (
         land(
@@ -268,6 +344,9 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             shutil.rmtree(stale, ignore_errors=True)
     if not dirs:
         raise ConfigError("nothing to analyze", source=" ".join(request.sources))
+    if sink is not None and request.topic_glob and not _kept(sink.tally):
+        spark_thread.join()  # the JVM's start-up lines before the error, not after it
+        _no_topic(request)
     phases = {"landing": time.monotonic() - started}
 
     mark = time.monotonic()
@@ -288,7 +367,9 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     streams = None if sink is None else sink.streams()
     if early is not None and per_minute is not None:  # drawn while Spark analyses and plans
         early.rates(series_rows(per_minute))
-    options = JobOptions(request.since_ns, request.until_ns, request.topic_glob)
+    options = JobOptions(
+        request.since_ns, request.until_ns, request.topic_glob, request.include_internal
+    )
     if sink is None:  # a merge: Spark writes the tables, dropping emails landed twice
         write_landed(session["spark"], dirs, out, options, deduplicate=True)
     _, overview = run_job(
@@ -300,9 +381,12 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         messages=None if sink is None else landed_messages(session["spark"], dirs, options),
         per_minute=per_minute,
         streams=streams,
+        windowed=options.windowed,
     )
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()
+    if request.topic_glob and not any(summary[k] for k in ("publish", "request", "response")):
+        _no_topic(request)  # a merge: only Spark's tables could tell
     stopper = None
     if request.release_spark:
         from .jvm import stop_session

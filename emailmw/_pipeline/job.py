@@ -27,7 +27,14 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from .jvm import driver_java_options
-from .landing import LANDING_SCHEMA, MESSAGES_SCHEMA, REJECTS_COLUMNS, Tally
+from .landing import (
+    INTERNAL_TOPIC_PREFIX,
+    LANDING_SCHEMA,
+    LATENCY_RESOLUTION_NS,
+    MESSAGES_SCHEMA,
+    REJECTS_COLUMNS,
+    Tally,
+)
 
 __all__ = [
     "CDF_POINTS",
@@ -76,6 +83,12 @@ class JobOptions:
     since_ns: int | None = None
     until_ns: int | None = None
     topic_glob: str | None = None
+    include_internal: bool = False
+
+    @property
+    def windowed(self) -> bool:
+        """The run reads a time window (``--since``/``--until``), not all the mail."""
+        return self.since_ns is not None or self.until_ns is not None
 
 
 @dataclass
@@ -142,7 +155,9 @@ _MESSAGE_COLUMNS: Final = (
     "request_seq",
     "source_ns",
     "delivered_ns",
-    "CAST(delivered_ns - source_ns AS DOUBLE) / 1.0E6D AS latency_ms",
+    "delivered_res_ns",
+    f"IF(delivered_res_ns <= {LATENCY_RESOLUTION_NS}, "
+    "CAST(delivered_ns - source_ns AS DOUBLE) / 1.0E6D, NULL) AS latency_ms",
     "size",
     "from_addr",
     "to_addr",
@@ -159,7 +174,7 @@ def compute(
     """Every table from landed parts, as DataFrames (nothing runs until they are used)."""
     landed = _landed(spark, landing_dirs, options, deduplicate=deduplicate)
     messages = _messages(landed, options)
-    return Tables(messages, *aggregate(messages), _rejects(landed))
+    return Tables(messages, *aggregate(messages, windowed=options.windowed), _rejects(landed))
 
 
 def _landed(
@@ -182,6 +197,8 @@ def _messages(landed: DataFrame, options: JobOptions, *, offsets: bool = False) 
     ok = landed.filter("status = 'ok'")
     if options.topic_glob:  # anchored: a glob matches the whole topic
         ok = ok.filter(F.col("topic").rlike("^" + fnmatch.translate(options.topic_glob)))
+    if not options.include_internal:  # landing.wanted_topic's rule
+        ok = ok.filter(f"topic IS NULL OR NOT startswith(topic, '{INTERNAL_TOPIC_PREFIX}')")
     return ok.selectExpr(*_MESSAGE_COLUMNS, *(["offset"] if offsets else []))
 
 
@@ -216,20 +233,29 @@ def landed_messages(
 _TOPIC_STATS_SQL = """
 WITH publishes AS (SELECT * FROM {messages} WHERE kind = 'publish'),
 SERIES_CTES
+bounded AS (
+  SELECT *, CAST(delivered_ns - source_ns AS DOUBLE) / 1.0E6D AS latency_low_ms,
+    CAST(delivered_ns + delivered_res_ns - source_ns AS DOUBLE) / 1.0E6D AS latency_high_ms
+  FROM publishes),
 stats AS (
   SELECT topic, count(1) AS messages, sum(size) AS bytes, min(delivered_ns) AS first_ns,
     max(delivered_ns) AS last_ns,
-    -- exact, and as cheap for 100 points as for 3: the report's CDF comes from here
+    -- exact, and as cheap for 100 points as for 3: the report's CDF comes from here; only
+    -- rows whose delivery time is fine enough have a latency_ms (the others are null)
     percentile(latency_ms, CDF_ARRAY) AS cdf,
-    max(latency_ms) AS latency_max_ms
-  FROM publishes GROUP BY topic)
+    max(latency_ms) AS latency_max_ms, count(latency_ms) AS latency_measured,
+    -- every row's latency lies in [low, high): so does the median of them all
+    percentile(latency_low_ms, 0.5D) AS latency_p50_low_ms,
+    percentile(latency_high_ms, 0.5D) AS latency_p50_high_ms
+  FROM bounded GROUP BY topic)
 SELECT topic, messages, bytes,
   timestamp_micros(CAST(first_ns / 1000 AS BIGINT)) AS first,
   timestamp_micros(CAST(last_ns / 1000 AS BIGINT)) AS last,
   CASE WHEN CAST(last_ns - first_ns AS DOUBLE) / 1.0E9D > 0
     THEN messages / (CAST(last_ns - first_ns AS DOUBLE) / 1.0E9D) END AS mean_rate_per_s,
   cdf[49] AS latency_p50_ms, cdf[89] AS latency_p90_ms, cdf[98] AS latency_p99_ms,
-  latency_max_ms, PER_MINUTE_COLUMN cdf AS latency_cdf_ms
+  latency_max_ms, latency_measured, latency_p50_low_ms, latency_p50_high_ms,
+  PER_MINUTE_COLUMN cdf AS latency_cdf_ms
 FROM stats SERIES_JOIN
 """
 # The per-minute rate series, filled in for SERIES_CTES, PER_MINUTE_COLUMN and SERIES_JOIN.
@@ -263,16 +289,19 @@ WITH requests AS (
     min(delivered_ns) AS request_delivered_ns
   FROM {messages} WHERE kind = 'request' GROUP BY message_id),
 responses AS (
-  SELECT in_reply_to, count(1) AS responses, min(delivered_ns) AS response_delivered_ns
+  SELECT in_reply_to, count(1) AS responses,
+    min_by(struct(delivered_ns, delivered_res_ns), delivered_ns) AS first_response
   FROM {messages} WHERE kind = 'response' GROUP BY in_reply_to)
 SELECT service, message_id, client_gid, request_seq, sent_ns, request_delivered_ns,
-  response_delivered_ns,
+  first_response.delivered_ns AS response_delivered_ns,
+  first_response.delivered_res_ns AS response_delivered_res_ns,
   coalesce(responses, 0) AS responses,
   responses IS NOT NULL AS answered,
   greatest(coalesce(responses, 0) - 1, 0) AS duplicates,
-  CAST(response_delivered_ns - sent_ns AS DOUBLE) / 1.0E6D AS round_trip_ms
+  IF(first_response.delivered_res_ns <= RESOLUTION,
+    CAST(first_response.delivered_ns - sent_ns AS DOUBLE) / 1.0E6D, NULL) AS round_trip_ms
 FROM requests LEFT JOIN responses ON requests.message_id = responses.in_reply_to
-"""
+""".replace("RESOLUTION", str(LATENCY_RESOLUTION_NS))
 
 # Arrival order within a stream: delivery time, then the message's place in its archive. An
 # mbox key is the message's offset written as 16 digits: compared as a number, which orders
@@ -312,7 +341,8 @@ per_seq AS (
   SELECT publisher_gid, topic, mailbox, publisher_seq, count(1) AS copies, sum(late) AS late
   FROM sequenced GROUP BY publisher_gid, topic, mailbox, publisher_seq),
 streams AS (
-  SELECT publisher_gid, topic, mailbox, max(publisher_seq) + 1 AS sent, count(1) AS received,
+  SELECT publisher_gid, topic, mailbox, max(publisher_seq) + 1 - FIRST_SEQ AS sent,
+    count(1) AS received,
     sum(copies) AS copies, coalesce(sum(late), 0) AS out_of_order
   FROM per_seq GROUP BY publisher_gid, topic, mailbox)
 SELECT publisher_gid, topic, mailbox, sent, received, sent - received AS lost,
@@ -343,7 +373,7 @@ per_seq AS (
   SELECT stream, publisher_seq, count(1) AS copies, sum(late) AS late
   FROM sequenced GROUP BY stream, publisher_seq),
 streams AS (
-  SELECT stream, max(publisher_seq) + 1 AS sent, count(1) AS received,
+  SELECT stream, max(publisher_seq) + 1 - FIRST_SEQ AS sent, count(1) AS received,
     sum(copies) AS copies, coalesce(sum(late), 0) AS out_of_order
   FROM per_seq GROUP BY stream)NAMES_CTE
 SELECT NAME_COLUMNS sent, received, sent - received AS lost,
@@ -408,6 +438,7 @@ _SERVICE_CALLS_SCHEMA: Final = pa.schema(
         ("sent_ns", pa.int64()),
         ("request_delivered_ns", pa.int64()),
         ("response_delivered_ns", pa.int64()),
+        ("response_delivered_res_ns", pa.int64()),
         pa.field("responses", pa.int64(), nullable=False),
         pa.field("answered", pa.bool_(), nullable=False),
         pa.field("duplicates", pa.int64(), nullable=False),
@@ -453,7 +484,7 @@ def _with_series(stats: pa.Table, minutes: pa.Table) -> pa.Table:
     the query's join does not match)."""
     topics, series = _series(minutes)
     per_minute = series.take(pc.index_in(stats["topic"], value_set=topics, skip_nulls=True))
-    at = stats.schema.get_field_index("latency_max_ms") + 1
+    at = stats.schema.get_field_index("latency_p50_high_ms") + 1
     return stats.add_column(at, pa.field("per_minute", PER_MINUTE_TYPE), per_minute)
 
 
@@ -474,37 +505,52 @@ def _service_calls(messages: DataFrame) -> DataFrame:
     return messages.sparkSession.sql(_SERVICE_CALLS_SQL, messages=messages)
 
 
-def aggregate(messages: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """``topic_stats``, ``service_calls`` and ``publisher_health`` of a ``messages`` table."""
+def aggregate(
+    messages: DataFrame, *, windowed: bool = False
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """``topic_stats``, ``service_calls`` and ``publisher_health`` of a ``messages`` table
+    (``windowed``: see :func:`_publisher_health`)."""
     return (
         _topic_stats(messages),
         _service_calls(messages),
-        _exact_publisher_health(messages),
+        _exact_publisher_health(messages, windowed=windowed),
     )
 
 
-def _publisher_health(template: str, messages: DataFrame, *, names: bool = True) -> DataFrame:
+def _publisher_health(
+    template: str, messages: DataFrame, *, names: bool = True, windowed: bool = False
+) -> DataFrame:
     """One of the ``publisher_health`` queries on ``messages``, its placeholders filled in
     (ARRIVAL_ORDER before ARRIVAL, which is a prefix of it); the stream-key form without
-    the streams' names unless ``names``."""
+    the streams' names unless ``names``.
+
+    A stream ``sent`` every sequence number from 0 to the highest received; in a
+    ``windowed`` run (``--since``/``--until``), from the lowest received in the window to
+    the highest: what was sent before the window is not lost, so only gaps inside the
+    window's sequence range count."""
     query = (
         template.replace("STREAM_KEY", _STREAM_KEY)
         .replace("ARRIVAL_ORDER", _ARRIVAL_ORDER)
         .replace("ARRIVAL", _arrival(messages))
+        .replace("FIRST_SEQ", "min(publisher_seq)" if windowed else "0")
     )
     query = _with_parts(query, _NAMES, keep=names)
     return messages.sparkSession.sql(query, messages=messages)
 
 
-def _exact_publisher_health(messages: DataFrame) -> DataFrame:
-    return _publisher_health(_PUBLISHER_HEALTH_SQL, messages)
+def _exact_publisher_health(messages: DataFrame, *, windowed: bool = False) -> DataFrame:
+    return _publisher_health(_PUBLISHER_HEALTH_SQL, messages, windowed=windowed)
 
 
-def _keyed_publisher_health(messages: DataFrame, *, names: bool = True) -> DataFrame:
-    return _publisher_health(_PUBLISHER_HEALTH_BY_KEY_SQL, messages, names=names)
+def _keyed_publisher_health(
+    messages: DataFrame, *, names: bool = True, windowed: bool = False
+) -> DataFrame:
+    return _publisher_health(_PUBLISHER_HEALTH_BY_KEY_SQL, messages, names=names, windowed=windowed)
 
 
-def _health_with_names(table: pa.Table, messages: DataFrame, streams: pa.Table | None) -> pa.Table:
+def _health_with_names(
+    table: pa.Table, messages: DataFrame, streams: pa.Table | None, *, windowed: bool = False
+) -> pa.Table:
     """``publisher_health`` as collected from its stream-key form, without the key: named
     from the landing's list of ``streams`` when there is one (else by the query itself); if
     two streams shared a key (or, which cannot happen, one has no name), computed again in
@@ -515,7 +561,9 @@ def _health_with_names(table: pa.Table, messages: DataFrame, streams: pa.Table |
         named = None  # the query's names repeat a key
     else:
         named = table.drop_columns(["stream"])
-    return named if named is not None else _exact_publisher_health(messages).toArrow()
+    if named is None:
+        return _exact_publisher_health(messages, windowed=windowed).toArrow()
+    return named
 
 
 def write_landed(
@@ -564,6 +612,8 @@ class Overview:
             "calls": sum(s["calls"] for s in self.services),
             "answered": sum(s["answered"] for s in self.services),
             "duplicate_responses": sum(s["duplicate_responses"] for s in self.services),
+            "latency_measured": sum(t["latency_measured"] for t in self.topic_stats),
+            "round_trips_measured": sum(s["round_trip_measured"] for s in self.services),
             "lost": sum(h["lost"] for h in health),
             "duplicated": sum(h["duplicated"] for h in health),
             "out_of_order": sum(h["out_of_order"] for h in health),
@@ -625,7 +675,12 @@ def overview(
              coalesce(sum(CAST(answered AS INT)), 0) AS answered,
              coalesce(sum(duplicates), 0) AS duplicate_responses,
              percentile(round_trip_ms, 0.5D) AS round_trip_p50_ms,
-             max(round_trip_ms) AS round_trip_max_ms, min(round_trip_ms) AS round_trip_min_ms
+             max(round_trip_ms) AS round_trip_max_ms, min(round_trip_ms) AS round_trip_min_ms,
+             count(round_trip_ms) AS round_trip_measured,
+             percentile(CAST(response_delivered_ns - sent_ns AS DOUBLE) / 1.0E6D, 0.5D)
+               AS round_trip_p50_low_ms,
+             percentile(CAST(response_delivered_ns + response_delivered_res_ns - sent_ns
+               AS DOUBLE) / 1.0E6D, 0.5D) AS round_trip_p50_high_ms
            FROM {t} GROUP BY service ORDER BY service""",
             tables.service_calls,
         )
@@ -727,6 +782,7 @@ def run_job(
     messages: DataFrame | None = None,
     per_minute: pa.Table | None = None,
     streams: pa.Table | None = None,
+    windowed: bool = False,
 ) -> tuple[Tables, Overview]:
     """The aggregates of ``out/messages`` (written by the landing or :func:`write_landed`),
     written next to it; returns the messages aggregated and every other table as read back
@@ -737,6 +793,7 @@ def run_job(
     (``TableSink.per_minute``), from which ``topic_stats`` gets its rate series instead of
     a second scan. ``streams``: the landing's list of the publisher streams among them
     (``TableSink.streams``), which names ``publisher_health``'s streams instead of Spark.
+    ``windowed``: the rows are a time window's (see :func:`_publisher_health`).
 
     ``on_collected(name, table)`` is called, from a worker thread, as soon as
     ``topic_stats`` or ``publisher_health`` is on the driver (written, as Arrow), while the
@@ -769,7 +826,7 @@ def run_job(
         if name == "topic_stats" and per_minute is not None:
             table = _with_series(table, per_minute)
         if name == "publisher_health":
-            table = _health_with_names(table, messages, streams)
+            table = _health_with_names(table, messages, streams, windowed=windowed)
         _write_small(table, out / name)
         if on_collected is not None:
             on_collected(name, table)
@@ -790,7 +847,9 @@ def run_job(
     with ThreadPoolExecutor(len(AGGREGATES), thread_name_prefix="emailmw-table") as pool:
         futures: dict[str, Future[tuple[pa.Table | None, DataFrame]]] = {
             "publisher_health": pool.submit(
-                write, "publisher_health", _keyed_publisher_health(messages, names=streams is None)
+                write,
+                "publisher_health",
+                _keyed_publisher_health(messages, names=streams is None, windowed=windowed),
             ),
             "topic_stats": pool.submit(
                 write, "topic_stats", _topic_stats(messages, series=per_minute is None)

@@ -44,7 +44,9 @@ from .._protocol import Unroutable, read_metadata
 from .._wire import ForeignEmailError, parse_head
 
 __all__ = [
+    "INTERNAL_TOPIC_PREFIX",
     "LANDING_SCHEMA",
+    "LATENCY_RESOLUTION_NS",
     "MESSAGES_SCHEMA",
     "MINUTES_SCHEMA",
     "STREAMS_SCHEMA",
@@ -58,6 +60,7 @@ __all__ = [
     "maildirs",
     "partition_dir",
     "start_workers",
+    "wanted_topic",
 ]
 
 LANDING_SCHEMA: Final = pa.schema(
@@ -77,6 +80,9 @@ LANDING_SCHEMA: Final = pa.schema(
         ("request_seq", pa.int64()),
         ("source_ns", pa.int64()),
         ("delivered_ns", pa.int64()),
+        # what delivered_ns is known to: 1000 (a Dovecot Maildir file name's microseconds) or
+        # 1_000_000_000 (a Received:/Date: header's second); null without a delivery time
+        ("delivered_res_ns", pa.int64()),
         ("size", pa.int64()),
         ("from_addr", pa.string()),
         ("to_addr", pa.string()),
@@ -90,7 +96,8 @@ LANDING_SCHEMA: Final = pa.schema(
 # two columns live in the directory names, not in the files), exactly as Spark writes it.
 MESSAGES_SCHEMA: Final = pa.schema(
     [
-        *(LANDING_SCHEMA.field(name) for name in LANDING_SCHEMA.names[5:15]),
+        *(LANDING_SCHEMA.field(name) for name in LANDING_SCHEMA.names[5:16]),
+        # null where delivered_res_ns is coarser than LATENCY_RESOLUTION_NS
         ("latency_ms", pa.float64()),
         *(LANDING_SCHEMA.field(name) for name in ("size", "from_addr", "to_addr")),
         *(LANDING_SCHEMA.field(name) for name in ("mailbox", "source", "key")),
@@ -125,6 +132,21 @@ _DOVECOT_NAME: Final = re.compile(r"^(\d+)\.M(\d+)P")
 _MBOXRD_QUOTED: Final = re.compile(rb"(?m)^>(>*From )")
 
 
+#: topics emailmw itself publishes on (the graph announcements): left out of the tables
+#: unless a run includes them
+INTERNAL_TOPIC_PREFIX: Final = "/_emailmw/"
+
+
+@functools.lru_cache(maxsize=4096)
+def wanted_topic(topic: str | None, glob: str | None, include_internal: bool) -> bool:
+    """Whether a run keeps a message of ``topic``: it matches ``glob`` (whole, when there is
+    one; a null topic never does), and is not emailmw's own unless ``include_internal``.
+    Spark's filter in ``job._messages`` is the same rule."""
+    if glob is not None and (topic is None or not re.fullmatch(fnmatch.translate(glob), topic)):
+        return False
+    return include_internal or topic is None or not topic.startswith(INTERNAL_TOPIC_PREFIX)
+
+
 def _write_parquet(table: pa.Table, path: Path | str) -> None:
     """Every Parquet file the landing writes: zstd, dictionaries where values repeat."""
     pq.write_table(table, path, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS)
@@ -141,11 +163,19 @@ def _date_ns(value: str) -> int | None:
     return int(parsed.timestamp()) * 1_000_000_000
 
 
-def delivery_time(received: str | None, date: str | None, name_ns: int | None) -> int | None:
-    """Server delivery time: the topmost ``Received:`` date (else ``Date:``), in ns.
+SECOND_NS: Final = 1_000_000_000
+MICROSECOND_NS: Final = 1_000
+#: the coarsest delivery-time resolution latencies and round trips are computed at; coarser
+#: rows get bounds instead (see docs/pipeline.md)
+LATENCY_RESOLUTION_NS: Final = 1_000_000
 
-    Those have one-second resolution; a Dovecot Maildir file name (``secs.M<usecs>P...``)
-    within the same second refines it to the microsecond.
+
+def delivery_time(
+    received: str | None, date: str | None, name_ns: int | None
+) -> tuple[int | None, int | None]:
+    """Server delivery time in ns, and its resolution in ns: the topmost ``Received:`` date
+    (else ``Date:``), known to the second; a Dovecot Maildir file name (``secs.M<usecs>P...``)
+    within the same second refines it to the microsecond. (None, None) without either.
     """
     stamp = None
     if received and ";" in received:
@@ -153,10 +183,10 @@ def delivery_time(received: str | None, date: str | None, name_ns: int | None) -
     if stamp is None and date:
         stamp = _date_ns(date.strip())
     if stamp is None:
-        return name_ns
-    if name_ns is not None and name_ns // 1_000_000_000 == stamp // 1_000_000_000:
-        return name_ns
-    return stamp
+        return (name_ns, MICROSECOND_NS) if name_ns is not None else (None, None)
+    if name_ns is not None and name_ns // SECOND_NS == stamp // SECOND_NS:
+        return name_ns, MICROSECOND_NS
+    return stamp, SECOND_NS
 
 
 def maildir_name_ns(name: str) -> int | None:
@@ -170,7 +200,7 @@ def maildir_name_ns(name: str) -> int | None:
 # offset).
 _DESCRIBED: Final = tuple(LANDING_SCHEMA.names[3:-1])
 _Row = tuple[Any, ...]
-_NONE_10: Final = (None,) * 10  # kind .. delivered_ns of mail that does not parse
+_NONE_11: Final = (None,) * 11  # kind .. delivered_res_ns of mail that does not parse
 
 
 def describe(raw: bytes, name_ns: int | None = None) -> dict[str, Any]:
@@ -181,35 +211,36 @@ def describe(raw: bytes, name_ns: int | None = None) -> dict[str, Any]:
 
 def _row(raw: bytes, name_ns: int | None) -> _Row:
     # status, reason, kind, topic, message_id, in_reply_to, publisher_gid, publisher_seq,
-    # client_gid, request_seq, source_ns, delivered_ns, size, from_addr, to_addr
+    # client_gid, request_seq, source_ns, delivered_ns, delivered_res_ns, size, from_addr,
+    # to_addr
     size = len(raw)
     try:
         parsed = parse_head(raw)
     except ForeignEmailError as exc:
-        return ("foreign", str(exc), *_NONE_10, size, None, None)
+        return ("foreign", str(exc), *_NONE_11, size, None, None)
     except MalformedEmailError as exc:
-        return ("malformed", str(exc), *_NONE_10, size, None, None)
+        return ("malformed", str(exc), *_NONE_11, size, None, None)
     headers = parsed.headers
-    delivered = delivery_time(headers._lookup("received"), headers._lookup("date"), name_ns)
+    delivered, res = delivery_time(headers._lookup("received"), headers._lookup("date"), name_ns)
     message_id = parsed.message_id
     to = ", ".join(parsed.to)
     metadata = read_metadata(headers)  # classify()'s reading, without its route objects
     if isinstance(metadata, Unroutable):
         return (
             "malformed" if metadata.malformed else "foreign", metadata.reason, None,
-            parsed.subject, message_id, None, None, None, None, None, None, delivered, size,
-            parsed.from_, to,
+            parsed.subject, message_id, None, None, None, None, None, None, delivered, res,
+            size, parsed.from_, to,
         )  # fmt: skip
     is_service, source_ns, gid, seq = metadata
     if is_service:
         return (
             "ok", None, "response" if parsed.in_reply_to else "request", parsed.subject,
-            message_id, parsed.in_reply_to, None, None, gid, seq, source_ns, delivered, size,
-            parsed.from_, to,
+            message_id, parsed.in_reply_to, None, None, gid, seq, source_ns, delivered, res,
+            size, parsed.from_, to,
         )  # fmt: skip
     return (
         "ok", None, "publish", parsed.subject, message_id, parsed.in_reply_to, gid, seq,
-        None, None, source_ns, delivered, size, parsed.from_, to,
+        None, None, source_ns, delivered, res, size, parsed.from_, to,
     )  # fmt: skip
 
 
@@ -332,6 +363,7 @@ class TableSink:
     since_ns: int | None = None
     until_ns: int | None = None
     topic_glob: str | None = None
+    include_internal: bool = False
     tally: Tally = field(default_factory=Counter, compare=False)
     _minutes: list[pa.Table] = field(default_factory=list, init=False, compare=False, repr=False)
     _streams: list[pa.Table] = field(default_factory=list, init=False, compare=False, repr=False)
@@ -395,11 +427,12 @@ class TableSink:
         if rejects.num_rows:
             _write_parquet(rejects, self.out / "rejects" / f"part-{name}.zstd.parquet")
         messages = landed.filter(ok)
-        if self.topic_glob is not None:
-            match = re.compile(fnmatch.translate(self.topic_glob)).match
+        if self.topic_glob is not None or not self.include_internal:
             topics = pc.unique(messages["topic"]).to_pylist()
-            wanted = pa.array([t for t in topics if t is not None and match(t)], pa.string())
-            messages = messages.filter(pc.is_in(messages["topic"], wanted))
+            wanted = [t for t in topics if wanted_topic(t, self.topic_glob, self.include_internal)]
+            if len(wanted) < len(topics):  # (a null in ``wanted`` matches the null topic)
+                wanted_array = pa.array(wanted, pa.string())
+                messages = messages.filter(pc.is_in(messages["topic"], wanted_array))
         minutes, streams = MINUTES_SCHEMA.empty_table(), STREAMS_SCHEMA.empty_table()
         if messages.num_rows:
             self._write_messages(messages, name)
@@ -411,10 +444,16 @@ class TableSink:
 
     def _write_messages(self, messages: pa.Table, name: str) -> None:
         delivered = messages["delivered_ns"]
-        # Spark's own arithmetic: (delivered - source) as double / 1e6, and the day of
-        # timestamp_micros(cast(delivered / 1000 as long)) in UTC
-        latency = pc.divide(
-            pc.cast(pc.subtract(delivered, messages["source_ns"]), pa.float64(), safe=False), 1e6
+        # Spark's own arithmetic: (delivered - source) as double / 1e6 where the delivery
+        # time's resolution allows, and the day of timestamp_micros(cast(delivered / 1000 as
+        # long)) in UTC
+        latency = pc.if_else(
+            pc.less_equal(messages["delivered_res_ns"], LATENCY_RESOLUTION_NS),
+            pc.divide(
+                pc.cast(pc.subtract(delivered, messages["source_ns"]), pa.float64(), safe=False),
+                1e6,
+            ),
+            pa.scalar(None, pa.float64()),
         )
         micros = _long_quotient(delivered, 1000.0)
         # the day, floored as Spark floors it (also before 1970); null where micros is null

@@ -28,6 +28,7 @@ from .job import CDF_POINTS, Overview
 
 __all__ = [
     "latency_plot",
+    "measured",
     "loss_figure",
     "loss_plot",
     "rate_figure",
@@ -67,7 +68,9 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
         return "<p><em>none</em></p>"
 
     def cell(column: str, value: Any) -> str:
-        if column in _IDENTIFIERS and value is not None:
+        if value is None:
+            return "(none)" if column in ("topic", "service") else "n/a"
+        if column in _IDENTIFIERS:
             return html.escape(str(value))
         if isinstance(value, float):
             return f"{value:,.2f}"
@@ -84,6 +87,41 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     )
     more = f"<p>... and {len(rows) - _MAX_ROWS} more rows</p>" if len(rows) > _MAX_ROWS else ""
     return f"<table><tr>{head}</tr>{body}</table>{more}"
+
+
+def measured(
+    value: float | None, count: int | None, total: int, low: float | None, high: float | None
+) -> str:
+    """A latency or round-trip median as the data supports it: the value when every row's
+    delivery time was fine enough, the value and how many rows it rests on when some were,
+    else the bounds every row's true value lies within (delivery times known to the second),
+    or that it is not measurable at all."""
+    if value is not None and count:
+        return f"{value:,.2f}" if count == total else f"{value:,.2f} ({count:,} of {total:,})"
+    if low is not None and high is not None:
+        return f"between {low:,.0f} and {high:,.0f} (delivery times known to the second)"
+    return "not measurable at this resolution"
+
+
+def _topic_display(stat: dict[str, Any]) -> dict[str, Any]:
+    row = dict(stat)
+    row["mean_rate_per_s"] = (
+        "n/a (one instant)" if stat["mean_rate_per_s"] is None else stat["mean_rate_per_s"]
+    )
+    row["latency_p50_ms"] = measured(
+        stat["latency_p50_ms"], stat["latency_measured"], stat["messages"],
+        stat["latency_p50_low_ms"], stat["latency_p50_high_ms"],
+    )  # fmt: skip
+    return row
+
+
+def _service_display(service: dict[str, Any]) -> dict[str, Any]:
+    row = dict(service)
+    row["round_trip_p50_ms"] = measured(
+        service["round_trip_p50_ms"], service["round_trip_measured"], service["answered"],
+        service["round_trip_p50_low_ms"], service["round_trip_p50_high_ms"],
+    )  # fmt: skip
+    return row
 
 
 def rate_figure(stats: list[dict[str, Any]]) -> Figure:
@@ -242,7 +280,7 @@ def write_report(
         (
             "Topics",
             _table(
-                stats,
+                [_topic_display(stat) for stat in stats],
                 [
                     "topic",
                     "messages",
@@ -260,7 +298,7 @@ def write_report(
         (
             "Services",
             _table(
-                services,
+                [_service_display(service) for service in services],
                 [
                     "service",
                     "calls",

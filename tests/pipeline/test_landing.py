@@ -61,16 +61,21 @@ def test_foreign_and_malformed_rows_say_why() -> None:
     assert row["status"] in ("malformed", "foreign")
 
 
-def test_delivery_time_prefers_received_and_refines_with_maildir_name() -> None:
+def test_delivery_time_prefers_received_refines_with_maildir_name_and_says_how_well() -> None:
+    """Each delivery time comes with its resolution: a header's second, a Maildir file
+    name's microsecond."""
     received = "from x by y with LMTP; Wed, 18 Nov 2026 11:06:40 +0000"
     whole = 1_795_000_000 * 10**9
-    assert delivery_time(received, None, None) == whole
-    assert delivery_time(None, "Wed, 18 Nov 2026 11:06:40 +0000", None) == whole
+    second, micro = 10**9, 10**3
+    assert delivery_time(received, None, None) == (whole, second)
+    assert delivery_time(None, "Wed, 18 Nov 2026 11:06:40 +0000", None) == (whole, second)
     name = maildir_name_ns("1795000000.M123456P42.mail,S=1:2,")
     assert name == whole + 123_456_000
-    assert delivery_time(received, None, name) == name  # same second: refined
-    assert delivery_time(received, None, name + 5 * 10**9) == whole  # disagrees: Received wins
-    assert delivery_time(None, None, None) is None
+    assert delivery_time(received, None, name) == (name, micro)  # same second: refined
+    # the name disagrees: Received wins, to the second
+    assert delivery_time(received, None, name + 5 * 10**9) == (whole, second)
+    assert delivery_time(None, None, name) == (name, micro)
+    assert delivery_time(None, None, None) == (None, None)
 
 
 def test_a_directory_without_a_maildir_is_an_error_not_an_empty_archive(tmp_path: Path) -> None:

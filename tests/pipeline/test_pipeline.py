@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from emailmw._exceptions import ConfigError
 from emailmw._pipeline import job
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
 from emailmw._pipeline.job import (
@@ -260,18 +261,39 @@ def test_plots_drawn_while_spark_works_make_the_same_report(
         ).read_bytes()
 
 
+# what depends on how well the delivery time is known: a Maildir file name says the
+# microsecond, an mbox only its Received: header's second
+_RESOLUTION_COLUMNS = {
+    "delivered_res_ns", "latency_ms", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms",
+    "latency_max_ms", "latency_measured", "latency_p50_high_ms", "latency_cdf_ms",
+    "response_delivered_res_ns", "round_trip_ms",
+}  # fmt: skip
+
+
 def test_maildir_and_mbox_give_the_same_answers(spark: SparkSession, tmp_path: Path) -> None:
+    """The same mail, delivered at whole seconds, stored both ways: every answer is the same
+    but latency, which only the Maildir's file names can measure; the mbox's bounds hold
+    the Maildir's measured median."""
     same = generate(subsecond=False, seed=11)
     same.write_maildir(tmp_path / "maildirs")
     same.write_mbox(tmp_path / "all.mbox")
     _run(spark, [tmp_path / "maildirs"], tmp_path / "a", report=False)
     _run(spark, [tmp_path / "all.mbox"], tmp_path / "b", report=False)
-    ignore = {"mailbox", "source", "key"}
+    ignore = {"mailbox", "source", "key", *_RESOLUTION_COLUMNS}
     for name in ("topic_stats", "service_calls", "publisher_health", "rejects", "messages"):
         a = spark.read.parquet(str(tmp_path / "a" / name))
         b = spark.read.parquet(str(tmp_path / "b" / name))
         keep = [c for c in a.columns if c not in ignore]
         assertDataFrameEqual(a.select(keep), b.select(keep))
+    exact = {r["topic"]: r for r in pq.read_table(tmp_path / "a" / "topic_stats").to_pylist()}
+    for row in pq.read_table(tmp_path / "b" / "topic_stats").to_pylist():
+        measured = exact[row["topic"]]
+        assert measured["latency_measured"] == measured["messages"]
+        assert row["latency_measured"] == 0
+        assert row["latency_p50_ms"] is None
+        assert row["latency_p50_low_ms"] <= measured["latency_p50_ms"]
+        assert measured["latency_p50_ms"] <= row["latency_p50_high_ms"]
+        assert row["latency_p50_high_ms"] - row["latency_p50_low_ms"] == pytest.approx(1000)
 
 
 def test_transforms_on_a_handmade_landing(spark: SparkSession, tmp_path: Path) -> None:
@@ -404,7 +426,6 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
     runs: list[dict[str, Any]] = [
         {},
         {"topic_glob": "/sensors/*"},
-        {"topic_glob": "sensors/t1"},
         {"since_ns": archive.stored[40].delivered_ns, "until_ns": archive.stored[90].delivered_ns},
     ]
     for i, filters in enumerate(runs):
@@ -440,8 +461,10 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
     assert (everything / "topic=%2Fold" / "day=1969-12-31").is_dir()
     rows = spark.read.schema(MESSAGES_DDL).parquet(str(everything)).collect()
     assert {r["topic"] for r in rows} >= {"/a b/caf\u00e9/\u20ac\U0001f600", "/tab\there", None}
-    # a glob matches whole topics, not their ends
-    assert not list((tmp_path / "landed2" / "messages").glob("topic=*"))
+    # a glob matches whole topics, not their ends: this one matches none, on either path
+    for source in (mbox, tmp_path / "landed0"):
+        with pytest.raises(ConfigError, match="no message's topic matches 'sensors/t1'"):
+            _run(spark, [source], tmp_path / "nothing", report=False, topic_glob="sensors/t1")
 
 
 def test_the_rate_plot_drawn_from_the_landing_is_the_tables_own(
@@ -554,3 +577,159 @@ def test_command_line(tmp_path: Path) -> None:
         check=False,
     )
     assert usage.returncode == 2
+
+
+# ---------------------------------------------------------------- what the data supports
+
+
+def test_delivery_times_known_to_the_second_give_bounds_never_negative_latencies(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An mbox has only its Received: headers' seconds: no latency or round trip is
+    computed from them (they came out negative), each median is given as bounds that
+    hold the true one, and the report says so."""
+    coarse = generate(subsecond=False, seed=5)
+    coarse.write_mbox(tmp_path / "all.mbox")
+    out = tmp_path / "out"
+    summary = _run(spark, [tmp_path / "all.mbox"], out)
+    assert summary["latency_measured"] == 0
+    assert summary["round_trips_measured"] == 0
+    for row in pq.read_table(out / "messages").to_pylist():
+        assert row["delivered_res_ns"] == 10**9
+        assert row["latency_ms"] is None
+    for row in pq.read_table(out / "topic_stats").to_pylist():
+        assert row["latency_p50_ms"] is None
+        assert row["latency_cdf_ms"] is None
+        assert row["latency_p50_low_ms"] < row["latency_p50_high_ms"]
+        true = coarse.expected["topics"][row["topic"]]["latency_p50_ms"]
+        assert row["latency_p50_low_ms"] <= true <= row["latency_p50_high_ms"]
+    for row in pq.read_table(out / "service_calls").to_pylist():
+        assert row["round_trip_ms"] is None
+        if row["answered"]:
+            assert row["response_delivered_res_ns"] == 10**9
+    page = (out / "report.html").read_text()
+    assert "(delivery times known to the second)" in page
+    assert not re.search(r"<td>-[0-9]", page)  # no negative figure anywhere
+    assert "<td>None</td>" not in page
+
+
+def test_a_window_counts_as_lost_only_the_gaps_inside_it(
+    spark: SparkSession, archive: Archive, analyzed: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """--since in the middle of every stream: what was sent before the window is not lost;
+    the gaps inside it still are."""
+    out, whole = analyzed
+    health = {(r["publisher_gid"], r["topic"]): r for r in _table(spark, out, "publisher_health")}
+    messages = pq.read_table(out / "messages").to_pylist()
+    middle = sorted(r["delivered_ns"] for r in messages if r["kind"] == "publish")[
+        len([r for r in messages if r["kind"] == "publish"]) // 2
+    ]
+    windowed = _run(spark, [out], tmp_path / "w", since_ns=middle, report=False)
+    got = {
+        (r["publisher_gid"], r["topic"]): r
+        for r in _table(spark, tmp_path / "w", "publisher_health")
+    }
+    assert windowed["lost"] <= whole["lost"]
+    for key, row in got.items():
+        seqs = sorted(
+            r["publisher_seq"]
+            for r in messages
+            if (r["publisher_gid"], r["topic"]) == key and r["delivered_ns"] >= middle
+        )
+        assert row["sent"] == seqs[-1] - seqs[0] + 1
+        assert row["lost"] == row["sent"] - len(set(seqs))
+        assert row["lost"] <= health[key]["lost"]
+
+
+def test_emailmw_s_own_graph_topic_stays_out_unless_asked_for(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from emailmw._graph import GRAPH_TOPIC
+    from emailmw._protocol import Recipients, publish_email
+    from emailmw._types import Gid
+    from emailmw.testing.archive import T0, Stored, _store
+
+    graphed = generate(seed=3, topics=1)
+    announcer = Gid(424242)
+    for seq in range(5):
+        announcement = publish_email(
+            GRAPH_TOPIC, "node: /talker", recipients=Recipients("a@example.test", ("b@x.test",)),
+            gid=announcer, sequence_number=seq, timestamp_ns=T0 + seq * 10**9,
+        )  # fmt: skip
+        stored: Stored = _store("listener", announcement, T0 + seq * 10**9 + 5_000_000)
+        graphed.stored.append(stored)
+    graphed.write_maildir(tmp_path / "maildirs")
+    plain = _run(spark, [tmp_path / "maildirs"], tmp_path / "plain", report=False)
+    topics = {r["topic"] for r in _table(spark, tmp_path / "plain", "topic_stats")}
+    assert GRAPH_TOPIC not in topics
+    streams = {r["topic"] for r in _table(spark, tmp_path / "plain", "publisher_health")}
+    assert GRAPH_TOPIC not in streams
+    internal = _run(
+        spark, [tmp_path / "maildirs"], tmp_path / "all", report=False, include_internal=True
+    )
+    assert GRAPH_TOPIC in {r["topic"] for r in _table(spark, tmp_path / "all", "topic_stats")}
+    assert internal["publish"] == plain["publish"] + 5
+    merged = _run(spark, [tmp_path / "all"], tmp_path / "merged", report=False)  # Spark's filter
+    assert merged["publish"] == plain["publish"]
+
+
+def _analyze_cli(
+    *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *prefix, "-m", "emailmw", "analyze", *args],
+        capture_output=True,
+        text=True,
+        timeout=45,  # each is a mistake said within seconds, not a minute of retries
+        check=False,
+        env=env,
+    )
+
+
+def _one_line(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 1, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("[analyze]")]
+    assert len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith("emailmw: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_bad_input_is_one_line_said_within_seconds(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    mbox = generate(topics=1, services=0).write_mbox(tmp_path / "a.mbox")
+    out = str(tmp_path / "out")
+    _one_line(_analyze_cli("/etc/passwd", "--out", out), "not an mbox file")
+    _one_line(_analyze_cli(str(mbox), "--out", out, "--master", "spork://x"), "not a Spark master")
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # bound, never listening: connection refused
+        _one_line(
+            _analyze_cli(str(mbox), "--out", out, "--master", f"spark://127.0.0.1:{port}"),
+            "no Spark master answers",
+        )
+    no_java = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    no_java["PATH"] = str(Path(sys.executable).parent)  # python, not java
+    _one_line(_analyze_cli(str(mbox), "--out", out, env=no_java), "no Java runtime found")
+    no_numpy = ("-c", "import sys; sys.modules['numpy'] = None; import runpy; "
+                "runpy.run_module('emailmw', run_name='__main__')")  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, *no_numpy, "analyze", str(mbox), "--out", out],
+        capture_output=True, text=True, timeout=45, check=False,
+    )  # fmt: skip
+    _one_line(result, "needs the spark extra", "numpy", "pip install")
+
+
+def test_a_topic_glob_that_matches_nothing_says_so(tmp_path: Path) -> None:
+    mbox = generate(topics=1, services=0).write_mbox(tmp_path / "a.mbox")
+    result = _analyze_cli(
+        str(mbox), "--out", str(tmp_path / "out"), "--topic", "/nothing/*", "--no-report"
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "emailmw: error: --topic: no message's topic matches '/nothing/*' (a glob matches the "
+        "whole topic, as in '/sensors/*'; see the topics of a run without --topic)"
+    )
+    assert "Traceback" not in result.stderr

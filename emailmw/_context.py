@@ -127,8 +127,23 @@ class Context:
             self._polling.start()
 
     def ok(self) -> bool:
-        """True until :meth:`shutdown`."""
+        """True until :meth:`shutdown` (a failing receiver does not change it: see
+        :attr:`receive_error`)."""
         return not self._shut_down
+
+    @property
+    def receive_error(self) -> Exception | None:
+        """The failure receiving is in now, a :class:`TransportError` such as
+        :class:`AuthenticationError` (a revoked password) or :class:`ReceiveError` (a
+        deleted folder); None while receiving works. The polling thread retries all along
+        and logs one ERROR per change, so this is how an application learns of it."""
+        return self._polling.error
+
+    def wait_for_receive_error(self, timeout: float | None = None) -> Exception | None:
+        """Block until receiving fails, at most ``timeout`` seconds (None: no limit); the
+        failure, or None if receiving still works at the timeout. Thread-safe."""
+        self.start_receiving()
+        return self._polling.wait_for_error(timeout)
 
     def check_guarantee(self, guarantee: str | None) -> str:
         """The send guarantee an entity uses: ``guarantee``, else the configured

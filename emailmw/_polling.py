@@ -14,7 +14,10 @@ Guarantees:
   a folder read again after a UIDVALIDITY change): logged and settled, not handed out again;
 * each email is settled once every entity it was handed to is done with it
   (:class:`Ticket`); an email no entity wanted is settled at once;
-* a receiver error is logged and retried with exponential backoff (0.1 s to 1 s);
+* a receiver error is retried with exponential backoff (0.1 s to 1 s), and never spoken of
+  per retry: :class:`ReceiveHealth` logs one ERROR when receiving starts failing or fails
+  differently, one WARNING when it works again, and :attr:`PollingManager.error` holds the
+  failure while it lasts (``Context.receive_error``);
 * :meth:`PollingManager.stop` wakes the receiver and joins with a timeout.
 """
 
@@ -32,7 +35,14 @@ from ._protocol import Route, Unroutable, classify
 from ._transport.base import EmailReceiver, IncomingEmail
 from ._types import Email
 
-__all__ = ["NO_TICKET", "RECENT_MESSAGE_IDS", "Handler", "PollingManager", "Ticket"]
+__all__ = [
+    "NO_TICKET",
+    "RECENT_MESSAGE_IDS",
+    "Handler",
+    "PollingManager",
+    "ReceiveHealth",
+    "Ticket",
+]
 
 _log = get_logger("polling")
 _BACKOFF_MIN: Final = 0.1
@@ -87,6 +97,44 @@ NO_TICKET: Final[Ticket] = _NoTicket()
 Handler = Callable[[Email, Route, Ticket], None]
 
 
+class ReceiveHealth:
+    """Whether receiving works: a state machine fed each attempt's outcome, no I/O.
+
+    A failure the first retry cures (a dropped connection, a server restarting) is a blip,
+    logged at DEBUG by the caller. One that survives its first retry puts receiving in the
+    failing state: :attr:`error` holds it (None while receiving works), :attr:`since` is the
+    monotonic time of the first failed attempt. ``failed(exc, now)`` and ``succeeded(now)``
+    return the log line a change of state calls for (level, text), or None: entering the
+    failing state and failing differently are ERRORs, the same failure again is not news,
+    working again is a WARNING. Not thread-safe: the polling thread alone feeds it.
+    """
+
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+        self.since: float | None = None
+        self.attempts = 0
+
+    def failed(self, exc: Exception, now: float) -> tuple[str, str] | None:
+        self.attempts += 1
+        if self.attempts == 1:
+            self.since = now
+            return None  # a blip until its retry fails too
+        previous, self.error = self.error, exc
+        if previous is None:
+            return ("error", f"receiving fails: {exc} (retrying every second or less)")
+        if (type(previous), str(previous)) != (type(exc), str(exc)):
+            return ("error", f"receiving now fails differently: {exc} (still retrying)")
+        return None
+
+    def succeeded(self, now: float) -> tuple[str, str] | None:
+        failing, since, attempts = self.error is not None, self.since, self.attempts
+        self.error, self.since, self.attempts = None, None, 0
+        if not failing:
+            return None
+        seconds = now - (since if since is not None else now)
+        return ("warning", f"receiving works again after {seconds:.1f} s and {attempts} attempts")
+
+
 class PollingManager:
     """Owns the polling thread. ``register_handler`` is thread-safe; start/stop are not
     meant to race with each other (the context calls them)."""
@@ -108,6 +156,28 @@ class PollingManager:
         self._recent: OrderedDict[str, None] = OrderedDict()
         #: emails dropped as duplicates of one handed out before (by Message-ID)
         self.duplicates = 0
+        self._health = ReceiveHealth()
+        self._health_changed = threading.Condition()
+
+    @property
+    def error(self) -> Exception | None:
+        """The failure receiving is in now (retried all along); None while it works."""
+        return self._health.error
+
+    def wait_for_error(self, timeout: float | None = None) -> Exception | None:
+        """Block until receiving fails (at most ``timeout`` seconds; None: no limit); the
+        failure, or None at the timeout. Returns at once while it is failing."""
+        with self._health_changed:
+            self._health_changed.wait_for(lambda: self._health.error is not None, timeout)
+            return self._health.error
+
+    def _report(self, change: tuple[str, str] | None) -> None:
+        if change is None:
+            return
+        level, line = change
+        (_log.error if level == "error" else _log.warning)("%s", line)
+        with self._health_changed:
+            self._health_changed.notify_all()
 
     def register_handler(self, handler: Handler) -> None:
         with self._lock:
@@ -139,17 +209,23 @@ class PollingManager:
     def _run(self) -> None:
         backoff = _BACKOFF_MIN
         while not self._stopping.is_set():
+            # while failing, wait at most a second: a receiver that works again returns
+            # (empty-handed) and says so, rather than waiting in IDLE for the next email
+            timeout = _BACKOFF_MAX if self._health.attempts else self._receive_timeout
             try:
-                incoming = self._receiver.receive_incoming(self._receive_timeout)
+                incoming = self._receiver.receive_incoming(timeout)
             except ClosedError:
                 if not self._stopping.is_set():
                     _log.warning("receiver closed under the polling manager; stopping")
                 break
             except Exception as exc:  # noqa: BLE001 - the thread must survive any error
-                _log.warning("receiving failed (%s); retrying in %.1f s", exc, backoff)
+                self._report(self._health.failed(exc, time.monotonic()))
+                _log.debug("receiving failed (%s); retrying in %.1f s", exc, backoff)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX)
                 continue
+            if self._health.attempts:
+                self._report(self._health.succeeded(time.monotonic()))
             backoff = _BACKOFF_MIN
             for item in incoming:
                 self.dispatch(item)

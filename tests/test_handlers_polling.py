@@ -239,3 +239,34 @@ def test_a_request_whose_reply_would_leave_the_allowed_domains_is_not_served() -
         handler(request, RequestRoute("svc", info))
     assert served == ["me@example.test", "Me <me@EXAMPLE.test>"]
     assert handler.refused_requests == 1
+
+
+def test_receive_health_speaks_once_per_change_of_state() -> None:
+    """A blip (a failure its first retry cures) is not news; a failure that lasts is one
+    ERROR, the same failure again nothing, a different one another ERROR, the return one
+    WARNING."""
+    from emailmw import AuthenticationError, ReceiveError
+    from emailmw._polling import ReceiveHealth
+
+    health = ReceiveHealth()
+    assert health.failed(ReceiveError("connection dropped"), 0.0) is None
+    assert health.succeeded(0.1) is None
+    assert health.error is None
+
+    refused = AuthenticationError("login refused")
+    assert health.failed(ReceiveError("connection dropped"), 1.0) is None
+    change = health.failed(refused, 1.1)
+    assert change is not None
+    assert change[0] == "error"
+    assert "login refused" in change[1]
+    assert health.error is refused
+    for second in range(2, 12):
+        assert health.failed(AuthenticationError("login refused"), float(second)) is None
+    change = health.failed(ReceiveError("no folder 'Robots'"), 12.0)
+    assert change is not None
+    assert change[0] == "error"
+    assert "differently" in change[1]
+    back = health.succeeded(13.0)
+    assert back == ("warning", "receiving works again after 12.0 s and 13 attempts")
+    assert health.error is None
+    assert health.succeeded(14.0) is None

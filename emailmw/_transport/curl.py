@@ -303,7 +303,7 @@ class CurlExecutor:
             handle.setopt(pycurl.HEADERFUNCTION, chunks.append)
 
         try:
-            self._perform(command.split(" ", 1)[0], setup)
+            self._perform(command if len(command) <= 80 else command[:77] + "...", setup)
         finally:
             self._context.handle.unsetopt(pycurl.CUSTOMREQUEST)
         return b"".join(chunks)

@@ -510,3 +510,67 @@ def test_the_state_file_records_what_is_pending(
     assert json.loads(state.read_text())["pending"] != []  # handed out, not taken
     assert sub.get_message() == "one"
     assert json.loads(state.read_text())["pending"] == []
+
+
+# ---------------------------------------------------------- persistent receiving failures
+
+
+def _error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "emailmw.polling"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_revoked_password_is_surfaced_once_and_its_return_too(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    email_context: MakeContext,
+    caplog: pytest.LogCaptureFixture,
+    transport: str,
+) -> None:
+    """The polling thread retries for ever, but says so once: Context.receive_error holds
+    the failure, one ERROR line, and one WARNING when the password works again."""
+    caplog.set_level(logging.DEBUG, logger="emailmw")
+    address = account()
+    ctx = email_context(address, transport=transport, **transport_extra(transport))
+    ctx.start_receiving()
+    assert ctx.wait_for_receive_error(timeout=1.0) is None
+    mailserver.kick(address)  # a connection kept open would not log in again
+    mailserver.set_password(address, "revoked")
+    try:
+        mailserver.kick(address)
+        error = ctx.wait_for_receive_error(timeout=30)
+        assert isinstance(error, emailmw.AuthenticationError), error
+        more = deadline_loop(30)
+        while more() and sum("retrying in" in m for m in _error_lines(caplog)) < 4:
+            time.sleep(0.05)
+        assert ctx.receive_error is error or isinstance(ctx.receive_error, type(error))
+    finally:
+        mailserver.set_password(address, mailserver.password)
+    more = deadline_loop(30)
+    while more() and ctx.receive_error is not None:
+        time.sleep(0.05)
+    assert ctx.receive_error is None
+    errors = [r for r in caplog.records if r.name == "emailmw.polling" and r.levelname == "ERROR"]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert "receiving fails:" in errors[0].getMessage()
+    back = [m for m in _error_lines(caplog) if m.startswith("receiving works again")]
+    assert len(back) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_deleted_folder_is_surfaced_as_a_receive_error(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    email_context: MakeContext,
+    transport: str,
+) -> None:
+    address = account()
+    mailserver.doveadm("mailbox", "create", "-u", address, "Robots")
+    ctx = email_context(address, transport=transport, folder="Robots", **transport_extra(transport))
+    ctx.start_receiving()
+    assert ctx.wait_for_receive_error(timeout=1.0) is None
+    mailserver.doveadm("mailbox", "delete", "-u", address, "Robots")
+    mailserver.kick(address)
+    error = ctx.wait_for_receive_error(timeout=30)
+    assert isinstance(error, emailmw.TransportError), repr(error)
+    assert "Robots" in str(error)

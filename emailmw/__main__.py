@@ -10,8 +10,8 @@ def run() -> int:
     """:func:`~emailmw._cli.main` for a process that exits right after it.
 
     The objects left are frozen first (``gc.freeze``), so the interpreter's final
-    collections skip them: after ``emailmw analyze`` (Spark, pandas, matplotlib loaded) the
-    exit took 0.5 s, 0.3 s of it collecting what was about to be freed anyway.
+    collections skip them: after ``emailmw analyze`` (Spark, pandas, matplotlib loaded)
+    they would only collect what the exit frees anyway.
     """
     code = main()
     gc.freeze()

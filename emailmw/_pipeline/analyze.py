@@ -289,9 +289,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if archives:
         start_workers()  # their imports overlap the count and the JVM's start
 
-    # The JVM starts while the archives land (with the class-data archive of jvm.py it
-    # needs ~3 CPU-seconds). Running a warm-up job there as well was measured and dropped:
-    # on 2 cores it slowed the landing more than it saved the job.
+    # The JVM starts while the archives land (with the class-data archive of jvm.py). No
+    # warm-up job runs meanwhile: on few cores it would take the landing's CPU.
     session: dict[str, Any] = {}
     expected = _estimate(archives, earlier)  # before landing replaces any directory
 

@@ -59,8 +59,8 @@ _SPARK_TYPES = {"string": "string", "int64": "bigint", "double": "double", "date
 SHORT_JOB_MESSAGES = 3_000_000
 # latency_cdf_ms[i] is the (i + 1)th percentile: [49] is p50, [89] p90, [98] p99
 CDF_POINTS = [i / 100 for i in range(1, 101)]
-# the same points as a literal of topic_stats' SQL (repr round-trips each double); passed as
-# a query argument instead, the list cost ~500 py4j calls
+# the same points as a literal of topic_stats' SQL (repr round-trips each double): as a
+# query argument, each element would be its own py4j call
 _CDF_ARRAY: Final = "array(" + ", ".join(f"{point!r}D" for point in CDF_POINTS) + ")"
 # the report's round-trip histogram: this many equal bins from each service's fastest
 # answered call to its slowest
@@ -121,7 +121,7 @@ def build_session(
         "spark.sql.maxConcurrentOutputFileWriters": "64",
         # No session extensions from the classpath: PySpark's jars include spark-mllib, whose
         # provider registers ML functions through Scala reflection at every session start
-        # (0.6 s and ~0.9 CPU-seconds of a 2 s start here); this job calls none of them.
+        # (a good part of the start); this job calls none of them.
         # Extensions named in spark.sql.extensions still load. Spark calls the setting a
         # test flag; --conf spark.sql.extensions.test.loadFromCp=true restores the default.
         "spark.sql.extensions.test.loadFromCp": "false",
@@ -141,8 +141,8 @@ def build_session(
     return session
 
 
-# The columns of ``messages`` as SQL expressions over the landed rows: ~20 py4j calls for
-# all of them, where Column objects took ~250 (0.1 s of a cold driver, before any task).
+# The columns of ``messages`` as SQL expressions over the landed rows: a few py4j calls for
+# all of them, where Column objects would take one or more each.
 # The arithmetic is Spark's and the landing's alike (see TableSink._write_messages).
 _MESSAGE_COLUMNS: Final = (
     "kind",
@@ -215,9 +215,8 @@ def landed_messages(
     both), from one file per landed part instead of one per part and topic-day.
 
     Spark pays for every file it opens (a Hadoop configuration copied, a footer read,
-    column vectors allocated, a task's share of the scheduling): the three queries on the
-    200k benchmark read 3 x 10 files this way instead of 3 x 100, and the job took 4.7-5.4 s
-    and 7.7-8.8 JVM CPU-seconds against 5.5-6.0 s and 9.3-10.1 (three pairs).
+    column vectors allocated, a task's share of the scheduling), and a part holds many
+    topic-days.
 
     The rows also carry the landing's ``offset`` (the table has no such column), by which
     ``publisher_health`` orders mbox messages delivered at the same instant.
@@ -226,16 +225,17 @@ def landed_messages(
     return _messages(landed, options, offsets=True)
 
 
-# The aggregates as SQL text: a few py4j calls and one analysis per table. Built with the
-# DataFrame API the same plans took ~2,000 py4j round trips (17 per ``F.max``, 427 for the
-# percentile's 100 points): 0.9 s of a cold driver before any data moved. The points are
-# part of the text (CDF_ARRAY): as a query argument they still took ~500 calls.
+# The aggregates as SQL text: a few py4j calls and one analysis per table (built with the
+# DataFrame API, every function and literal is its own py4j round trip). The CDF's points
+# are part of the text (CDF_ARRAY).
 _TOPIC_STATS_SQL = """
 WITH publishes AS (SELECT * FROM {messages} WHERE kind = 'publish'),
 SERIES_CTES
-bounded AS (
-  SELECT *, CAST(delivered_ns - source_ns AS DOUBLE) / 1.0E6D AS latency_low_ms,
-    CAST(delivered_ns + delivered_res_ns - source_ns AS DOUBLE) / 1.0E6D AS latency_high_ms
+unmeasured AS (
+  SELECT *,
+    IF(latency_ms IS NULL, CAST(delivered_ns - source_ns AS DOUBLE) / 1.0E6D, NULL)
+      AS latency_low_ms,
+    IF(latency_ms IS NULL, delivered_res_ns, NULL) AS unmeasured_res_ns
   FROM publishes),
 stats AS (
   SELECT topic, count(1) AS messages, sum(size) AS bytes, min(delivered_ns) AS first_ns,
@@ -244,17 +244,19 @@ stats AS (
     -- rows whose delivery time is fine enough have a latency_ms (the others are null)
     percentile(latency_ms, CDF_ARRAY) AS cdf,
     max(latency_ms) AS latency_max_ms, count(latency_ms) AS latency_measured,
-    -- every row's latency lies in [low, high): so does the median of them all
+    -- the others' latency lies in [low, low + resolution] with resolution <= R, the
+    -- largest among them: their median in [median(low), median(low) + R]
     percentile(latency_low_ms, 0.5D) AS latency_p50_low_ms,
-    percentile(latency_high_ms, 0.5D) AS latency_p50_high_ms
-  FROM bounded GROUP BY topic)
+    max(unmeasured_res_ns) AS unmeasured_res_ns
+  FROM unmeasured GROUP BY topic)
 SELECT topic, messages, bytes,
   timestamp_micros(CAST(first_ns / 1000 AS BIGINT)) AS first,
   timestamp_micros(CAST(last_ns / 1000 AS BIGINT)) AS last,
   CASE WHEN CAST(last_ns - first_ns AS DOUBLE) / 1.0E9D > 0
     THEN messages / (CAST(last_ns - first_ns AS DOUBLE) / 1.0E9D) END AS mean_rate_per_s,
   cdf[49] AS latency_p50_ms, cdf[89] AS latency_p90_ms, cdf[98] AS latency_p99_ms,
-  latency_max_ms, latency_measured, latency_p50_low_ms, latency_p50_high_ms,
+  latency_max_ms, latency_measured, latency_p50_low_ms,
+  latency_p50_low_ms + CAST(unmeasured_res_ns AS DOUBLE) / 1.0E6D AS latency_p50_high_ms,
   PER_MINUTE_COLUMN cdf AS latency_cdf_ms
 FROM stats SERIES_JOIN
 """
@@ -305,14 +307,12 @@ FROM requests LEFT JOIN responses ON requests.message_id = responses.in_reply_to
 
 # Arrival order within a stream: delivery time, then the message's place in its archive. An
 # mbox key is the message's offset written as 16 digits: compared as a number, which orders
-# those keys as their text does, so that no string goes through the window's exchange (at
-# 2M messages each string column there cost about a CPU-second); any other key, a Maildir
-# file name, is compared as text, after the numbered ones.
+# those keys as their text does, so that no string goes through the window's exchange; any
+# other key, a Maildir file name, is compared as text, after the numbered ones.
 # (The queries' text goes through PySpark's formatter: "{{16}}" reaches Spark as "{16}".)
 _KEY_NUMBER = "IF(key RLIKE '^[0-9]{{16}}$', CAST(key AS BIGINT), NULL)"
 # Rows read from landed parts carry the offset as a number (null for a Maildir file, and in
-# parts landed by earlier versions): the same number without the regular expression, which
-# cost about 0.9 JVM CPU-seconds at 2M messages (warm).
+# parts landed by earlier versions): the same number without the regular expression.
 _KEY_NUMBER_FROM_OFFSET = f"coalesce(offset, {_KEY_NUMBER})"
 _ARRIVAL_ORDER = "delivered_ns, key_number NULLS LAST, key_text"
 
@@ -352,8 +352,7 @@ FROM streams
 
 # The same table with each stream keyed by a 64-bit hash of its three columns, which the
 # window partitions and sorts on, so that its exchange carries four longs a message and no
-# string: at 2M messages the query alone took 7.6-9.2 s and 13.3-16.0 JVM CPU-seconds, cold,
-# against 9.5-11.0 s and 15.1-18.2. A second, small aggregation names the streams again.
+# string. A second, small aggregation names the streams again.
 # Two streams with one hash would be counted as one: the names then repeat a stream key,
 # which :func:`_health_with_names` checks, and it runs the exact form instead.
 _STREAM_KEY = "xxhash64(publisher_gid, topic, mailbox)"
@@ -383,8 +382,7 @@ FROM streams NAMES_JOIN
 # The streams' names, filled in for NAMES_CTE, NAME_COLUMNS and NAMES_JOIN. A plain run
 # takes the query without them (all three empty): its landing listed the streams it wrote,
 # and :func:`_named_streams` hashes each as Spark's ``xxhash64`` does and puts the names in
-# place (a test compares). That saves the names' scan, aggregation and join: at 200k
-# messages the run took 0.35 s less without them.
+# place (a test compares). That saves the names' scan, aggregation and join.
 _NAMES = {
     "NAMES_CTE": """,
 names AS (SELECT DISTINCT stream, publisher_gid, topic, mailbox FROM publishes)""",
@@ -677,10 +675,13 @@ def overview(
              percentile(round_trip_ms, 0.5D) AS round_trip_p50_ms,
              max(round_trip_ms) AS round_trip_max_ms, min(round_trip_ms) AS round_trip_min_ms,
              count(round_trip_ms) AS round_trip_measured,
-             percentile(CAST(response_delivered_ns - sent_ns AS DOUBLE) / 1.0E6D, 0.5D)
+             percentile(IF(round_trip_ms IS NULL,
+               CAST(response_delivered_ns - sent_ns AS DOUBLE) / 1.0E6D, NULL), 0.5D)
                AS round_trip_p50_low_ms,
-             percentile(CAST(response_delivered_ns + response_delivered_res_ns - sent_ns
-               AS DOUBLE) / 1.0E6D, 0.5D) AS round_trip_p50_high_ms
+             percentile(IF(round_trip_ms IS NULL,
+               CAST(response_delivered_ns - sent_ns AS DOUBLE) / 1.0E6D, NULL), 0.5D)
+               + CAST(max(IF(round_trip_ms IS NULL, response_delivered_res_ns, NULL))
+               AS DOUBLE) / 1.0E6D AS round_trip_p50_high_ms
            FROM {t} GROUP BY service ORDER BY service""",
             tables.service_calls,
         )
@@ -837,13 +838,11 @@ def run_job(
     # another computes. Each table is read back by its own thread, as soon as it is
     # written, and rejects meanwhile: after the last job only its own table is left to read.
     #
-    # Only the queries that run are parsed and analysed (a cold driver takes 0.1-0.6 s for
-    # each): none for service_calls without a request, and publisher_health in its
-    # stream-key form alone. Analysed here, one after the other (in the tables' threads
-    # instead, the same analyses cost more CPU, measured twice), and each job started as
+    # Only the queries that run are parsed and analysed (a cold driver's analysis is not
+    # cheap): none for service_calls without a request, and publisher_health in its
+    # stream-key form alone. Analysed here, one after the other, and each job started as
     # soon as its query is analysed (in this dictionary's order): publisher_health, the
-    # longest, plans and computes while topic_stats is analysed (the job alone at 200k,
-    # cold: median 4.27 and 4.43 s against 4.46 and 4.68 s, faster in 9 of 13 pairs).
+    # longest, plans and computes while topic_stats is analysed.
     with ThreadPoolExecutor(len(AGGREGATES), thread_name_prefix="emailmw-table") as pool:
         futures: dict[str, Future[tuple[pa.Table | None, DataFrame]]] = {
             "publisher_health": pool.submit(

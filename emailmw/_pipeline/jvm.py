@@ -1,9 +1,8 @@
 """Driver JVM start-up: a class-data-sharing archive, the C1 compiler, the parallel GC.
 
 A fresh Spark driver spends most of a small job loading and verifying ~20,000 classes and
-JIT-compiling them (measured on 2 cores: 4.8 s to a session, then ~5 s of first-job
-warm-up, for 200k messages whose steady-state work is ~4 s). Two JVM options remove most of
-that without changing a result:
+JIT-compiling them, more than the data's own work for a few hundred thousand messages.
+These JVM options remove most of that without changing a result:
 
 * ``-XX:SharedArchiveFile``: a dynamic CDS archive of the classes Spark loaded in an earlier
   run on this machine, mapped instead of loaded and verified. The first run records it
@@ -12,27 +11,21 @@ that without changing a result:
   Java binary and the PySpark installation. A stale or damaged archive is ignored by the
   JVM (``-Xshare:auto``), never fatal.
 * ``-XX:TieredStopAtLevel=1`` (C1 only) for jobs up to a few million messages, which do
-  not reach C2's pay-off. C1 also halves the JVM's start-up CPU (2.3 against 4.2
-  CPU-seconds), which the landing shares the cores with. Measured on 2 cores, whole runs:
-  200k messages 16.6 s with C1 against 18.4 s tiered; 2M messages faster in seven
-  alternating pairs of seven (29.3-32.0 s against 30.8-35.2 s: the landing gained, the
-  job came out even). At 5M two pairs were inconclusive, so longer jobs keep the default.
-  C1 alone shrinks the JVM's default code cache from 240 MB to 48 MB, which a long session
-  (the test suite's, a long ``analyze``) can fill: the JIT is then disabled and Spark fails
-  with ``Out of space in CodeCache``. ``-XX:ReservedCodeCacheSize=240m`` keeps the tiered
-  default's size (a reservation of address space, not memory taken).
+  not reach C2's pay-off. C1 also halves the JVM's start-up CPU, which the landing shares
+  the cores with. Larger jobs keep tiered compilation, where C2 pays off in
+  ``publisher_health``'s window sort. C1 alone shrinks the JVM's default code cache from
+  240 MB to 48 MB, which a long session (the test suite's, a long ``analyze``) can fill:
+  the JIT is then disabled and Spark fails with ``Out of space in CodeCache``.
+  ``-XX:ReservedCodeCacheSize=240m`` keeps the tiered default's size (a reservation of
+  address space, not memory taken).
 
-* ``-XX:+UseParallelGC``: a batch job wants throughput. G1's concurrent cycles, started
-  over and over by the Parquet and shuffle buffers it counts as humongous (28 of them in a
-  200k-message run), cost CPU the job needs: on 2 cores the driver used 7-10 % less CPU
-  with the parallel collector (200k: 12.6 s against 13.2 s over six runs each; 2M:
-  38.1 s against 40.8 s). A collector the user selects replaces it.
+* ``-XX:+UseParallelGC``: a batch job wants throughput. G1 starts concurrent cycles over
+  and over for the Parquet and shuffle buffers it counts as humongous, CPU the job needs.
+  A collector the user selects replaces it.
 
-* ``-XX:MetaspaceSize=256m``: the class metadata Spark loads crossed the JVM's initial
-  ~21 MB threshold and set off a full collection (135 ms, stop-the-world) plus an extra
-  young one early in every run. 256 MB is only that trigger, not memory taken; the driver
-  then ran no full collection (200k messages, job alone: 7.62 s against 7.86 s, means of
-  seven alternated runs each).
+* ``-XX:MetaspaceSize=256m``: the class metadata Spark loads crosses the JVM's initial
+  ~21 MB threshold, which sets off a stop-the-world full collection early in every run.
+  256 MB is only that trigger, not memory taken.
 
 Only the driver is affected (in local mode it is also the executor). Set
 ``EMAILMW_SPARK_CDS=off`` to start the JVM untouched; ``--conf spark.driver.extraJavaOptions``
@@ -180,8 +173,8 @@ def _stop_accumulator_server(context: Any) -> None:
     """Stop PySpark's accumulator server in the background instead of in ``stop()``.
 
     The server is a ``socketserver`` loop that polls every 0.5 s, and ``shutdown()`` waits
-    for the next poll, so ``SparkContext.stop()`` took 0.09-0.54 s (its own work 0.05 s):
-    the command line sat idle that long before exiting. The server only collects the
+    for the next poll, so ``SparkContext.stop()`` would sit idle up to half a second before
+    the command line exits. The server only collects the
     accumulator updates of Python workers, which the job has none of (no Python UDF), and
     its thread is a daemon: the stop completes on its own within half a second, or ends with
     the process.

@@ -120,11 +120,10 @@ STREAMS_SCHEMA: Final = pa.schema(
 _MESSAGE_FILE_COLUMNS: Final = [n for n in MESSAGES_SCHEMA.names if n not in ("topic", "day")]
 REJECTS_COLUMNS: Final = ("source", "mailbox", "key", "status", "reason", "topic", "size")
 # Parquet dictionary encoding only where values repeat: on unique columns (message_id, key,
-# the timestamps) pyarrow builds a dictionary, gives up and writes plain anyway. A landing
-# part is then written in 0.33 rather than 0.59 us a row, and half the size.
+# the timestamps) pyarrow would build a dictionary, give up and write plain anyway.
 _DICTIONARY_COLUMNS: Final = [
     "source", "mailbox", "status", "reason", "kind", "topic", "from_addr", "to_addr",
-    "publisher_gid", "client_gid",
+    "publisher_gid", "client_gid", "delivered_res_ns",
 ]  # fmt: skip
 _BATCH: Final = 20_000
 _READ_CHUNK: Final = 1 << 16
@@ -348,7 +347,8 @@ class TableSink:
     """The run's ``messages`` and ``rejects`` tables, written by the landing workers as they
     go (one file per part and topic-day), with the run's filters applied.
 
-    Spark then only reads them: writing 2M rows a second time from the landed parts cost it
+    Spark then only reads them instead of writing every row a second time from the landed
+    parts:
     9-11 s. The layout and the values are Spark's own (a test writes the same rows with
     Spark and compares), so the tables read the same whoever wrote them.
 
@@ -569,8 +569,8 @@ def _read_file(name: str, dir_fd: int) -> bytes:
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a worker lands a part. The part's rows (tuples,
-    all alive until it is written) made every collection walk a longer list, for nothing:
-    the parse makes no reference cycles. 3-6 % of a worker's time (0.5-1.1 us a message)."""
+    all alive until it is written) make every collection walk a longer list, for nothing:
+    the parse makes no reference cycles."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -724,10 +724,10 @@ def _tasks(
 def _workers_context() -> multiprocessing.context.ForkServerContext:
     # Workers come from a fork server, never a fork of this process: the Spark driver starts
     # in another thread meanwhile, and a fork taken while that thread holds a lock (imports,
-    # the JVM launch) left workers hung forever in a test run. The server imports this
-    # module once and forks ready workers (each importing it took 0.2 s of a core). It
-    # imports pandas too: pyarrow imports it on the first ``pa.array`` of a list (to ask
-    # whether that is a pandas object), and each worker paid 0.27 s of a core for that.
+    # the JVM launch) can leave a worker hung for ever. The server imports this module once
+    # and forks ready workers. It imports pandas too: pyarrow imports it on the first
+    # ``pa.array`` of a list (to ask whether that is a pandas object), so that every worker
+    # would otherwise import it again.
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__, "pandas"])
     return context

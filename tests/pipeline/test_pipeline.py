@@ -265,7 +265,8 @@ def test_plots_drawn_while_spark_works_make_the_same_report(
 # microsecond, an mbox only its Received: header's second
 _RESOLUTION_COLUMNS = {
     "delivered_res_ns", "latency_ms", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms",
-    "latency_max_ms", "latency_measured", "latency_p50_high_ms", "latency_cdf_ms",
+    "latency_max_ms", "latency_measured", "latency_p50_low_ms", "latency_p50_high_ms",
+    "latency_cdf_ms",
     "response_delivered_res_ns", "round_trip_ms",
 }  # fmt: skip
 

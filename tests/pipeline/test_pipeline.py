@@ -583,6 +583,7 @@ def test_command_line(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- what the data supports
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # a latency plot with nothing to draw
 def test_delivery_times_known_to_the_second_give_bounds_never_negative_latencies(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -111,6 +111,14 @@ def _analyze(args: argparse.Namespace) -> int:
         from ._pipeline.jvm import stop_session
 
         stop_session()
+    unmeasured = summary["latency_measured"] < summary["publish"] or (
+        summary["round_trips_measured"] < summary["answered"]
+    )
+    coarse = (
+        " (the others' delivery times are known only to the second: the report gives bounds)"
+        if unmeasured
+        else ""
+    )
     print(
         f"{summary['publish']} messages, {summary['request']} requests, "
         f"{summary['response']} responses; {summary['foreign']} foreign and "
@@ -119,8 +127,7 @@ def _analyze(args: argparse.Namespace) -> int:
         f"{summary['duplicate_responses']} duplicate responses)\n"
         f"latency measurable for {summary['latency_measured']} of {summary['publish']} "
         f"messages, round trip for {summary['round_trips_measured']} of "
-        f"{summary['answered']} answered calls (the rest have delivery times known only to "
-        "the second: the report gives bounds)\n"
+        f"{summary['answered']} answered calls{coarse}\n"
         f"publishers: {summary['publishers']} streams, {summary['lost']} lost, "
         f"{summary['duplicated']} duplicated, {summary['out_of_order']} out of order\n"
         f"tables and report in {args.out} ({summary['seconds']} s)"

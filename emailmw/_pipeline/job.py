@@ -669,20 +669,23 @@ def overview(
         []
         if _no_request(tally)
         else rows(
-            """SELECT service, count(1) AS calls,
-             coalesce(sum(CAST(answered AS INT)), 0) AS answered,
-             coalesce(sum(duplicates), 0) AS duplicate_responses,
-             percentile(round_trip_ms, 0.5D) AS round_trip_p50_ms,
-             max(round_trip_ms) AS round_trip_max_ms, min(round_trip_ms) AS round_trip_min_ms,
-             count(round_trip_ms) AS round_trip_measured,
-             percentile(IF(round_trip_ms IS NULL,
-               CAST(response_delivered_ns - sent_ns AS DOUBLE) / 1.0E6D, NULL), 0.5D)
-               AS round_trip_p50_low_ms,
-             percentile(IF(round_trip_ms IS NULL,
-               CAST(response_delivered_ns - sent_ns AS DOUBLE) / 1.0E6D, NULL), 0.5D)
-               + CAST(max(IF(round_trip_ms IS NULL, response_delivered_res_ns, NULL))
-               AS DOUBLE) / 1.0E6D AS round_trip_p50_high_ms
-           FROM {t} GROUP BY service ORDER BY service""",
+            # the bounds of the unmeasurable round trips' median as topic_stats' of latency
+            """SELECT *, round_trip_p50_low_ms + CAST(unmeasured_res_ns AS DOUBLE) / 1.0E6D
+               AS round_trip_p50_high_ms
+             FROM (
+             SELECT service, count(1) AS calls,
+               coalesce(sum(CAST(answered AS INT)), 0) AS answered,
+               coalesce(sum(duplicates), 0) AS duplicate_responses,
+               percentile(round_trip_ms, 0.5D) AS round_trip_p50_ms,
+               max(round_trip_ms) AS round_trip_max_ms,
+               min(round_trip_ms) AS round_trip_min_ms,
+               count(round_trip_ms) AS round_trip_measured,
+               percentile(IF(round_trip_ms IS NULL,
+                 CAST(response_delivered_ns - sent_ns AS DOUBLE) / 1.0E6D, NULL), 0.5D)
+                 AS round_trip_p50_low_ms,
+               max(IF(round_trip_ms IS NULL, response_delivered_res_ns, NULL))
+                 AS unmeasured_res_ns
+             FROM {t} GROUP BY service) ORDER BY service""",
             tables.service_calls,
         )
     )

@@ -94,8 +94,8 @@ def measured(
 ) -> str:
     """A latency or round-trip median as the data supports it: the value when every row's
     delivery time was fine enough, the value and how many rows it rests on when some were,
-    else the bounds every row's true value lies within (delivery times known to the second),
-    or that it is not measurable at all."""
+    else the bounds of the median (``low``, ``high``: the unmeasurable rows' median lies
+    within them), or, without even those, that it is not measurable."""
     if value is not None and count:
         return f"{value:,.2f}" if count == total else f"{value:,.2f} ({count:,} of {total:,})"
     if low is not None and high is not None:

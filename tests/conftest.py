@@ -5,6 +5,8 @@ test takes fresh accounts, so mailboxes start empty and tests cannot see each ot
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,11 +34,16 @@ def _no_default_context_leaks() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def mailserver() -> Iterator[MailServer]:
-    state = Path(os.environ.get("EMAILMW_TEST_MAIL_STATE", "/tmp/emailmw-testmail"))
+    """The run's own server: its own state directory (``EMAILMW_TEST_MAIL_STATE``, else a
+    fresh one) on free ports, so that two test runs on one machine never meet."""
+    given = os.environ.get("EMAILMW_TEST_MAIL_STATE")
+    state = Path(given) if given else Path(tempfile.mkdtemp(prefix="emailmw-test-", dir="/tmp"))
     server = MailServer(state_dir=state)
     server.start(fresh=True)
     yield server
     server.stop()
+    if not given:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture

@@ -44,7 +44,14 @@ import yaml
 
 from .._exceptions import EmailMWError
 
-__all__ = ["MailServer", "MailServerError", "ensure_installed", "free_ports", "main"]
+__all__ = [
+    "MailServer",
+    "MailServerError",
+    "ensure_installed",
+    "free_ports",
+    "main",
+    "unavailable",
+]
 
 PACKAGES = ("postfix", "dovecot-core", "dovecot-imapd", "dovecot-lmtpd", "openssl")
 _SBIN = "/usr/sbin:/sbin"
@@ -80,6 +87,14 @@ def missing_packages() -> list[str]:
     if not _which("openssl"):
         need.append("openssl")
     return need
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot run the server (not root: the daemons' masters need it), or
+    None. Missing packages are not a reason as root: :func:`ensure_installed` installs them."""
+    if os.geteuid() != 0:
+        return "the local Postfix + Dovecot must be started as root"
+    return None
 
 
 def ensure_installed() -> None:

@@ -308,8 +308,10 @@ def test_a_publisher_killed_mid_burst_with_the_spool_loses_nothing(
 
 
 @pytest.fixture(scope="module")
-def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MailServer]:
-    """A mail server of these tests' own, to stop and start without disturbing others."""
+def private_server(mailserver: MailServer) -> Iterator[MailServer]:
+    """A mail server of these tests' own, to stop and start without disturbing others
+    (beside the run's, ``mailserver``, whose availability it shares)."""
+    del mailserver
     state = Path(f"/tmp/emailmw-rel-{uuid.uuid4().hex[:8]}")
     server = MailServer(state_dir=state)
     server.start(fresh=True)

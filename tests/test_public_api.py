@@ -1,0 +1,126 @@
+"""The public surface is what ``emailmw.__all__`` says, and it changes only on purpose."""
+
+from __future__ import annotations
+
+import types
+
+import emailmw
+
+# Changing this list is changing the public API: say so in the commit.
+PUBLIC = [
+    "AuthenticationError",
+    "Client",
+    "ClosedError",
+    "ConfigError",
+    "ConnectError",
+    "Context",
+    "ContextAlreadyInitializedError",
+    "ContextError",
+    "ContextNotInitializedError",
+    "DeadlineMissed",
+    "DurabilityPolicy",
+    "Email",
+    "EmailMWError",
+    "EmailReceiver",
+    "EmailSender",
+    "Endpoint",
+    "Executor",
+    "ForeignEmailError",
+    "Future",
+    "Gid",
+    "GuardCondition",
+    "GuardConditionAlreadyInUseError",
+    "Headers",
+    "HistoryPolicy",
+    "IncomingEmail",
+    "IntraprocessReceiver",
+    "IntraprocessSender",
+    "InvalidCallbackError",
+    "InvalidHeaderError",
+    "InvalidNameError",
+    "MalformedEmailError",
+    "MessageInfo",
+    "MessageLost",
+    "MessageTooLargeError",
+    "MultiThreadedExecutor",
+    "Node",
+    "NodeGuardCondition",
+    "NodePublisher",
+    "NodeSubscription",
+    "Options",
+    "Publisher",
+    "QoSProfile",
+    "ReceiveError",
+    "Recipients",
+    "RequestId",
+    "SendError",
+    "Service",
+    "ServiceClient",
+    "ServiceInfo",
+    "ServiceRequest",
+    "ServiceServer",
+    "ServiceTimeoutError",
+    "ServiceType",
+    "SingleThreadedExecutor",
+    "Subscription",
+    "SubscriptionEventCallbacks",
+    "TLSError",
+    "Timer",
+    "TransportError",
+    "TypeMismatchError",
+    "UnknownRequestError",
+    "UserInfo",
+    "WaitResult",
+    "WaitSet",
+    "__version__",
+    "build_email",
+    "builtin_interfaces",
+    "deserialize",
+    "example_interfaces",
+    "get_default_context",
+    "get_interface",
+    "init",
+    "interface_names",
+    "intraprocess_pair",
+    "message",
+    "ok",
+    "open_transport",
+    "parse_email",
+    "serialize",
+    "service",
+    "shutdown",
+    "spin",
+    "spin_once",
+    "spin_until_future_complete",
+    "std_msgs",
+    "wait_for_message",
+    "wait_for_message_with_info",
+    "wait_for_request",
+    "wait_for_request_with_info",
+    "wait_for_response",
+    "wait_for_response_with_info",
+]
+
+
+def test_all_is_the_pinned_public_surface() -> None:
+    assert sorted(emailmw.__all__) == PUBLIC
+    assert len(set(emailmw.__all__)) == len(emailmw.__all__)
+
+
+def test_every_exported_name_exists_and_every_public_name_is_exported() -> None:
+    for name in emailmw.__all__:
+        assert hasattr(emailmw, name), name
+    public = {
+        name
+        for name, value in vars(emailmw).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    public.discard("annotations")  # from __future__ import annotations
+    assert public <= set(emailmw.__all__), sorted(public - set(emailmw.__all__))
+
+
+def test_exported_errors_share_one_root() -> None:
+    for name in emailmw.__all__:
+        value = getattr(emailmw, name)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, emailmw.EmailMWError), name

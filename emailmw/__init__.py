@@ -65,8 +65,8 @@ from ._qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, 
 from ._transport.base import EmailReceiver, EmailSender, IncomingEmail
 from ._transport.intraprocess import IntraprocessReceiver, IntraprocessSender, intraprocess_pair
 from ._types import Email, Gid, Headers, MessageInfo, RequestId, ServiceInfo, ServiceRequest
+from ._waitable import GuardCondition
 from ._waitset import (
-    GuardCondition,
     WaitResult,
     WaitSet,
     wait_for_message,

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from ._config import SEND_GUARANTEES, Options, load_options
+from ._entities import Publisher
 from ._exceptions import (
     ClosedError,
     ConfigError,
@@ -21,7 +22,14 @@ from ._exceptions import (
     ContextNotInitializedError,
     SendError,
 )
-from ._handlers import ServiceHandler, SubscriptionHandler
+from ._graph import GRAPH_TOPIC, Announcer
+from ._handlers import (
+    MessageSink,
+    RequestSink,
+    ResponseSink,
+    ServiceHandler,
+    SubscriptionHandler,
+)
 from ._log import configure_from_env, get_logger
 from ._polling import PollingManager
 from ._transport.base import EmailReceiver, EmailSender
@@ -88,7 +96,7 @@ class Context:
         self._lock = threading.Lock()
         self._entities: weakref.WeakSet[Any] = weakref.WeakSet()
         self._shut_down = False
-        self._announcer: Any = None  # the graph announcer, created by the first Node
+        self._announcer: Announcer | None = None  # created by announcer(), on first use
         self._subscription_handler = SubscriptionHandler()
         self._service_handler = ServiceHandler(self.options.reply_domains)
         self._polling = PollingManager(receiver)
@@ -166,14 +174,57 @@ class Context:
         if self._shut_down:
             raise ClosedError("context is shut down")
 
-    def _track(self, entity: _Closeable) -> None:
+    # ------------------------------------------------------------- what the context owns
+    # Entities register through these, never through the context's fields: a new kind of
+    # entity needs no other module's private state. All thread-safe.
+
+    def register_entity(self, entity: _Closeable) -> None:
+        """Own ``entity``: :meth:`shutdown` closes it. Raises :class:`ClosedError` once the
+        context is shut down."""
         with self._lock:
             self._check_open()
             self._entities.add(entity)
 
-    def _untrack(self, entity: _Closeable) -> None:
+    def unregister_entity(self, entity: _Closeable) -> None:
         with self._lock:
             self._entities.discard(entity)
+
+    def register_subscription(self, topic: str, sink: MessageSink) -> None:
+        """Hand ``sink`` every message published on ``topic``."""
+        self._subscription_handler.register(topic, sink)
+
+    def unregister_subscription(self, topic: str, sink: MessageSink) -> None:
+        self._subscription_handler.unregister(topic, sink)
+
+    def register_server(self, service: str, sink: RequestSink) -> None:
+        """Hand ``sink`` every request of ``service``."""
+        self._service_handler.register_server(service, sink)
+
+    def unregister_server(self, service: str, sink: RequestSink) -> None:
+        self._service_handler.unregister_server(service, sink)
+
+    def register_client(self, gid: int, sink: ResponseSink) -> None:
+        """Hand ``sink`` the responses to the client with GID ``gid``."""
+        self._service_handler.register_client(gid, sink)
+
+    def unregister_client(self, gid: int, sink: ResponseSink) -> None:
+        self._service_handler.unregister_client(gid, sink)
+
+    def announcer(self) -> Announcer:
+        """The context's graph announcer: one per context, created on first use (by the
+        first node), closed at :meth:`shutdown`."""
+        existing = self._announcer
+        if existing is not None:
+            return existing
+        # not under the lock: creating its publisher registers an entity
+        created = Announcer(Publisher(GRAPH_TOPIC, context=self))
+        with self._lock:
+            if self._announcer is None:
+                self._announcer = created
+            announcer = self._announcer
+        if announcer is not created:
+            created.close()  # another thread's won
+        return announcer
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every email sent so far was accepted by the server."""

@@ -27,7 +27,7 @@ from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import publish_email, request_email, response_email
 from ._types import Email, Gid, MessageInfo, RequestId, ServiceInfo, ServiceRequest
-from ._waitset import Waitable, wait_for_request_with_info, wait_until
+from ._waitable import Waitable, wait_until
 from ._wire import HEADER_REQUEST_SEQUENCE_NUMBER, new_message_id, validate_name
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class _Entity:
     def _setup(self, context: Context | None) -> Context:
         self._closed = False
         self._context = _resolve(context)
-        self._context._track(self)
+        self._context.register_entity(self)
         return self._context
 
     def _check_open(self) -> None:
@@ -71,7 +71,7 @@ class _Entity:
             return
         self._closed = True
         self._unregister()
-        self._context._untrack(self)
+        self._context.unregister_entity(self)
         if isinstance(self, Waitable):
             self._notify()
 
@@ -206,7 +206,7 @@ class Subscription(_Entity, Waitable):
         ctx = self._setup(context)
         self._depth = depth if depth is not None else ctx.options.queue_limit
         self._queue: _BoundedQueue[tuple[str, MessageInfo]] = _BoundedQueue(self._depth)
-        ctx._subscription_handler.register(self._topic, self)
+        ctx.register_subscription(self._topic, self)
 
     @property
     def topic(self) -> str:
@@ -221,7 +221,7 @@ class Subscription(_Entity, Waitable):
         return f"<Subscription {self._topic!r}>"
 
     def _unregister(self) -> None:
-        self._context._subscription_handler.unregister(self._topic, self)
+        self._context.unregister_subscription(self._topic, self)
 
     def _push_message(self, body: str, info: MessageInfo, ticket: Ticket) -> None:
         if self._queue.push((body, info), ticket) and self._queue.dropped == 1:
@@ -285,7 +285,7 @@ class ServiceClient(_Entity, Waitable):
         ctx = self._setup(context)
         self._recipients = ctx.options.recipients
         self._guarantee = ctx.check_guarantee(None)
-        ctx._service_handler.register_client(self.gid.value, self)
+        ctx.register_client(self.gid.value, self)
 
     @property
     def service_name(self) -> str:
@@ -295,7 +295,7 @@ class ServiceClient(_Entity, Waitable):
         return f"<ServiceClient {self._service!r} gid={self.gid}>"
 
     def _unregister(self) -> None:
-        self._context._service_handler.unregister_client(self.gid.value, self)
+        self._context.unregister_client(self.gid.value, self)
 
     def _push_response(self, email: Email, info: ServiceInfo, ticket: Ticket) -> None:
         seq = info.sequence_number
@@ -473,7 +473,7 @@ class ServiceServer(_Entity, Waitable):
         self._from = ctx.options.recipients.from_
         self._limit = ctx.options.queue_limit
         self._guarantee = ctx.check_guarantee(None)
-        ctx._service_handler.register_server(self._service, self)
+        ctx.register_server(self._service, self)
         self._worker: threading.Thread | None = None
         if callback is not None:
             self._worker = threading.Thread(
@@ -489,7 +489,7 @@ class ServiceServer(_Entity, Waitable):
         return f"<ServiceServer {self._service!r}>"
 
     def _unregister(self) -> None:
-        self._context._service_handler.unregister_server(self._service, self)
+        self._context.unregister_server(self._service, self)
 
     def close(self) -> None:
         super().close()
@@ -590,10 +590,11 @@ class ServiceServer(_Entity, Waitable):
         assert self._callback is not None
         while True:
             try:
-                got = wait_for_request_with_info(self, -1)
+                wait_until(self, self.has_request)
             except ClosedError:
                 return
-            if got is None:
+            got = self.get_request_with_info()
+            if got is None:  # taken meanwhile by a wait set or get_request
                 continue
             request, _info = got
             try:

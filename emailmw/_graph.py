@@ -14,21 +14,50 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import yaml
 
 from ._entities import Publisher
 from ._log import get_logger
 from ._protocol import PublishRoute, classify
+from ._transport.base import EmailReceiver
 from ._types import Email
 
-if TYPE_CHECKING:
-    from ._context import Context
-    from ._node import Node
+__all__ = [
+    "GRAPH_TOPIC",
+    "Announced",
+    "Announcer",
+    "Graph",
+    "NodeRecord",
+    "build_graph",
+    "read_graph",
+]
 
-__all__ = ["GRAPH_TOPIC", "Graph", "NodeRecord", "build_graph", "read_graph"]
+
+class Announced(Protocol):
+    """What the graph announces of a node (:class:`~emailmw.Node` is one): its name, its
+    period and its entities, each with a ``topic`` or ``service_name`` and a type."""
+
+    @property
+    def announce_period(self) -> float: ...
+
+    @property
+    def publishers(self) -> Sequence[Any]: ...
+
+    @property
+    def subscriptions(self) -> Sequence[Any]: ...
+
+    @property
+    def services(self) -> Sequence[Any]: ...
+
+    @property
+    def clients(self) -> Sequence[Any]: ...
+
+    def get_fully_qualified_name(self) -> str: ...
+
 
 GRAPH_TOPIC: Final = "/_emailmw/graph"
 GRAPH_TYPE: Final = "emailmw/msg/NodeAnnouncement"
@@ -68,8 +97,8 @@ class Graph:
         return out
 
 
-def announcement(node: Node, event: str = "announce") -> str:
-    def pairs(entities: list[Any], attr: str) -> list[dict[str, str]]:
+def announcement(node: Announced, event: str = "announce") -> str:
+    def pairs(entities: Sequence[Any], attr: str) -> list[dict[str, str]]:
         return [{"name": getattr(e, attr), "type": _type_of(e)} for e in entities]
 
     return str(
@@ -132,35 +161,36 @@ def build_graph(emails: list[Email], now_ns: int) -> Graph:
     return graph
 
 
-def read_graph(context: Context, limit: int = 2000) -> Graph:
+def read_graph(receiver: EmailReceiver, limit: int = 2000) -> Graph:
     """The graph from the mailbox's history of the graph topic."""
-    return build_graph(context.receiver.history(GRAPH_TOPIC, limit), time.time_ns())
+    return build_graph(receiver.history(GRAPH_TOPIC, limit), time.time_ns())
 
 
 class Announcer:
-    """One per context: announces its nodes periodically on a thread of its own (it waits
-    on an event between rounds: no busy loop)."""
+    """One per context (``Context.announcer()``): announces its nodes on ``publisher`` (the
+    graph topic's), at once on every change and periodically on a thread of its own (it
+    waits on an event between rounds: no busy loop). Owns ``publisher``. Thread-safe."""
 
-    def __init__(self, context: Context) -> None:
-        self._publisher = Publisher(GRAPH_TOPIC, context=context)
-        self._nodes: weakref.WeakSet[Node] = weakref.WeakSet()
+    def __init__(self, publisher: Publisher) -> None:
+        self._publisher = publisher
+        self._nodes: weakref.WeakSet[Announced] = weakref.WeakSet()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="emailmw-graph", daemon=True)
         self._thread.start()
 
-    def send(self, node: Node, event: str = "announce") -> None:
+    def send(self, node: Announced, event: str = "announce") -> None:
         try:
             self._publisher.publish(announcement(node, event), {"Message-Type": GRAPH_TYPE})
         except Exception as exc:  # noqa: BLE001 - discovery must never break the node
             _log.warning("announcing %s failed: %s", node.get_fully_qualified_name(), exc)
 
-    def add(self, node: Node) -> None:
+    def add(self, node: Announced) -> None:
         with self._lock:
             self._nodes.add(node)
         self.send(node)
 
-    def remove(self, node: Node) -> None:
+    def remove(self, node: Announced) -> None:
         with self._lock:
             self._nodes.discard(node)
         self.send(node, "leave")

@@ -21,7 +21,6 @@ from typing import Any, Generic, TypeVar
 from ._context import Context, resolve
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
 from ._exceptions import ClosedError, InvalidCallbackError, SendError, ServiceTimeoutError
-from ._graph import Announcer
 from ._interfaces import (
     HEADER_MESSAGE_TYPE,
     ServiceType,
@@ -36,7 +35,8 @@ from ._polling import NO_TICKET, Ticket
 from ._protocol import PublishRoute, classify
 from ._qos import DeadlineMissed, Delivery, DurabilityPolicy, MessageLost, QoSProfile
 from ._types import MessageInfo, ServiceInfo
-from ._waitset import GuardCondition, WaitSet
+from ._waitable import GuardCondition
+from ._waitset import WaitSet
 
 __all__ = [
     "Client",
@@ -483,21 +483,7 @@ class Node:
         self.guards: list[NodeGuardCondition] = []
         self.executor: Executor | None = None
         self._destroyed = False
-        self._announcer().add(self)
-
-    def _announcer(self) -> Announcer:
-        context = self.context
-        existing: Announcer | None = context._announcer
-        if existing is not None:
-            return existing
-        created = Announcer(context)  # not under the context's lock: it creates an entity
-        with context._lock:
-            if context._announcer is None:
-                context._announcer = created
-            announcer: Announcer = context._announcer
-        if announcer is not created:
-            created.close()  # another node won the race
-        return announcer
+        self.context.announcer().add(self)
 
     def get_name(self) -> str:
         return self._name
@@ -515,7 +501,7 @@ class Node:
         if self.executor is not None:
             self.executor.wake()
         if not self._destroyed:
-            self._announcer().send(self)
+            self.context.announcer().send(self)
 
     def create_publisher(self, msg_type: type[T], topic: str, qos: int = 10) -> NodePublisher[T]:
         del qos  # history depth matters to subscriptions; kept for rclpy's signature
@@ -612,7 +598,7 @@ class Node:
             return
         self._destroyed = True
         if self.context.ok():
-            self._announcer().remove(self)
+            self.context.announcer().remove(self)
         entities: list[Any] = [*self.publishers, *self.subscriptions, *self.clients, *self.services]
         for entity in entities:
             entity.destroy()

@@ -141,7 +141,9 @@ def _name(name: str, what: str = "topic name") -> str:
 
 
 def _warn_if_unpublished(context: Context, topic: str) -> None:
-    if not any(t == topic for n in read_graph(context).nodes.values() for t, _ in n.publishers):
+    if not any(
+        t == topic for n in read_graph(context.receiver).nodes.values() for t, _ in n.publishers
+    ):
         print(
             f"WARNING: topic [{topic}] does not appear to be published yet",
             file=sys.stderr,
@@ -170,7 +172,7 @@ def _values(text: str) -> Any:
 
 
 def _graph_command(context: Context, args: argparse.Namespace) -> int:
-    graph = read_graph(context)
+    graph = read_graph(context.receiver)
     if args.command == "node":
         if args.verb == "list":
             for name in sorted(graph.nodes):

@@ -1,4 +1,4 @@
-"""Layer 6: guard conditions, wait sets and the ``wait_for_*`` helpers.
+"""Layer 6: wait sets and the ``wait_for_*`` helpers, over ``_waitable``'s base.
 
 Waiting is event-driven. Every waitable (subscription, client, server, guard condition) keeps
 the condition variables of the wait sets it is in and notifies them when it becomes ready;
@@ -13,105 +13,35 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypeVar
 
-from ._exceptions import ClosedError, GuardConditionAlreadyInUseError
+from ._exceptions import ClosedError
+from ._waitable import (
+    GuardCondition,
+    Waitable,
+    deadline_after,
+    wait_until_deadline,
+)
 
 if TYPE_CHECKING:
     from ._entities import ServiceClient, ServiceServer, Subscription
     from ._types import MessageInfo, ServiceInfo, ServiceRequest
 
 __all__ = [
-    "GuardCondition",
     "WaitResult",
     "WaitSet",
-    "Waitable",
     "wait_for_message",
     "wait_for_message_with_info",
     "wait_for_request",
     "wait_for_request_with_info",
     "wait_for_response",
     "wait_for_response_with_info",
-    "wait_until",
 ]
 
-_attach_lock = threading.Lock()
 T = TypeVar("T")
-
-
-class Waitable:
-    """Base of everything a wait set can wait on. Subclasses implement ``_is_ready``."""
-
-    _closed: bool = False
-
-    def __init__(self) -> None:
-        self._wakers: tuple[threading.Condition, ...] = ()
-
-    def _is_ready(self) -> bool:
-        raise NotImplementedError
-
-    def _before_wait(self) -> None:
-        """Called before anything waits on this waitable (entities start their context's
-        receiving here)."""
-
-    def _attach(self, cond: threading.Condition) -> None:
-        with _attach_lock:
-            self._wakers = (*self._wakers, cond)
-
-    def _detach(self, cond: threading.Condition) -> None:
-        with _attach_lock:
-            self._wakers = tuple(c for c in self._wakers if c is not cond)
-
-    def _notify(self) -> None:
-        """Wake every wait set this waitable is in. Call after the state changed."""
-        for cond in self._wakers:
-            with cond:
-                cond.notify_all()
-
-
-class GuardCondition(Waitable):
-    """A condition any thread can trigger to wake a wait set.
-
-    A guard condition is in at most one wait set at a time; adding it to a second raises
-    :class:`~emailmw.GuardConditionAlreadyInUseError` until the first is cleared or closed.
-    A trigger stays set until a ``wait()`` reports it; several triggers before that wait
-    count once. ``trigger()`` is thread-safe.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._triggered = False
-        self._owner: WaitSet | None = None
-
-    def trigger(self) -> None:
-        self._triggered = True
-        self._notify()
-
-    @property
-    def triggered(self) -> bool:
-        return self._triggered
-
-    def _is_ready(self) -> bool:
-        return self._triggered
-
-    def _take(self) -> None:
-        self._triggered = False
-
-    def _claim(self, owner: WaitSet) -> None:
-        with _attach_lock:
-            if self._owner is not None and self._owner is not owner:
-                raise GuardConditionAlreadyInUseError(
-                    "guard condition is already in another wait set; clear that one first"
-                )
-            self._owner = owner
-
-    def _release(self, owner: WaitSet) -> None:
-        with _attach_lock:
-            if self._owner is owner:
-                self._owner = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,45 +216,6 @@ class WaitSet:
         return result
 
 
-def _deadline(timeout: float) -> float | None:
-    return None if timeout < 0 else time.monotonic() + timeout
-
-
-def _wait_until(entity: Waitable, ready: Callable[[], bool], deadline: float | None) -> bool:
-    """Block until ``ready()`` or the deadline; True if ready. Raises ClosedError if closed."""
-    entity._before_wait()
-    if ready():
-        return True
-    if entity._closed:
-        raise ClosedError(f"{entity!r} is closed")
-    if deadline is not None and deadline <= time.monotonic():
-        return False
-    cond = threading.Condition(threading.Lock())
-    entity._attach(cond)
-    try:
-        with cond:
-            while not ready():
-                if entity._closed:
-                    raise ClosedError(f"{entity!r} is closed")
-                if deadline is None:
-                    cond.wait()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                cond.wait(remaining)
-            return True
-    finally:
-        entity._detach(cond)
-
-
-def wait_until(entity: Waitable, ready: Callable[[], bool], timeout: float = -1) -> bool:
-    """Block until ``ready()`` holds (re-checked whenever ``entity`` notifies), at most
-    ``timeout`` seconds (< 0: no limit); True if it holds. Raises :class:`ClosedError` when
-    ``entity`` is closed."""
-    return _wait_until(entity, ready, _deadline(timeout))
-
-
 def wait_for_message(subscription: Subscription, timeout: float = -1) -> str | None:
     """The next message of ``subscription``, waiting up to ``timeout``; None on timeout."""
     got = wait_for_message_with_info(subscription, timeout)
@@ -335,8 +226,8 @@ def wait_for_message_with_info(
     subscription: Subscription, timeout: float = -1
 ) -> tuple[str, MessageInfo] | None:
     """Like :func:`wait_for_message`, with the message's :class:`~emailmw.MessageInfo`."""
-    deadline = _deadline(timeout)
-    while _wait_until(subscription, subscription.has_message, deadline):
+    deadline = deadline_after(timeout)
+    while wait_until_deadline(subscription, subscription.has_message, deadline):
         got = subscription.get_message_with_info()
         if got is not None:
             return got
@@ -353,8 +244,8 @@ def wait_for_request_with_info(
     server: ServiceServer, timeout: float = -1
 ) -> tuple[ServiceRequest, ServiceInfo] | None:
     """Like :func:`wait_for_request`, with the request's :class:`~emailmw.ServiceInfo`."""
-    deadline = _deadline(timeout)
-    while _wait_until(server, server.has_request, deadline):
+    deadline = deadline_after(timeout)
+    while wait_until_deadline(server, server.has_request, deadline):
         got = server.get_request_with_info()
         if got is not None:
             return got
@@ -373,6 +264,8 @@ def wait_for_response_with_info(
     client: ServiceClient, sequence_number: int, timeout: float = -1
 ) -> tuple[str, ServiceInfo] | None:
     """Like :func:`wait_for_response`, with the response's :class:`~emailmw.ServiceInfo`."""
-    if _wait_until(client, lambda: client.has_response(sequence_number), _deadline(timeout)):
+    if wait_until_deadline(
+        client, lambda: client.has_response(sequence_number), deadline_after(timeout)
+    ):
         return client.get_response_with_info(sequence_number)
     return None

@@ -21,7 +21,7 @@ import threading
 import time
 
 import emailmw
-from emailmw._waitset import wait_until
+from emailmw._waitable import wait_until
 
 
 def main() -> None:

@@ -30,6 +30,14 @@ from ._exceptions import (
     TransportError,
     UnknownRequestError,
 )
+from ._executor import (
+    Executor,
+    MultiThreadedExecutor,
+    SingleThreadedExecutor,
+    spin,
+    spin_once,
+    spin_until_future_complete,
+)
 from ._interfaces import (
     ServiceType,
     TypeMismatchError,
@@ -45,20 +53,14 @@ from ._interfaces import (
 from ._interfaces import builtin_interfaces as builtin_interfaces
 from ._node import (
     Client,
-    Executor,
     Future,
-    MultiThreadedExecutor,
     Node,
     NodeGuardCondition,
     NodePublisher,
     NodeSubscription,
     Service,
-    SingleThreadedExecutor,
     SubscriptionEventCallbacks,
     Timer,
-    spin,
-    spin_once,
-    spin_until_future_complete,
 )
 from ._protocol import Recipients
 from ._qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile

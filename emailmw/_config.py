@@ -331,15 +331,17 @@ def parse_endpoint(value: str, kind: str, *, source: str, key: str) -> Endpoint:
     return Endpoint(scheme, parts.hostname, port or _DEFAULT_PORTS[scheme])
 
 
-def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
-    if "email" in data:
-        top = _Reader(data, source, "", frozenset({"email"}))
-        reader = top.mapping("email", _TOP_KEYS)
-        if reader is None:
-            raise ConfigError("expected a mapping", source=source, key="email")
-    else:
-        reader = _Reader(data, source, "email.", _TOP_KEYS)
+def _email_reader(data: Mapping[str, Any], source: str) -> _Reader:
+    """The ``email:`` mapping (or the top level, for a file without that key)."""
+    if "email" not in data:
+        return _Reader(data, source, "email.", _TOP_KEYS)
+    reader = _Reader(data, source, "", frozenset({"email"})).mapping("email", _TOP_KEYS)
+    if reader is None:
+        raise ConfigError("expected a mapping", source=source, key="email")
+    return reader
 
+
+def _read_transport(reader: _Reader) -> str:
     intraprocess = reader.boolean("intraprocess")
     transport = reader.string("transport")
     if transport is not None and transport not in TRANSPORTS:
@@ -347,35 +349,44 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
             "transport", f"expected one of {', '.join(TRANSPORTS)}, got {transport!r}"
         )
     if intraprocess:
-        transport = "intraprocess"
-    elif transport is None:
-        transport = "native" if reader.data.get("user") is not None else "intraprocess"
-    polling_period_ns = reader.integer("polling-period", DEFAULT_POLLING_PERIOD_NS)
-    max_size = reader.integer("max-message-size", DEFAULT_MAX_MESSAGE_SIZE)
+        return "intraprocess"
+    if transport is None:
+        return "native" if reader.data.get("user") is not None else "intraprocess"
+    return transport
 
-    user: UserInfo | None = None
+
+def _read_user(reader: _Reader, transport: str) -> tuple[UserInfo | None, _Reader | None]:
+    """``user:`` (required but for the intraprocess transport), and its reader."""
     user_reader = reader.mapping("user", _USER_KEYS)
-    if user_reader is not None:
-        username = user_reader.string("username", required=True)
-        password = user_reader.string("password", required=True)
-        smtp_url = user_reader.string("url-smtp", required=True)
-        imap_url = user_reader.string("url-imap", required=True)
-        assert username
-        assert password
-        assert smtp_url
-        assert imap_url
-        register_secret(password)
-        for form in _encoded_credentials(username, password):
-            register_secret(form)
-        user = UserInfo(
-            parse_endpoint(smtp_url, "smtp", source=source, key=user_reader.key("url-smtp")),
-            parse_endpoint(imap_url, "imap", source=source, key=user_reader.key("url-imap")),
-            username,
-            password,
-        )
-    elif transport != "intraprocess":
-        raise reader.error("user", f"required for the {transport} transport")
+    if user_reader is None:
+        if transport != "intraprocess":
+            raise reader.error("user", f"required for the {transport} transport")
+        return None, None
+    username = user_reader.string("username", required=True)
+    password = user_reader.string("password", required=True)
+    smtp_url = user_reader.string("url-smtp", required=True)
+    imap_url = user_reader.string("url-imap", required=True)
+    assert username
+    assert password
+    assert smtp_url
+    assert imap_url
+    register_secret(password)
+    for form in _encoded_credentials(username, password):
+        register_secret(form)
+    source = reader.source
+    user = UserInfo(
+        parse_endpoint(smtp_url, "smtp", source=source, key=user_reader.key("url-smtp")),
+        parse_endpoint(imap_url, "imap", source=source, key=user_reader.key("url-imap")),
+        username,
+        password,
+    )
+    return user, user_reader
 
+
+def _read_recipients(
+    reader: _Reader, transport: str, user: UserInfo | None, user_reader: _Reader | None
+) -> Recipients:
+    """``from`` (else the username, when it is an address) and ``recipients:``."""
     from_ = reader.string("from")
     if from_ is not None:
         from_ = reader.address("from", from_)
@@ -383,7 +394,6 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         from_ = user_reader.address("username", user.username) if user_reader else user.username
     else:
         from_ = INTRAPROCESS_ADDRESS
-
     rec_reader = reader.mapping("recipients", _RECIPIENT_KEYS)
     to: tuple[str, ...] = ()
     cc: tuple[str, ...] = ()
@@ -394,30 +404,44 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         to = (from_,)
     if not (to or cc or bcc):
         raise ConfigError(
-            "expected at least one recipient (to, cc or bcc)", source=source, key="email.recipients"
+            "expected at least one recipient (to, cc or bcc)",
+            source=reader.source,
+            key="email.recipients",
         )
-    tls = TLSOptions()
+    return Recipients(from_, to, cc, bcc)
+
+
+def _read_tls(reader: _Reader) -> TLSOptions:
     tls_reader = reader.mapping("tls", _TLS_KEYS)
-    if tls_reader is not None:
-        ca_file = tls_reader.string("ca-file")
-        if ca_file is not None and not Path(ca_file).expanduser().is_file():
-            raise tls_reader.error("ca-file", f"expected a readable CA file, {ca_file!r} is not")
-        verify, starttls = tls_reader.boolean("verify"), tls_reader.boolean("starttls")
-        tls = TLSOptions(
-            str(Path(ca_file).expanduser()) if ca_file else None,
-            True if verify is None else verify,
-            True if starttls is None else starttls,
-        )
+    if tls_reader is None:
+        return TLSOptions()
+    ca_file = tls_reader.string("ca-file")
+    if ca_file is not None and not Path(ca_file).expanduser().is_file():
+        raise tls_reader.error("ca-file", f"expected a readable CA file, {ca_file!r} is not")
+    verify, starttls = tls_reader.boolean("verify"), tls_reader.boolean("starttls")
+    return TLSOptions(
+        str(Path(ca_file).expanduser()) if ca_file else None,
+        True if verify is None else verify,
+        True if starttls is None else starttls,
+    )
+
+
+def _read_poll(reader: _Reader) -> PollOptions:
     poll = PollOptions()
     poll_reader = reader.mapping("poll", _POLL_KEYS)
-    if poll_reader is not None:
-        poll = PollOptions(
-            poll_reader.number("interval", poll.interval),
-            poll_reader.number("idle-after", poll.idle_after),
-            poll_reader.number("idle-refresh", poll.idle_refresh),
-        )
-        if poll.idle_refresh >= 29 * 60:
-            raise poll_reader.error("idle-refresh", "expected under 1740 s (RFC 2177: 29 min)")
+    if poll_reader is None:
+        return poll
+    poll = PollOptions(
+        poll_reader.number("interval", poll.interval),
+        poll_reader.number("idle-after", poll.idle_after),
+        poll_reader.number("idle-refresh", poll.idle_refresh),
+    )
+    if poll.idle_refresh >= 29 * 60:
+        raise poll_reader.error("idle-refresh", "expected under 1740 s (RFC 2177: 29 min)")
+    return poll
+
+
+def _read_on_receive(reader: _Reader) -> str:
     on_receive = reader.string("on-receive") or "keep"
     if on_receive not in ("keep", "seen", "delete") and not (
         on_receive.startswith("move:") and on_receive[5:].strip()
@@ -425,7 +449,11 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         raise reader.error(
             "on-receive", f"expected keep, seen, delete or move:FOLDER, got {on_receive!r}"
         )
-    state_file = reader.string("state-file")
+    return on_receive
+
+
+def _read_sending(reader: _Reader) -> tuple[str, str | None]:
+    """``send-guarantee`` and ``spool`` (required with the spool guarantee)."""
     send_guarantee = reader.string("send-guarantee") or "server"
     if send_guarantee not in SEND_GUARANTEES:
         raise reader.error(
@@ -435,10 +463,25 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
     spool = reader.string("spool")
     if send_guarantee == "spool" and spool is None:
         raise reader.error("spool", "required with send-guarantee: spool (a directory)")
+    return send_guarantee, str(Path(spool).expanduser()) if spool else None
+
+
+def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
+    """The options of a configuration mapping, one reader per section."""
+    # (read in this order, so that of several mistakes the same one is reported first)
+    reader = _email_reader(data, source)
+    transport = _read_transport(reader)
+    polling_period_ns = reader.integer("polling-period", DEFAULT_POLLING_PERIOD_NS)
+    max_size = reader.integer("max-message-size", DEFAULT_MAX_MESSAGE_SIZE)
+    user, user_reader = _read_user(reader, transport)
+    recipients = _read_recipients(reader, transport, user, user_reader)
+    tls, poll, on_receive = _read_tls(reader), _read_poll(reader), _read_on_receive(reader)
+    state_file = reader.string("state-file")
+    send_guarantee, spool = _read_sending(reader)
     return Options(
         transport=transport,
         user=user,
-        recipients=Recipients(from_, to, cc, bcc),
+        recipients=recipients,
         polling_period_ns=polling_period_ns,
         max_message_size=max_size,
         tls=tls,
@@ -450,8 +493,8 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         outbox_size=reader.integer("outbox-size", 1000),
         quarantine=reader.string("quarantine"),
         send_guarantee=send_guarantee,
-        spool=str(Path(spool).expanduser()) if spool else None,
-        reply_domains=_reply_domains(reader, Recipients(from_, to, cc, bcc)),
+        spool=spool,
+        reply_domains=_reply_domains(reader, recipients),
         queue_limit=reader.integer("queue-limit", DEFAULT_QUEUE_LIMIT),
         source=source,
     )

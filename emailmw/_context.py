@@ -33,7 +33,7 @@ from ._handlers import (
 from ._log import configure_from_env, get_logger
 from ._polling import PollingManager
 from ._transport.base import EmailReceiver, EmailSender
-from ._transport.intraprocess import intraprocess_pair
+from ._transport.factory import make_transport
 
 __all__ = ["Context", "get_default_context", "init", "ok", "open_transport", "shutdown"]
 
@@ -46,16 +46,6 @@ class _Closeable(Protocol):
     def close(self) -> None: ...
 
 
-def _make_transport(options: Options) -> tuple[EmailSender, EmailReceiver]:
-    if options.transport == "intraprocess":
-        return intraprocess_pair(
-            options.recipients.from_, max_message_size=options.max_message_size
-        )
-    from ._transport.factory import make_transport
-
-    return make_transport(options)
-
-
 def open_transport(config: ConfigLike = None) -> tuple[EmailSender, EmailReceiver]:
     """The configured sender and receiver on their own, for tools that handle raw email.
 
@@ -63,7 +53,7 @@ def open_transport(config: ConfigLike = None) -> tuple[EmailSender, EmailReceive
     (:class:`~emailmw.AuthenticationError`, :class:`~emailmw.TLSError`, ...).
     """
     configure_from_env()
-    return _make_transport(load_options(config))
+    return make_transport(load_options(config))
 
 
 class Context:
@@ -90,7 +80,7 @@ class Context:
         if (sender is None) != (receiver is None):
             raise ValueError("give both sender and receiver, or neither")
         if sender is None or receiver is None:
-            sender, receiver = _make_transport(self.options)
+            sender, receiver = make_transport(self.options)
         self._sender = sender
         self._receiver = receiver
         self._lock = threading.Lock()

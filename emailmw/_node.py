@@ -1,26 +1,24 @@
-"""The ROS-style layer: :class:`Node`, its typed entities, timers and executors (rclpy's shape).
+"""The ROS-style layer: :class:`Node`, its typed entities, timers and futures (rclpy's
+shape); the executors that run their callbacks are in ``_executor``.
 
 Built on the core entities, which stay as they are. Callbacks run in an executor's
-``spin*()``: messages and requests are taken in the spinning thread and their callbacks run
-there (single-threaded) or on a thread pool (multi-threaded). Service responses complete
-:class:`Future` objects as soon as they arrive (on the polling thread), so
-:meth:`Client.call` works from any thread, spun or not.
+``spin*()``. Service responses complete :class:`Future` objects as soon as they arrive (on
+the polling thread), so :meth:`Client.call` works from any thread, spun or not.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import inspect
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ._context import Context, resolve
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
-from ._exceptions import ClosedError, InvalidCallbackError, SendError, ServiceTimeoutError
+from ._exceptions import InvalidCallbackError, SendError, ServiceTimeoutError
 from ._interfaces import (
     HEADER_MESSAGE_TYPE,
     ServiceType,
@@ -36,28 +34,30 @@ from ._protocol import PublishRoute, classify
 from ._qos import DeadlineMissed, Delivery, DurabilityPolicy, MessageLost, QoSProfile
 from ._types import MessageInfo, ServiceInfo
 from ._waitable import GuardCondition
-from ._waitset import WaitSet
 
 __all__ = [
     "Client",
-    "Executor",
     "Future",
-    "MultiThreadedExecutor",
     "Node",
+    "NodeExecutor",
     "NodeGuardCondition",
     "NodePublisher",
     "NodeSubscription",
     "Service",
-    "SingleThreadedExecutor",
     "SubscriptionEventCallbacks",
     "Timer",
-    "spin",
-    "spin_once",
-    "spin_until_future_complete",
 ]
 
 _log = get_logger("node")
 T = TypeVar("T")
+
+
+class NodeExecutor(Protocol):
+    """What a node asks of the executor it is in (``_executor.Executor`` is one)."""
+
+    def wake(self) -> None: ...
+
+    def remove_node(self, node: Node) -> None: ...
 
 
 def _runnable(callback: Callable[..., Any], what: str) -> None:
@@ -481,7 +481,7 @@ class Node:
         self.services: list[Service] = []
         self.timers: list[Timer] = []
         self.guards: list[NodeGuardCondition] = []
-        self.executor: Executor | None = None
+        self.executor: NodeExecutor | None = None
         self._destroyed = False
         self.context.announcer().add(self)
 
@@ -612,190 +612,3 @@ class Node:
         self.guards.clear()
         if self.executor is not None:
             self.executor.remove_node(self)
-
-
-class Executor:
-    """Runs the callbacks of its nodes. One thread spins at a time."""
-
-    def __init__(self) -> None:
-        self._nodes: list[Node] = []
-        self._wake = GuardCondition()
-        self._shutdown = False
-
-    def add_node(self, node: Node) -> None:
-        if node.executor is not None and node.executor is not self:
-            raise RuntimeError(f"node {node.get_name()} is already in another executor")
-        node.executor = self
-        if node not in self._nodes:
-            self._nodes.append(node)
-        self.wake()
-
-    def remove_node(self, node: Node) -> None:
-        if node in self._nodes:
-            self._nodes.remove(node)
-        node.executor = None
-        self.wake()
-
-    def get_nodes(self) -> list[Node]:
-        return list(self._nodes)
-
-    def wake(self) -> None:
-        """Make a blocked spin re-examine its nodes (thread-safe)."""
-        self._wake.trigger()
-
-    def shutdown(self) -> None:
-        self._shutdown = True
-        self.wake()
-
-    def _dispatch(self, work: list[Callable[[], None]]) -> None:
-        for item in work:
-            item()
-
-    def spin_once(self, timeout_sec: float | None = None) -> None:
-        """Wait for work, up to ``timeout_sec`` (None: no limit), and run what is ready.
-
-        Returns once it has run something, at the timeout, or after :meth:`shutdown`, as
-        rclpy's does: a :meth:`wake` (a node added or removed, another thread's call) makes
-        it look at its nodes again, not return.
-        """
-        self._spin_once(timeout_sec, lambda: self._shutdown)
-
-    def _spin_once(self, timeout_sec: float | None, stop: Callable[[], bool]) -> None:
-        deadline = None if timeout_sec is None else time.monotonic() + max(0.0, timeout_sec)
-        while True:
-            work = self._wait_for_work(deadline)
-            if work:
-                self._dispatch(work)
-                return
-            if stop() or (deadline is not None and time.monotonic() >= deadline):
-                return
-
-    def _wait_for_work(self, deadline: float | None) -> list[Callable[[], None]]:
-        """Wait until something is ready, the deadline, or a wake; what is ready to run."""
-        now = time.monotonic()
-        timers = [t for n in self._nodes for t in n.timers if not t.is_canceled()]
-        wait = -1.0 if deadline is None else max(0.0, deadline - now)
-        subs = {s._core: s for n in self._nodes for s in n.subscriptions}
-        checks = [t._due_in(now) for t in timers]
-        checks += [c for s in subs.values() if (c := s._next_check()) is not None]
-        if checks:
-            soonest = max(0.0, min(checks))
-            wait = soonest if wait < 0 else min(wait, soonest)
-        services = {s._core: s for n in self._nodes for s in n.services}
-        guards = {g._core: g for n in self._nodes for g in n.guards}
-        with WaitSet(
-            list(subs), servers=list(services), guard_conditions=[self._wake, *guards]
-        ) as wait_set:
-            ready = wait_set.wait(wait)
-        work: list[Callable[[], None]] = []
-        for core_sub in ready.subscriptions:
-            work += subs[core_sub]._take()
-        for subscription in subs.values():
-            work += subscription._poll()
-        for core_server in ready.servers:
-            item = services[core_server]._take()
-            if item is not None:
-                work.append(item)
-        for core_guard in ready.guard_conditions:
-            if core_guard in guards:
-                work.append(guards[core_guard].callback)
-        now = time.monotonic()
-        for timer in timers:
-            if not timer.is_canceled() and timer._due_in(now) <= 0:
-                timer._fire(now)
-                work.append(timer.callback)
-        return work
-
-    def spin(self) -> None:
-        """Spin until :meth:`shutdown` or the nodes' context shuts down."""
-        self._shutdown = False
-        while not self._shutdown:
-            try:
-                self._spin_once(None, lambda: self._shutdown)
-            except ClosedError:
-                return
-
-    def spin_until_future_complete(
-        self, future: Future[Any], timeout_sec: float | None = None
-    ) -> None:
-        deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
-        future.add_done_callback(lambda _: self.wake())
-        while not future.done():
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return
-            self._spin_once(remaining, future.done)
-
-
-class SingleThreadedExecutor(Executor):
-    """Runs every callback in the spinning thread, one after the other."""
-
-
-class MultiThreadedExecutor(Executor):
-    """Takes messages in the spinning thread and runs callbacks on ``num_threads`` threads."""
-
-    def __init__(self, num_threads: int | None = None) -> None:
-        super().__init__()
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=num_threads or 4, thread_name_prefix="emailmw-executor"
-        )
-
-    def _dispatch(self, work: list[Callable[[], None]]) -> None:
-        for item in work:
-            self._pool.submit(self._run, item)
-
-    @staticmethod
-    def _run(item: Callable[[], None]) -> None:
-        try:
-            item()
-        except Exception:  # noqa: BLE001 - one callback must not stop the others
-            _log.exception("callback failed")
-
-    def shutdown(self) -> None:
-        super().shutdown()
-        self._pool.shutdown(wait=True)
-
-
-def _with_executor(node: Node, executor: Executor | None) -> tuple[Executor, bool]:
-    if executor is not None:
-        executor.add_node(node)
-        return executor, False
-    if node.executor is not None:
-        return node.executor, False
-    temporary = SingleThreadedExecutor()
-    temporary.add_node(node)
-    return temporary, True
-
-
-def spin_once(
-    node: Node, *, executor: Executor | None = None, timeout_sec: float | None = None
-) -> None:
-    used, temporary = _with_executor(node, executor)
-    try:
-        used.spin_once(timeout_sec)
-    finally:
-        if temporary:
-            used.remove_node(node)
-
-
-def spin(node: Node, executor: Executor | None = None) -> None:
-    used, temporary = _with_executor(node, executor)
-    try:
-        used.spin()
-    finally:
-        if temporary:
-            used.remove_node(node)
-
-
-def spin_until_future_complete(
-    node: Node,
-    future: Future[Any],
-    executor: Executor | None = None,
-    timeout_sec: float | None = None,
-) -> None:
-    used, temporary = _with_executor(node, executor)
-    try:
-        used.spin_until_future_complete(future, timeout_sec)
-    finally:
-        if temporary:
-            used.remove_node(node)

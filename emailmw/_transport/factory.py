@@ -1,4 +1,5 @@
-"""Builds the sender/receiver pair the options ask for."""
+"""Builds the sender/receiver pair the options ask for: the one place a transport is
+chosen (``intraprocess``, ``native``, ``curl``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ __all__ = ["make_transport"]
 
 def make_transport(options: Options) -> tuple[EmailSender, EmailReceiver]:
     """Connect a sender and a receiver; raises a :class:`~emailmw.TransportError` when the
-    server cannot be reached, refuses the login or presents an untrusted certificate."""
+    server cannot be reached, refuses the login or presents an untrusted certificate.
+    ``intraprocess``: a connected in-process pair, of this context alone."""
+    if options.transport == "intraprocess":
+        from .intraprocess import intraprocess_pair
+
+        return intraprocess_pair(
+            options.recipients.from_, max_message_size=options.max_message_size
+        )
     if options.transport == "native":
         from .native import NativeReceiver, NativeSender
 

@@ -17,6 +17,7 @@ from ._exceptions import (
     ContextError,
     ContextNotInitializedError,
     EmailMWError,
+    ForeignEmailError,
     GuardConditionAlreadyInUseError,
     InvalidCallbackError,
     InvalidHeaderError,
@@ -28,6 +29,7 @@ from ._exceptions import (
     ServiceTimeoutError,
     TLSError,
     TransportError,
+    TypeMismatchError,
     UnknownRequestError,
 )
 from ._executor import (
@@ -40,7 +42,6 @@ from ._executor import (
 )
 from ._interfaces import (
     ServiceType,
-    TypeMismatchError,
     deserialize,
     example_interfaces,
     get_interface,
@@ -78,7 +79,6 @@ from ._waitset import (
     wait_for_response,
     wait_for_response_with_info,
 )
-from ._wire import ForeignEmailError
 from ._wire import build as build_email
 from ._wire import parse as parse_email
 

@@ -18,6 +18,7 @@ __all__ = [
     "ContextAlreadyInitializedError",
     "ContextError",
     "ContextNotInitializedError",
+    "ForeignEmailError",
     "EmailMWError",
     "GuardConditionAlreadyInUseError",
     "InvalidCallbackError",
@@ -30,6 +31,7 @@ __all__ = [
     "ServiceTimeoutError",
     "TLSError",
     "TransportError",
+    "TypeMismatchError",
     "UnknownRequestError",
 ]
 
@@ -69,6 +71,18 @@ class MessageTooLargeError(EmailMWError, ValueError):
 
 class MalformedEmailError(EmailMWError):
     """Bytes that claim to be an email could not be parsed into an :class:`Email`."""
+
+
+class ForeignEmailError(EmailMWError):
+    """A well-formed email that emailmw does not carry (multipart, HTML, a bounce, ...):
+    not a malformed one.
+
+    Receivers leave such mail where it is; the pipeline counts it as foreign.
+    """
+
+
+class TypeMismatchError(EmailMWError, TypeError):
+    """A typed entity received data of another type, or data that does not fit its type."""
 
 
 class ContextError(EmailMWError):

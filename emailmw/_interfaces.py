@@ -16,13 +16,12 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ._exceptions import EmailMWError
+from ._exceptions import TypeMismatchError
 from ._wire import HEADER_MESSAGE_TYPE
 
 __all__ = [
     "HEADER_MESSAGE_TYPE",
     "ServiceType",
-    "TypeMismatchError",
     "deserialize",
     "get_interface",
     "interface_names",
@@ -34,10 +33,6 @@ __all__ = [
 
 T = TypeVar("T")
 _REGISTRY: dict[str, Any] = {}
-
-
-class TypeMismatchError(EmailMWError, TypeError):
-    """A typed entity received data of another type, or data that does not fit its type."""
 
 
 def message(name: str) -> Callable[[type[T]], type[T]]:

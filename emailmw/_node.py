@@ -18,11 +18,15 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ._context import Context, resolve
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
-from ._exceptions import InvalidCallbackError, SendError, ServiceTimeoutError
+from ._exceptions import (
+    InvalidCallbackError,
+    SendError,
+    ServiceTimeoutError,
+    TypeMismatchError,
+)
 from ._interfaces import (
     HEADER_MESSAGE_TYPE,
     ServiceType,
-    TypeMismatchError,
     deserialize,
     serialize,
     type_name,

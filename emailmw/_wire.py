@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
 from ._exceptions import (
+    ForeignEmailError,
     InvalidHeaderError,
     InvalidNameError,
     MalformedEmailError,
@@ -56,7 +57,6 @@ __all__ = [
     "HEADER_PUBLISHER_SEQUENCE_NUMBER",
     "HEADER_REQUEST_SEQUENCE_NUMBER",
     "HEADER_SOURCE_TIMESTAMP",
-    "ForeignEmailError",
     "Head",
     "build",
     "check",
@@ -122,13 +122,6 @@ _HEADER_LINE_RE: Final = re.compile(r"(?m)^([!-9;-~]+):[ \t]*((?:[^\n]*(?<![ \t]
 # Every CR is in this set: a body's CRLF and LF must stay apart, so a CR forces base64.
 _UNSAFE_BODY_CHARS_RE: Final = re.compile(r"[\x00\r]")
 _UNSAFE_RAW_VALUE_RE: Final = re.compile(r"[^\x20-\x7e]|=\?|  |^ | $")
-
-
-class ForeignEmailError(MalformedEmailError):
-    """A well-formed email that emailmw does not carry (multipart, HTML, a bounce, ...).
-
-    Receivers leave such mail where it is; the pipeline counts it as foreign.
-    """
 
 
 # ----------------------------------------------------------------------------- names, headers

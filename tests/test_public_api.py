@@ -124,3 +124,10 @@ def test_exported_errors_share_one_root() -> None:
         value = getattr(emailmw, name)
         if isinstance(value, type) and issubclass(value, Exception):
             assert issubclass(value, emailmw.EmailMWError), name
+
+
+def test_foreign_mail_is_not_a_kind_of_malformed_mail() -> None:
+    """A well-formed email emailmw does not carry is no malformed one: callers that handle
+    both say so."""
+    assert not issubclass(emailmw.ForeignEmailError, emailmw.MalformedEmailError)
+    assert issubclass(emailmw.ForeignEmailError, emailmw.EmailMWError)

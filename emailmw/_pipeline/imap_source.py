@@ -3,40 +3,40 @@
 ``imaps://user@host:port/FOLDER`` (or ``imap://``, STARTTLS required). The password and TLS
 settings come from the emailmw configuration when its account matches (``--config`` or
 ``EMAILMW_CONFIG_FILE``), else from ``EMAILMW_IMAP_PASSWORD``. Re-runs are incremental:
-the staging directory remembers UIDVALIDITY and the last UID fetched, and a changed
-UIDVALIDITY starts the staging copy afresh. Mail is read with ``BODY.PEEK[]``: nothing on the
-server changes.
+the staging directory keeps the folder's position (a :class:`ResumePosition`, as a receiver
+with a ``state-file`` does), and a changed UIDVALIDITY starts the staging copy afresh. The
+connection, its login and its errors are the native receiver's. Mail is read with
+``BODY.PEEK[]``: nothing on the server changes.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import imapclient
-import imapclient.exceptions
-
-from .._config import Options, TLSOptions, load_options
-from .._exceptions import AuthenticationError, ConfigError, ReceiveError
-from .._transport.common import ssl_context
+from .._config import Endpoint, Options, TLSOptions, load_options
+from .._exceptions import ConfigError
+from .._transport.common import ResumePosition, ssl_context
+from .._transport.errors import imap_errors
+from .._transport.native import open_imap_folder
 
 __all__ = ["stage_imap_folder"]
 
 _BATCH = 500
 
 
-def _account(url: str, config: str | None) -> tuple[str, int, str, str, str, TLSOptions, bool]:
+def _account(url: str, config: str | None) -> tuple[Endpoint, str, str, str, TLSOptions]:
     parts = urlsplit(url)
     if parts.scheme not in ("imap", "imaps") or not parts.hostname or not parts.username:
         raise ConfigError("expected imap[s]://user@host[:port]/FOLDER", source=url)
     user = unquote(parts.username)
     folder = unquote(parts.path.lstrip("/")) or "INBOX"
     implicit = parts.scheme == "imaps"
-    port = parts.port or (993 if implicit else 143)
+    endpoint = Endpoint(parts.scheme, parts.hostname, parts.port or (993 if implicit else 143))
     tls = TLSOptions()
     password = os.environ.get("EMAILMW_IMAP_PASSWORD")
     options: Options | None = None
@@ -51,7 +51,7 @@ def _account(url: str, config: str | None) -> tuple[str, int, str, str, str, TLS
             "(--config or EMAILMW_CONFIG_FILE), or set EMAILMW_IMAP_PASSWORD",
             source=url,
         )
-    return parts.hostname, port, user, password, folder, tls, implicit
+    return endpoint, user, password, folder, tls
 
 
 def stage_imap_folder(
@@ -61,35 +61,34 @@ def stage_imap_folder(
     config: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """Fetch what is new in the folder into a Maildir under ``staging_root``; return it."""
-    host, port, user, password, folder, tls, implicit = _account(url, config)
-    staging = staging_root / f"{host}_{port}" / user / folder.replace("/", "_")
-    state_path = staging / "emailmw-staging.json"
-    server = f"{'imaps' if implicit else 'imap'}://{host}:{port}"
-    context = ssl_context(tls, server)
-    try:
-        client = imapclient.IMAPClient(
-            host, port=port, ssl=implicit, ssl_context=context if implicit else None, timeout=60
-        )
-        if not implicit and tls.starttls:
-            client.starttls(context)
-        client.login(user, password)
-    except imapclient.exceptions.LoginError as exc:
-        raise AuthenticationError(f"login as {user} refused", server=server) from exc
-    except (imapclient.exceptions.IMAPClientError, OSError) as exc:
-        raise ReceiveError(f"cannot connect: {exc}", server=server) from exc
-    with client:
-        info = client.select_folder(folder, readonly=True)
+    """Fetch what is new in the folder into a Maildir under ``staging_root``; return it.
+    Raises a :class:`~emailmw.TransportError` (:class:`~emailmw.AuthenticationError`,
+    :class:`~emailmw.ConnectError`, ...) when the folder cannot be read."""
+    endpoint, user, password, folder, tls = _account(url, config)
+    staging = staging_root / f"{endpoint.host}_{endpoint.port}" / user / folder.replace("/", "_")
+    server = endpoint.url
+    position = ResumePosition(
+        dataclasses.replace(
+            Options(), folder=folder, state_file=str(staging / "emailmw-staging.json")
+        ),
+        user,
+        from_start=True,
+    )
+    with imap_errors(server, "connecting", username=user, connected=False):
+        client, info = open_imap_folder(
+            endpoint, user, password, context=ssl_context(tls, server),
+            starttls=tls.starttls, timeout=60, folder=folder, readonly=True,
+        )  # fmt: skip
+    with client, imap_errors(server, "staging", username=user, connected=True):
         uidvalidity = int(info[b"UIDVALIDITY"])
-        state = json.loads(state_path.read_text()) if state_path.exists() else {}
-        if state.get("uidvalidity") != uidvalidity:
-            shutil.rmtree(staging, ignore_errors=True)
-            state = {"uidvalidity": uidvalidity, "last_uid": 0}
+        position.start(uidvalidity, int(info[b"UIDNEXT"]))
+        assert position.next_uid is not None
+        if position.next_uid == 1:  # the folder is read from its start: no copy of before
+            shutil.rmtree(staging / "cur", ignore_errors=True)
         for sub in ("cur", "new", "tmp"):
             (staging / sub).mkdir(parents=True, exist_ok=True)
-        uids = [
-            u for u in client.search(["UID", f"{state['last_uid'] + 1}:*"]) if u > state["last_uid"]
-        ]
+        first = position.next_uid
+        uids = [u for u in client.search(["UID", f"{first}:*"]) if u >= first]
         for start in range(0, len(uids), _BATCH):
             batch = uids[start : start + _BATCH]
             for uid, data in client.fetch(batch, ["BODY.PEEK[]"]).items():
@@ -99,8 +98,7 @@ def stage_imap_folder(
                     tmp = staging / "tmp" / name
                     tmp.write_bytes(raw)
                     os.replace(tmp, staging / "cur" / name)
-            state["last_uid"] = max(batch)
-            state_path.write_text(json.dumps(state))
+            position.handing_out((), settled=batch)  # on disk: staged for good
             if progress is not None:
                 progress(start + len(batch), len(uids))
     return staging

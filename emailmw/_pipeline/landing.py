@@ -39,9 +39,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .._exceptions import MalformedEmailError
+from .._exceptions import ForeignEmailError, MalformedEmailError
 from .._protocol import Unroutable, read_metadata
-from .._wire import ForeignEmailError, parse_head
+from .._wire import parse_head
 
 __all__ = [
     "INTERNAL_TOPIC_PREFIX",

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._config import Options, TLSOptions
-from .._exceptions import MalformedEmailError
+from .._exceptions import ForeignEmailError, MalformedEmailError
 from .._log import get_logger
 from .._types import Email
-from .._wire import ForeignEmailError, format_date, new_message_id, parse
+from .._wire import format_date, new_message_id, parse
 from .base import EmailReceiver, IncomingEmail
 
 __all__ = [
@@ -173,9 +173,12 @@ class ResumePosition:
     flagged as redelivered.
     """
 
-    def __init__(self, options: Options, account: str) -> None:
+    def __init__(self, options: Options, account: str, *, from_start: bool = False) -> None:
+        """``from_start``: without a saved position, begin at the folder's first UID rather
+        than at UIDNEXT (a reader of the whole folder, such as the pipeline's staging)."""
         self._path = Path(options.state_file) if options.state_file else None
         self._key = {"account": account, "folder": options.folder}
+        self._from_start = from_start
         self._lock = threading.Lock()
         self.uidvalidity: int | None = None
         self.next_uid: int | None = None
@@ -227,7 +230,7 @@ class ResumePosition:
                 return []
             saved = self._load()
             if saved is None:
-                self._set(uidvalidity, uidnext, set())
+                self._set(uidvalidity, 1 if self._from_start else uidnext, set())
                 return []
             if saved["uidvalidity"] != uidvalidity:
                 _log.warning(

@@ -30,12 +30,9 @@ import pycurl
 
 from .._config import Endpoint, Options, UserInfo
 from .._exceptions import (
-    AuthenticationError,
     ClosedError,
-    ConnectError,
     ReceiveError,
     SendError,
-    TLSError,
     TransportError,
 )
 from .._log import get_logger, redact
@@ -47,6 +44,7 @@ from .common import (
     uid_set,
     warn_if_unverified,
 )
+from .errors import curl_errors
 from .outbox import Envelope, Outbox, Submitter
 
 __all__ = [
@@ -61,26 +59,6 @@ __all__ = [
 
 _log = get_logger("curl")
 
-_CONNECT_ERRORS: Final = {
-    pycurl.E_COULDNT_RESOLVE_HOST,
-    pycurl.E_COULDNT_CONNECT,
-    pycurl.E_OPERATION_TIMEDOUT,
-    pycurl.E_COULDNT_RESOLVE_PROXY,
-}
-_TLS_ERRORS: Final = {
-    pycurl.E_SSL_CONNECT_ERROR,
-    pycurl.E_PEER_FAILED_VERIFICATION,
-    pycurl.E_SSL_CACERT_BADFILE,
-    pycurl.E_USE_SSL_FAILED,
-    pycurl.E_SSL_CERTPROBLEM,
-    pycurl.E_SSL_CIPHER,
-    pycurl.E_SSL_ENGINE_NOTFOUND,
-    pycurl.E_SSL_ISSUER_ERROR,
-    pycurl.E_SSL_PINNEDPUBKEYNOTMATCH,
-    pycurl.E_SSL_INVALIDCERTSTATUS,
-    pycurl.E_SSL_CRL_BADFILE,
-}
-_AUTH_ERRORS: Final = {pycurl.E_LOGIN_DENIED}
 # an authentication command: (IMAP tag) AUTHENTICATE|AUTH mechanism [initial response]
 _AUTH_COMMAND: Final = re.compile(rb"^((?:\S+ )?(?:AUTHENTICATE|AUTH) +\S+)", re.IGNORECASE)
 _LOGIN_COMMAND: Final = re.compile(rb"^((?:\S+ )?LOGIN)\b", re.IGNORECASE)
@@ -243,32 +221,16 @@ class CurlExecutor:
         self._failure = failure
         self._lock = threading.Lock()
 
-    def _translate(self, exc: pycurl.error, doing: str) -> TransportError:
-        code = exc.args[0] if exc.args else -1
-        detail = exc.args[1] if len(exc.args) > 1 else str(exc)
-        server = self._context.server
-        # the server's last answer: 4xx (or none at all) is worth another try, 5xx is not
-        answer = int(self._context.handle.getinfo(pycurl.RESPONSE_CODE) or 0)
-        temporary = answer == 0 or 400 <= answer < 500
-        if code in _AUTH_ERRORS and not (400 <= answer < 500):
-            return AuthenticationError(f"login refused: {detail}", server=server)
-        if code in _TLS_ERRORS:
-            return TLSError(f"TLS failed: {detail}", server=server)
-        if code in _CONNECT_ERRORS:
-            return ConnectError(f"cannot connect: {detail}", server=server)
-        message = f"{doing} failed: {detail} (curl error {code})"
-        if self._failure is SendError:
-            return SendError(message, server=server, temporary=temporary)
-        return self._failure(message, server=server)
-
     def _perform(self, doing: str, setup: Callable[[pycurl.Curl], None]) -> None:
         handle = self._context.handle
         with self._lock:
             setup(handle)
-            try:
+            with curl_errors(self.server, doing, self._failure, self._last_answer):
                 handle.perform()
-            except pycurl.error as exc:
-                raise self._translate(exc, doing) from exc
+
+    def _last_answer(self) -> int:
+        """The server's last answer code (0: none): 4xx or none is worth another try."""
+        return int(self._context.handle.getinfo(pycurl.RESPONSE_CODE) or 0)
 
     def send_mail(self, from_: str, recipients: list[str], raw: bytes) -> None:
         """One SMTP transaction: MAIL FROM, RCPT TO each recipient, DATA (dot-stuffed)."""

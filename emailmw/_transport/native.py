@@ -36,12 +36,10 @@ from imapclient import response_parser
 
 from .._config import Endpoint, Options, UserInfo
 from .._exceptions import (
-    AuthenticationError,
     ClosedError,
     ConnectError,
     ReceiveError,
     SendError,
-    TLSError,
     TransportError,
 )
 from .._log import get_logger
@@ -53,28 +51,52 @@ from .common import (
     ssl_context,
     uid_set,
 )
+from .errors import imap_errors, smtp_login_errors, smtp_send_errors
 from .outbox import Envelope, Outbox, Submitter
 
-__all__ = ["NativeReceiver", "NativeSender"]
+__all__ = ["NativeReceiver", "NativeSender", "open_imap_folder"]
 
 _log = get_logger("native")
 T = TypeVar("T")
 _IDLE_SLICE: Final = 0.25  # how often a blocked IDLE looks at wakeup()/close()
 
 
-def _is_tls_failure(exc: BaseException) -> bool:
-    while exc is not None:
-        if isinstance(exc, ssl.SSLError):
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
+def open_imap_folder(
+    endpoint: Endpoint,
+    username: str,
+    password: str,
+    *,
+    context: ssl.SSLContext,
+    starttls: bool,
+    timeout: float,
+    folder: str,
+    readonly: bool,
+) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
+    """A logged-in imapclient connection with ``folder`` selected, and the SELECT's answer:
+    implicit TLS on ``imaps``, STARTTLS on ``imap`` unless ``starttls`` is false. Raw backend
+    errors propagate (callers translate them with ``errors.imap_errors``); a connection
+    that failed half-way is shut down."""
+    implicit = endpoint.scheme == "imaps"
+    client = imapclient.IMAPClient(
+        endpoint.host,
+        port=endpoint.port,
+        ssl=implicit,
+        ssl_context=context if implicit else None,
+        timeout=timeout,
+    )
+    try:
+        if not implicit and starttls:
+            client.starttls(context)
+        client.login(username, password)
+        info: dict[bytes, Any] = client.select_folder(folder, readonly=readonly)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.shutdown()
+        raise
+    return client, info
 
 
 # ----------------------------------------------------------------------------- sender
-
-
-def _smtp_error(exc: aiosmtplib.SMTPResponseException, what: str, server: str) -> SendError:
-    return SendError(f"{what}: {exc}", server=server, temporary=400 <= exc.code < 500)
 
 
 class AiosmtplibSubmitter(Submitter):
@@ -122,20 +144,12 @@ class AiosmtplibSubmitter(Submitter):
             timeout=self._options.timeout,
         )
         try:
-            await smtp.connect()
-            await smtp.login(self._user.username, self._user.password)
-        except aiosmtplib.SMTPAuthenticationError as exc:
+            with smtp_login_errors(self.server, self._user.username):
+                await smtp.connect()
+                await smtp.login(self._user.username, self._user.password)
+        except TransportError:
             smtp.close()
-            if 400 <= exc.code < 500:  # e.g. 454: the authentication service is restarting
-                raise _smtp_error(exc, "login failed for now", self.server) from exc
-            raise AuthenticationError(
-                f"login as {self._user.username} refused ({exc.code})", server=self.server
-            ) from exc
-        except (aiosmtplib.SMTPException, OSError) as exc:
-            smtp.close()
-            if _is_tls_failure(exc):
-                raise TLSError(f"TLS handshake failed: {exc}", server=self.server) from exc
-            raise ConnectError(f"cannot connect: {exc}", server=self.server) from exc
+            raise
         self._smtp = smtp
         _log.debug("connected to %s", self.server)
 
@@ -148,23 +162,10 @@ class AiosmtplibSubmitter(Submitter):
         smtp = self._smtp
         assert smtp is not None
         what = envelope.message_id
-        try:
+        with smtp_send_errors(self.server, what, broken=self._drop):
             refused, _ = await smtp.sendmail(
                 envelope.sender, list(envelope.recipients), envelope.raw
             )
-        except aiosmtplib.SMTPRecipientsRefused as exc:  # every recipient refused
-            codes = [r.code for r in exc.recipients]
-            raise SendError(
-                f"{what}: recipients refused: {', '.join(str(r) for r in exc.recipients)}",
-                server=self.server,
-                temporary=all(400 <= code < 500 for code in codes),
-            ) from exc
-        except aiosmtplib.SMTPResponseException as exc:  # sender refused, data refused, ...
-            self._drop()
-            raise _smtp_error(exc, f"{what} refused", self.server) from exc
-        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
-            self._drop()
-            raise ConnectError(f"sending {what} failed: {exc}", server=self.server) from exc
         if refused:  # accepted for the others: not sent again
             raise SendError(
                 f"{what}: recipients refused: {', '.join(refused)} (accepted for the others)",
@@ -305,43 +306,22 @@ class NativeReceiver(MailboxReceiver):
 
     # -- connection -------------------------------------------------------------------
 
-    def _translate(self, exc: BaseException, doing: str) -> TransportError:
-        if isinstance(exc, imapclient.exceptions.LoginError):
-            return AuthenticationError(
-                f"login as {self._user.username} refused", server=self._server
-            )
-        if _is_tls_failure(exc):
-            return TLSError(f"TLS handshake failed: {exc}", server=self._server)
-        if isinstance(exc, OSError) and self._client is None:
-            return ConnectError(f"cannot connect: {exc}", server=self._server)
-        return ReceiveError(f"{doing} failed: {exc}", server=self._server)
-
     def _open_client(self, *, readonly: bool) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
         """A logged-in connection with the folder selected (raw backend errors propagate)."""
-        implicit = self._endpoint.scheme == "imaps"
-        client = imapclient.IMAPClient(
-            self._endpoint.host,
-            port=self._endpoint.port,
-            ssl=implicit,
-            ssl_context=self._ssl if implicit else None,
+        return open_imap_folder(
+            self._endpoint,
+            self._user.username,
+            self._user.password,
+            context=self._ssl,
+            starttls=self._options.tls.starttls,
             timeout=self._options.timeout,
+            folder=self._options.folder,
+            readonly=readonly,
         )
-        try:
-            if not implicit and self._options.tls.starttls:
-                client.starttls(self._ssl)
-            client.login(self._user.username, self._user.password)
-            info: dict[bytes, Any] = client.select_folder(self._options.folder, readonly=readonly)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                client.shutdown()
-            raise
-        return client, info
 
     def _connect(self) -> None:
-        try:
+        with imap_errors(self._server, "connecting", username=self._user.username, connected=False):
             client, info = self._open_client(readonly=self._readonly)
-        except (imapclient.exceptions.IMAPClientError, OSError) as exc:
-            raise self._translate(exc, "connecting") from exc
         self._client = client
         first = self._started(int(info[b"UIDVALIDITY"]), int(info[b"UIDNEXT"]))
         self._check = True  # mail may be waiting at or after the first UID
@@ -392,11 +372,15 @@ class NativeReceiver(MailboxReceiver):
             if self._closed:
                 raise ClosedError(f"{self!r} is closed")
             deadline = None if timeout is None else time.monotonic() + timeout
-            try:
-                return self._receive(deadline)
-            except (imapclient.exceptions.IMAPClientError, OSError) as exc:
-                self._drop_connection()
-                raise self._translate(exc, "receiving") from exc
+            # (a socket error here has ended the connection: connecting again is next)
+            with imap_errors(
+                self._server, "receiving", username=self._user.username, connected=False
+            ):
+                try:
+                    return self._receive(deadline)
+                except (imapclient.exceptions.IMAPClientError, OSError):
+                    self._drop_connection()
+                    raise
 
     def _remaining(self, deadline: float | None) -> float:
         return float("inf") if deadline is None else deadline - time.monotonic()
@@ -468,7 +452,10 @@ class NativeReceiver(MailboxReceiver):
     def history(self, subject: str, limit: int) -> list[Email]:
         """IMAP ``SEARCH`` on a short-lived connection of its own (the main one may be in
         IDLE): the newest ``limit`` routable emails with exactly this Subject."""
-        try:
+        connected = self._client is not None
+        with imap_errors(
+            self._server, "reading history", username=self._user.username, connected=connected
+        ):
             client, _ = self._open_client(readonly=True)
             with client:
                 uids = sorted(client.search(["HEADER", "SUBJECT", subject], charset="UTF-8"))
@@ -490,8 +477,6 @@ class NativeReceiver(MailboxReceiver):
                     if len(found) >= limit:
                         break
                 return found[-limit:] if limit > 0 else []
-        except (imapclient.exceptions.IMAPClientError, OSError) as exc:
-            raise self._translate(exc, "reading history") from exc
 
     def close(self) -> None:
         self._closed = True

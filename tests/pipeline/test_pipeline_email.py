@@ -68,3 +68,10 @@ def test_real_dovecot_maildir_and_live_imap_folder(
     second = analyze(AnalyzeRequest([url], out, config=str(config), report=False))
     assert second["publish"] == 15
     assert len(list((out / "_staging").rglob("cur/*"))) == 18  # only the 5 new were fetched
+    # the folder recreated (a new UIDVALIDITY): staged afresh, nothing of the old copy kept
+    mailserver.set_uidvalidity(listener, 4242)
+    third = analyze(AnalyzeRequest([url], out, config=str(config), report=False))
+    assert third["publish"] == 15
+    restaged = list((out / "_staging").rglob("cur/*"))
+    assert len(restaged) == 18
+    assert all(path.name.startswith("4242.") for path in restaged)

@@ -1,0 +1,192 @@
+"""The error boundary of every backend: small context managers (httpcore's
+``map_exceptions`` idea) that turn what aiosmtplib, imapclient and pycurl raise into
+emailmw's :class:`~emailmw.TransportError` tree, each naming the server, with
+``raise ... from exc``. Nothing outside this module translates a backend's exception.
+
+Each manager imports its backend when it is entered, so using one transport never imports
+another's library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import ssl
+from collections.abc import Callable, Iterator
+
+from .._exceptions import (
+    AuthenticationError,
+    ConnectError,
+    ReceiveError,
+    SendError,
+    TLSError,
+    TransportError,
+)
+
+__all__ = [
+    "curl_errors",
+    "imap_errors",
+    "is_tls_failure",
+    "smtp_login_errors",
+    "smtp_send_errors",
+]
+
+
+def is_tls_failure(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or anything in its chain is an :class:`ssl.SSLError`."""
+    while exc is not None:
+        if isinstance(exc, ssl.SSLError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+# ----------------------------------------------------------------------------- IMAP
+
+
+@contextlib.contextmanager
+def imap_errors(server: str, doing: str, *, username: str, connected: bool) -> Iterator[None]:
+    """imapclient's and the socket's errors: a refused login is an
+    :class:`AuthenticationError`, a TLS failure a :class:`TLSError`, a socket error before
+    any connection a :class:`ConnectError`, anything else a :class:`ReceiveError` saying
+    what was being ``doing``."""
+    import imapclient.exceptions
+
+    try:
+        yield
+    except (imapclient.exceptions.IMAPClientError, OSError) as exc:
+        error: TransportError
+        if isinstance(exc, imapclient.exceptions.LoginError):
+            error = AuthenticationError(f"login as {username} refused", server=server)
+        elif is_tls_failure(exc):
+            error = TLSError(f"TLS handshake failed: {exc}", server=server)
+        elif isinstance(exc, OSError) and not connected:
+            error = ConnectError(f"cannot connect: {exc}", server=server)
+        else:
+            error = ReceiveError(f"{doing} failed: {exc}", server=server)
+        raise error from exc
+
+
+# ----------------------------------------------------------------------------- SMTP
+
+
+@contextlib.contextmanager
+def smtp_login_errors(server: str, username: str) -> Iterator[None]:
+    """Connecting and logging in with aiosmtplib: a refused login is an
+    :class:`AuthenticationError` (a 4xx refusal, such as an authentication service
+    restarting, a temporary :class:`SendError`), a TLS failure a :class:`TLSError`, any
+    other failure a :class:`ConnectError`."""
+    import aiosmtplib
+
+    try:
+        yield
+    except aiosmtplib.SMTPAuthenticationError as exc:
+        if 400 <= exc.code < 500:
+            raise _refused(exc, "login failed for now", server) from exc
+        raise AuthenticationError(
+            f"login as {username} refused ({exc.code})", server=server
+        ) from exc
+    except (aiosmtplib.SMTPException, OSError) as exc:
+        if is_tls_failure(exc):
+            raise TLSError(f"TLS handshake failed: {exc}", server=server) from exc
+        raise ConnectError(f"cannot connect: {exc}", server=server) from exc
+
+
+@contextlib.contextmanager
+def smtp_send_errors(server: str, what: str, *, broken: Callable[[], None]) -> Iterator[None]:
+    """One aiosmtplib transaction (``what``: the email): every recipient refused is a
+    :class:`SendError`, temporary when every refusal was 4xx; any other refusal a
+    :class:`SendError` (temporary for 4xx), a lost connection a :class:`ConnectError`.
+    ``broken()`` is called first for those two: the connection is not to be reused."""
+    import aiosmtplib
+
+    try:
+        yield
+    except aiosmtplib.SMTPRecipientsRefused as exc:
+        codes = [r.code for r in exc.recipients]
+        raise SendError(
+            f"{what}: recipients refused: {', '.join(str(r) for r in exc.recipients)}",
+            server=server,
+            temporary=all(400 <= code < 500 for code in codes),
+        ) from exc
+    except aiosmtplib.SMTPResponseException as exc:  # sender refused, data refused, ...
+        broken()
+        raise _refused(exc, f"{what} refused", server) from exc
+    except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+        broken()
+        raise ConnectError(f"sending {what} failed: {exc}", server=server) from exc
+
+
+def _refused(exc: object, what: str, server: str) -> SendError:
+    code = int(getattr(exc, "code", 0))
+    return SendError(f"{what}: {exc}", server=server, temporary=400 <= code < 500)
+
+
+# ----------------------------------------------------------------------------- curl
+
+
+@functools.cache
+def _curl_codes() -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
+    """libcurl's error codes for (no connection, a TLS failure, a refused login)."""
+    import pycurl
+
+    connect = frozenset(
+        {
+            pycurl.E_COULDNT_RESOLVE_HOST,
+            pycurl.E_COULDNT_CONNECT,
+            pycurl.E_OPERATION_TIMEDOUT,
+            pycurl.E_COULDNT_RESOLVE_PROXY,
+        }
+    )
+    tls = frozenset(
+        {
+            pycurl.E_SSL_CONNECT_ERROR,
+            pycurl.E_PEER_FAILED_VERIFICATION,
+            pycurl.E_SSL_CACERT_BADFILE,
+            pycurl.E_USE_SSL_FAILED,
+            pycurl.E_SSL_CERTPROBLEM,
+            pycurl.E_SSL_CIPHER,
+            pycurl.E_SSL_ENGINE_NOTFOUND,
+            pycurl.E_SSL_ISSUER_ERROR,
+            pycurl.E_SSL_PINNEDPUBKEYNOTMATCH,
+            pycurl.E_SSL_INVALIDCERTSTATUS,
+            pycurl.E_SSL_CRL_BADFILE,
+        }
+    )
+    return connect, tls, frozenset({pycurl.E_LOGIN_DENIED})
+
+
+@contextlib.contextmanager
+def curl_errors(
+    server: str, doing: str, failure: type[TransportError], answer: Callable[[], int]
+) -> Iterator[None]:
+    """One libcurl transfer: a refused login (not a 4xx answer) is an
+    :class:`AuthenticationError`, a TLS failure a :class:`TLSError`, no connection a
+    :class:`ConnectError`, anything else ``failure`` (:class:`SendError`, temporary when the
+    server's last ``answer()`` was 4xx or none, or :class:`ReceiveError`) saying what was
+    being ``doing``."""
+    import pycurl
+
+    try:
+        yield
+    except pycurl.error as exc:
+        connect, tls, auth = _curl_codes()
+        code = exc.args[0] if exc.args else -1
+        detail = exc.args[1] if len(exc.args) > 1 else str(exc)
+        last = answer()
+        error: TransportError
+        if code in auth and not (400 <= last < 500):
+            error = AuthenticationError(f"login refused: {detail}", server=server)
+        elif code in tls:
+            error = TLSError(f"TLS failed: {detail}", server=server)
+        elif code in connect:
+            error = ConnectError(f"cannot connect: {detail}", server=server)
+        elif failure is SendError:
+            error = SendError(
+                f"{doing} failed: {detail} (curl error {code})",
+                server=server,
+                temporary=last == 0 or 400 <= last < 500,
+            )
+        else:
+            error = failure(f"{doing} failed: {detail} (curl error {code})", server=server)
+        raise error from exc

@@ -246,9 +246,7 @@ def read_metadata(headers: Headers) -> Metadata | Unroutable:
     rmw_email). :func:`classify` is this plus the route objects; the archive pipeline calls
     it directly, once per stored email.
     """
-    # (name, value) items straight from the lower-cased map: one dictionary look-up per
-    # header (the pipeline calls this for millions of stored emails)
-    item = headers._by_lower.get
+    item = headers.item  # (name, value): an error names the header as the email spells it
     client = item(_CLIENT_GID)
     gid_item = client or item(_PUBLISHER_GID)
     if gid_item is None:

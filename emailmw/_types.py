@@ -58,10 +58,10 @@ class Headers(Mapping[str, str]):
         found = self._by_lower.get(name.lower())
         return default if found is None else found[1]
 
-    def _lookup(self, lower: str) -> str | None:
-        """``get`` for a name already in lower case (the classifier's hot path)."""
-        found = self._by_lower.get(lower)
-        return None if found is None else found[1]
+    def item(self, name: str) -> tuple[str, str] | None:
+        """The ``(name, value)`` entry for ``name`` (any case), the name as given; None when
+        absent."""
+        return self._by_lower.get(name.lower())
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._by_lower
@@ -88,8 +88,10 @@ class Headers(Mapping[str, str]):
         return f"Headers({dict(self._items)!r})"
 
     @classmethod
-    def _from_lowered(cls, by_lower: dict[str, tuple[str, str]]) -> Headers:
-        """Adopt ``{name.lower(): (name, value)}`` as is (the parser's fast path)."""
+    def from_folded(cls, by_lower: dict[str, tuple[str, str]]) -> Headers:
+        """Adopt ``{name.lower(): (name, value)}`` as it is, without copying or checking it
+        (the caller keys each entry by its name in lower case): for a parser that has
+        already built that map."""
         headers = cls.__new__(cls)
         headers._by_lower = by_lower
         headers._items = tuple(by_lower.values())

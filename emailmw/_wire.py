@@ -569,12 +569,6 @@ def _decode_body(payload: bytes, cte: str, charset: str, max_size: int) -> str:
     return _decode_text(data, charset, "body")
 
 
-# header name -> name.lower(), for the names mail repeats (bounded: foreign mail may bring
-# any number of names), so that parsing does not lower-case the same names again and again
-_LOWERED: Final[dict[str, str]] = {}
-_LOWERED_MAX: Final = 4096
-
-
 class Head(NamedTuple):
     """An email's header block as :func:`parse` reads it: every field of :class:`Email` but
     ``body``. For readers that need no :class:`Email` (the archive pipeline reads millions
@@ -592,12 +586,6 @@ class Head(NamedTuple):
     references: tuple[str, ...]
 
 
-# a Head from a tuple of all its fields in order, without NamedTuple's Python-level __new__
-# (once per stored email in the archive pipeline); nothing checks the count here,
-# tests/test_wire.py compares every field with parse()
-_new_head: Final = tuple.__new__
-
-
 def parse_head(raw: bytes) -> Head:
     """The header block of RFC 5322 bytes, read and checked exactly as :func:`parse` reads
     and checks it (the same errors for the same headers); the body is neither decoded nor
@@ -611,18 +599,7 @@ def _parse_head(raw: bytes) -> tuple[Head, bytes, str, str]:
     if 0 in block:  # one memchr; the builder never writes a NUL into a header
         raise MalformedEmailError("NUL byte in the header block")
     pairs = parse_header_block(block)
-    lowered = _LOWERED
-    try:  # every name seen before (the usual case): one comprehension, no lower()
-        fields = {lowered[pair[0]]: pair for pair in pairs}
-    except KeyError:
-        fields = {}
-        for pair in pairs:
-            lower = lowered.get(pair[0])
-            if lower is None:
-                lower = pair[0].lower()
-                if len(lowered) < _LOWERED_MAX:
-                    lowered[pair[0]] = lower
-            fields[lower] = pair
+    fields = {pair[0].lower(): pair for pair in pairs}
     if len(fields) != len(pairs):  # a repeated header: the first occurrence wins
         fields = {}
         for pair in pairs:
@@ -661,10 +638,10 @@ def _parse_head(raw: bytes) -> tuple[Head, bytes, str, str]:
         raise MalformedEmailError("Subject decodes to lone surrogates")
     if content_type != "text/plain":
         raise ForeignEmailError(f"not a text/plain email: {content_type}")
-    head = _new_head(Head, (
-        subject, from_, to, cc, bcc, reply_to, Headers._from_lowered(fields), message_id,
+    head = Head(
+        subject, from_, to, cc, bcc, reply_to, Headers.from_folded(fields), message_id,
         in_reply_to, references,
-    ))  # fmt: skip
+    )  # fmt: skip
     return head, payload, cte, charset
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gc
 import importlib
 import os
 import re
@@ -410,6 +411,10 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     finally:
         if stopper is not None:
             stopper.join()
+    if request.release_spark:
+        # the process exits next (the command line's case): the interpreter's final
+        # collections need not walk what Spark, pandas and matplotlib left behind
+        gc.freeze()
     summary["seconds"] = round(time.monotonic() - started, 2)
     summary["phases"] = {name: round(value, 2) for name, value in phases.items()}
     _say("time: " + ", ".join(f"{name} {value:.1f} s" for name, value in phases.items()))

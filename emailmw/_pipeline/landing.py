@@ -220,7 +220,7 @@ def _row(raw: bytes, name_ns: int | None) -> _Row:
     except MalformedEmailError as exc:
         return ("malformed", str(exc), *_NONE_11, size, None, None)
     headers = parsed.headers
-    delivered, res = delivery_time(headers._lookup("received"), headers._lookup("date"), name_ns)
+    delivered, res = delivery_time(headers.get("received"), headers.get("date"), name_ns)
     message_id = parsed.message_id
     to = ", ".join(parsed.to)
     metadata = read_metadata(headers)  # classify()'s reading, without its route objects

@@ -24,12 +24,15 @@ from ._exceptions import (
     InvalidNameError,
     MalformedEmailError,
     MessageTooLargeError,
+    PermissionDeniedError,
     ReceiveError,
+    SecurityError,
     SendError,
     ServiceTimeoutError,
     TLSError,
     TransportError,
     TypeMismatchError,
+    UndecryptableError,
     UnknownRequestError,
 )
 from ._executor import (
@@ -65,6 +68,7 @@ from ._node import (
 )
 from ._protocol import Recipients
 from ._qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
+from ._security import Keystore
 from ._transport.base import EmailReceiver, EmailSender, IncomingEmail
 from ._transport.intraprocess import IntraprocessReceiver, IntraprocessSender, intraprocess_pair
 from ._types import Email, Gid, Headers, MessageInfo, RequestId, ServiceInfo, ServiceRequest
@@ -87,6 +91,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client",
     "Executor",
+    "Keystore",
     "Future",
     "MultiThreadedExecutor",
     "Node",
@@ -143,9 +148,11 @@ __all__ = [
     "MalformedEmailError",
     "MessageInfo",
     "MessageTooLargeError",
+    "PermissionDeniedError",
     "Options",
     "Publisher",
     "ReceiveError",
+    "SecurityError",
     "Recipients",
     "RequestId",
     "SendError",
@@ -157,6 +164,7 @@ __all__ = [
     "Subscription",
     "TLSError",
     "TransportError",
+    "UndecryptableError",
     "UnknownRequestError",
     "UserInfo",
     "WaitResult",

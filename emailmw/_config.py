@@ -32,6 +32,7 @@ __all__ = [
     "Endpoint",
     "Options",
     "PollOptions",
+    "SecurityOptions",
     "TLSOptions",
     "UserInfo",
     "find_config_file",
@@ -65,8 +66,15 @@ _TOP_KEYS: Final = frozenset(
         "spool",
         "reply-domains",
         "queue-limit",
+        "security",
     }
 )
+VERIFY_MODES: Final = ("off", "permissive", "enforce")
+_SECURITY_KEYS: Final = frozenset(
+    {"keystore", "identity", "verify", "permissions", "replay-window", "encrypt"}
+)
+#: the quarantine folder of ``verify: enforce`` when ``quarantine`` names none
+DEFAULT_QUARANTINE: Final = "Quarantine"
 SEND_GUARANTEES: Final = ("memory", "spool", "server")
 DEFAULT_QUEUE_LIMIT: Final = 10_000
 _TLS_KEYS: Final = frozenset({"ca-file", "verify", "starttls"})
@@ -130,6 +138,29 @@ class PollOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class SecurityOptions:
+    """The ``security`` section (``docs/security.md``). Environment variables fill in what
+    the file leaves out: ``EMAILMW_SECURITY_KEYSTORE``, ``EMAILMW_SECURITY_IDENTITY``,
+    ``EMAILMW_SECURITY_VERIFY``.
+
+    ``verify`` is ``off`` without a keystore and ``enforce`` with one unless it says
+    otherwise; ``permissions`` defaults to the keystore's ``permissions.yaml``;
+    ``encrypt`` maps name patterns to the identities whose keys bodies are encrypted to.
+    """
+
+    keystore: str | None = None
+    identity: str | None = None
+    verify: str = "off"
+    permissions: str | None = None
+    replay_window: float = 600.0
+    encrypt: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return self.keystore is not None
+
+
+@dataclass(frozen=True, slots=True)
 class Options:
     """Validated configuration of a :class:`~emailmw.Context`. Immutable."""
 
@@ -158,6 +189,7 @@ class Options:
     reply_domains: frozenset[str] | None = None
     #: bound of every queue an entity keeps without a depth of its own
     queue_limit: int = DEFAULT_QUEUE_LIMIT
+    security: SecurityOptions = field(default_factory=SecurityOptions)
     source: str = "<defaults>"
 
     @property
@@ -191,7 +223,9 @@ def load_options(config: Options | Mapping[str, Any] | str | os.PathLike[str] | 
                 "no configuration file found (EMAILMW_CONFIG_FILE, EMAIL_CONFIG_FILE, "
                 "./email.yml, ~/email.yml): using the intraprocess transport"
             )
-            return Options()
+            return Options(
+                security=_read_security(_Reader({}, "<environment>", "email.", _TOP_KEYS))
+            )
         return _load_file(path)
     if isinstance(config, Mapping):
         return _from_mapping(config, "<dict>")
@@ -478,6 +512,10 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
     tls, poll, on_receive = _read_tls(reader), _read_poll(reader), _read_on_receive(reader)
     state_file = reader.string("state-file")
     send_guarantee, spool = _read_sending(reader)
+    security = _read_security(reader)
+    quarantine = reader.string("quarantine")
+    if security.verify == "enforce" and quarantine is None:
+        quarantine = DEFAULT_QUARANTINE
     return Options(
         transport=transport,
         user=user,
@@ -491,12 +529,64 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         on_receive=on_receive,
         poll=poll,
         outbox_size=reader.integer("outbox-size", 1000),
-        quarantine=reader.string("quarantine"),
+        quarantine=quarantine,
         send_guarantee=send_guarantee,
         spool=spool,
         reply_domains=_reply_domains(reader, recipients),
         queue_limit=reader.integer("queue-limit", DEFAULT_QUEUE_LIMIT),
+        security=security,
         source=source,
+    )
+
+
+def _read_security(reader: _Reader) -> SecurityOptions:
+    """The ``security`` section, with the ``EMAILMW_SECURITY_*`` variables filling in."""
+    sec = reader.mapping("security", _SECURITY_KEYS)
+    data: Mapping[str, Any] = sec.data if sec is not None else {}
+    sec = sec or _Reader({}, reader.source, reader.key("security."), _SECURITY_KEYS)
+    env = os.environ.get
+    keystore = sec.string("keystore") or env("EMAILMW_SECURITY_KEYSTORE") or None
+    identity = sec.string("identity") or env("EMAILMW_SECURITY_IDENTITY") or None
+    default_mode = "enforce" if keystore else "off"
+    mode = sec.string("verify") or env("EMAILMW_SECURITY_VERIFY") or default_mode
+    if mode not in VERIFY_MODES:
+        raise sec.error("verify", f"expected one of {', '.join(VERIFY_MODES)}, got {mode!r}")
+    if keystore is None and (identity or mode != "off" or data.get("permissions")):
+        raise sec.error("keystore", "required with identity, permissions or verify (a directory)")
+    if keystore is not None and not Path(keystore).expanduser().is_dir():
+        raise sec.error(
+            "keystore",
+            f"{keystore!r} is not a directory: create it with "
+            f"'emailmw security create-keystore {keystore}'",
+        )
+    permissions = sec.string("permissions")
+    if permissions is not None and not Path(permissions).expanduser().is_file():
+        raise sec.error("permissions", f"expected a readable file, {permissions!r} is not")
+    encrypt: list[tuple[str, tuple[str, ...]]] = []
+    raw_encrypt = data.get("encrypt")
+    if raw_encrypt is not None:
+        if not isinstance(raw_encrypt, Mapping):
+            raise sec.error("encrypt", "expected a mapping of name patterns to identity lists")
+        for pattern, names in raw_encrypt.items():
+            items = [names] if isinstance(names, str) else names
+            if (
+                not isinstance(pattern, str)
+                or not pattern.startswith("/")
+                or not isinstance(items, list)
+                or not items
+                or not all(isinstance(n, str) and n for n in items)
+            ):
+                raise sec.error(
+                    f"encrypt.{pattern}", "expected a ROS name pattern and a list of identities"
+                )
+            encrypt.append((pattern, tuple(items)))
+    return SecurityOptions(
+        keystore=str(Path(keystore).expanduser()) if keystore else None,
+        identity=identity,
+        verify=mode,
+        permissions=str(Path(permissions).expanduser()) if permissions else None,
+        replay_window=sec.number("replay-window", 600.0),
+        encrypt=tuple(encrypt),
     )
 
 

@@ -32,6 +32,7 @@ from ._handlers import (
 )
 from ._log import configure_from_env, get_logger
 from ._polling import PollingManager
+from ._security import SecureSender, Security
 from ._transport.base import EmailReceiver, EmailSender
 from ._transport.factory import make_transport
 
@@ -79,8 +80,11 @@ class Context:
         self.options = load_options(config)
         if (sender is None) != (receiver is None):
             raise ValueError("give both sender and receiver, or neither")
+        self._security = Security(self.options.security, state_file=self.options.state_file)
         if sender is None or receiver is None:
             sender, receiver = make_transport(self.options)
+        if self._security.transforms_outgoing:
+            sender = SecureSender(sender, self._security)
         self._sender = sender
         self._receiver = receiver
         self._lock = threading.Lock()
@@ -89,7 +93,7 @@ class Context:
         self._announcer: Announcer | None = None  # created by announcer(), on first use
         self._subscription_handler = SubscriptionHandler()
         self._service_handler = ServiceHandler(self.options.reply_domains)
-        self._polling = PollingManager(receiver)
+        self._polling = PollingManager(receiver, security=self._security)
         self._polling.register_handler(self._subscription_handler)
         self._polling.register_handler(self._service_handler)
         self._receiving = False
@@ -159,6 +163,18 @@ class Context:
                 key="email.spool",
             )
         return chosen
+
+    @property
+    def security(self) -> Security:
+        """This context's security policy (``docs/security.md``): its identity, its
+        ``counts`` of received mail by status (verified, unsigned, invalid, untrusted,
+        replayed, denied, undecryptable, quarantined)."""
+        return self._security
+
+    def check_permission(self, action: str, name: str) -> None:
+        """Raise :class:`~emailmw.PermissionDeniedError` unless this context's identity may
+        ``action`` (publish, subscribe, call, serve) ``name``."""
+        self._security.check_local(action, name)
 
     def _check_open(self) -> None:
         if self._shut_down:
@@ -241,6 +257,7 @@ class Context:
             self._polling.stop(timeout)
             self._sender.close()
             self._receiver.close()
+            self._security.close()
         _log.debug("context shut down")
 
     close = shutdown

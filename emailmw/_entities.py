@@ -49,9 +49,13 @@ class _Entity:
     _closed: bool
     _context: Context
 
-    def _setup(self, context: Context | None) -> Context:
-        self._closed = False
+    def _setup(self, context: Context | None, action: str, name: str) -> Context:
+        """Resolve the context, check this context's identity may do ``action`` on
+        ``name`` (:class:`~emailmw.PermissionDeniedError`), register with it."""
+        self._closed = True  # until registered: close() has nothing to undo
         self._context = _resolve(context)
+        self._context.check_permission(action, name)
+        self._closed = False
         self._context.register_entity(self)
         return self._context
 
@@ -101,7 +105,7 @@ class Publisher(_Entity):
         self, topic: str, *, context: Context | None = None, guarantee: str | None = None
     ) -> None:
         self._topic = validate_name(topic, "topic")
-        ctx = self._setup(context)
+        ctx = self._setup(context, "publish", self._topic)
         self.gid = Gid.new()
         self._seq = itertools.count()
         self._recipients = ctx.options.recipients
@@ -203,7 +207,7 @@ class Subscription(_Entity, Waitable):
         if depth is not None and (not isinstance(depth, int) or depth < 1):
             raise ValueError(f"depth must be None or a positive int, got {depth!r}")
         Waitable.__init__(self)
-        ctx = self._setup(context)
+        ctx = self._setup(context, "subscribe", self._topic)
         self._depth = depth if depth is not None else ctx.options.queue_limit
         self._queue: _BoundedQueue[tuple[str, MessageInfo]] = _BoundedQueue(self._depth)
         ctx.register_subscription(self._topic, self)
@@ -282,7 +286,7 @@ class ServiceClient(_Entity, Waitable):
         # hears of requests the server refused after send_request() returned
         self._response_hook: Callable[[str, ServiceInfo], bool] | None = None
         self._failure_hook: Callable[[int, SendError], None] | None = None
-        ctx = self._setup(context)
+        ctx = self._setup(context, "call", self._service)
         self._recipients = ctx.options.recipients
         self._guarantee = ctx.check_guarantee(None)
         ctx.register_client(self.gid.value, self)
@@ -469,7 +473,7 @@ class ServiceServer(_Entity, Waitable):
         self.dropped = 0
         #: responses the server refused after send_response() returned
         self.failed_responses = 0
-        ctx = self._setup(context)
+        ctx = self._setup(context, "serve", self._service)
         self._from = ctx.options.recipients.from_
         self._limit = ctx.options.queue_limit
         self._guarantee = ctx.check_guarantee(None)

@@ -26,13 +26,16 @@ __all__ = [
     "InvalidNameError",
     "MalformedEmailError",
     "MessageTooLargeError",
+    "PermissionDeniedError",
     "ReceiveError",
     "SendError",
+    "SecurityError",
     "ServiceTimeoutError",
     "TLSError",
     "TransportError",
     "TypeMismatchError",
     "UnknownRequestError",
+    "UndecryptableError",
 ]
 
 
@@ -150,3 +153,19 @@ class SendError(TransportError):
 
 class ReceiveError(TransportError):
     """Fetching email over IMAP failed."""
+
+
+class SecurityError(EmailMWError):
+    """A keystore, key or permissions file is unusable (missing, malformed, readable by
+    others), or a security setting cannot be honoured. The message names the file and says
+    what to do."""
+
+
+class PermissionDeniedError(SecurityError, PermissionError):
+    """The context's identity has no grant for this (publish, subscribe, call or serve a
+    name) in the permissions file."""
+
+
+class UndecryptableError(SecurityError):
+    """An encrypted body is not for this identity (no key of it among the recipients) or
+    does not decrypt."""

@@ -9,6 +9,9 @@ Guarantees:
   handed to every handler; mail that is not emailmw's is logged (INFO) and left where it is,
   emailmw mail with broken metadata is logged (WARNING) and quarantined; a handler that
   raises is logged with the email's Message-ID;
+* with a :class:`~emailmw._security.Security` policy, each emailmw email is decided on
+  (verified, checked for replay and grants, opened when encrypted) before anything else:
+  what it refuses is logged (WARNING, with the reason) and quarantined, never delivered;
 * an email whose Message-ID this thread handed out recently (the last
   :data:`RECENT_MESSAGE_IDS`) is a duplicate (a publisher's spool resending after a crash,
   a folder read again after a UIDVALIDITY change): logged and settled, not handed out again;
@@ -32,6 +35,7 @@ from typing import Final
 from ._exceptions import ClosedError
 from ._log import get_logger
 from ._protocol import Route, Unroutable, classify
+from ._security import Security
 from ._transport.base import EmailReceiver, IncomingEmail
 from ._types import Email
 
@@ -145,8 +149,10 @@ class PollingManager:
         *,
         name: str = "emailmw-polling",
         receive_timeout: float | None = None,
+        security: Security | None = None,
     ) -> None:
         self._receiver = receiver
+        self._security = security
         self._name = name
         self._receive_timeout = receive_timeout
         self._handlers: tuple[Handler, ...] = ()
@@ -258,6 +264,35 @@ class PollingManager:
                 )
                 incoming.leave()
             return
+        if self._security is not None:
+            decision = self._security.incoming(email, route, redelivered=incoming.redelivered)
+            if not decision.deliver:
+                _log.warning(
+                    "quarantined email %s (subject %r) from %s: %s: %s",
+                    email.message_id,
+                    email.subject[:80],
+                    email.from_[:80],
+                    decision.status,
+                    decision.reason,
+                )
+                incoming.quarantine()
+                return
+            if decision.status not in ("verified", "unsigned", "unchecked"):
+                _log.warning(
+                    "delivered email %s (subject %r) from %s as verify is permissive: %s: %s",
+                    email.message_id,
+                    email.subject[:80],
+                    email.from_[:80],
+                    decision.status,
+                    decision.reason,
+                )
+            elif decision.status == "unsigned" and self._security.tell_unsigned(email):
+                _log.info(
+                    "delivering unsigned mail from %s (verify is permissive; enforce would "
+                    "quarantine it); said once per sender",
+                    email.from_[:80],
+                )
+            email, route = decision.email, decision.route
         if self._seen_before(email.message_id):
             self.duplicates += 1
             _log.info("dropped email %s: a copy was handed out already", email.message_id)

@@ -244,6 +244,8 @@ class MessageInfo:
     ``redelivered`` is True when this message may have been handed to the application
     before: it was handed out but not yet taken when the process stopped, and a restarted
     receiver (with a ``state-file``) hands it out again (``docs/reliability.md``).
+    ``identity`` is the name of the identity whose valid signature the message carries
+    (``docs/security.md``); None for a message that was not verified.
     """
 
     source_timestamp: int
@@ -252,6 +254,7 @@ class MessageInfo:
     sequence_number: int | None = None
     message_type: str | None = None
     redelivered: bool = False
+    identity: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +262,8 @@ class ServiceInfo:
     """Metadata of a received service request or response (timestamps in ns since the epoch).
 
     ``redelivered`` as in :class:`MessageInfo`: a request handed to a server that had not
-    answered it when its process stopped comes again, flagged.
+    answered it when its process stopped comes again, flagged. ``identity`` as in
+    :class:`MessageInfo`: the verified signer, or None.
     """
 
     source_timestamp: int
@@ -267,6 +271,7 @@ class ServiceInfo:
     client_gid: Gid
     sequence_number: int
     redelivered: bool = False
+    identity: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,349 @@
+"""Security's pure parts: keystore, signatures, permissions, encryption, replay guard and
+the decision state machine, without a transport."""
+
+from __future__ import annotations
+
+import base64
+import os
+import quopri
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emailmw import ConfigError, Email, PermissionDeniedError, SecurityError, UndecryptableError
+from emailmw._config import SecurityOptions
+from emailmw._protocol import Recipients, classify, publish_email, request_email
+from emailmw._security import (
+    Keystore,
+    ReplayGuard,
+    Security,
+    decrypt,
+    encrypt,
+    load_permissions,
+    name_matches,
+    read_signature,
+    sign,
+    verify,
+)
+from emailmw._transport.common import prepare_outgoing
+from emailmw._types import Gid
+from emailmw._wire import build, parse
+
+RECIPIENTS = Recipients("talker@example.test", ("inbox@example.test",))
+
+
+@pytest.fixture(scope="module")
+def keystore(tmp_path_factory: pytest.TempPathFactory) -> Keystore:
+    store = Keystore.create(tmp_path_factory.mktemp("ks") / "keystore")
+    for name in ("talker", "listener", "robot"):
+        store.create_key(name)
+    return store
+
+
+def message(body: str = "hello", topic: str = "/chatter", **headers: str) -> Email:
+    email = publish_email(
+        topic,
+        body,
+        recipients=RECIPIENTS,
+        gid=Gid(7),
+        sequence_number=0,
+        timestamp_ns=time.time_ns(),
+        headers=headers or None,
+    )
+    return prepare_outgoing(email, RECIPIENTS.from_)
+
+
+def signed(keystore: Keystore, email: Email, name: str = "talker") -> Email:
+    return sign(email, keystore.identity(name))
+
+
+def verifies(keystore: Keystore, email: Email) -> bool:
+    signature = read_signature(email)
+    assert signature is not None
+    assert not isinstance(signature, str)
+    return verify(email, signature, keystore.trusted()[signature.identity].verify_key)
+
+
+# ------------------------------------------------------------------------------ keystore
+
+
+def test_keystore_keeps_private_keys_apart_and_refuses_readable_ones(keystore: Keystore) -> None:
+    assert sorted(p.name for p in (keystore.path / "public").iterdir()) == [
+        "listener.json",
+        "robot.json",
+        "talker.json",
+    ]
+    assert (keystore.path / "private").stat().st_mode & 0o777 == 0o700
+    key_file = keystore.path / "private" / "talker.pem"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    identity = keystore.identity("talker")
+    assert "PRIVATE" not in repr(identity)
+    assert "talker" in repr(identity)
+    os.chmod(key_file, 0o644)
+    try:
+        with pytest.raises(SecurityError, match=r"chmod 600 .*talker\.pem"):
+            keystore.identity("talker")
+    finally:
+        os.chmod(key_file, 0o600)
+    with pytest.raises(SecurityError, match="create-key"):
+        keystore.identity("nobody")
+    with pytest.raises(SecurityError, match="exists"):
+        keystore.create_key("talker")
+    with pytest.raises(SecurityError, match="not an identity name"):
+        keystore.create_key("../etc")
+
+
+def test_a_removed_public_key_is_untrusted_at_once(tmp_path: Path) -> None:
+    store = Keystore.create(tmp_path / "ks")
+    store.create_key("a")
+    store.create_key("b")
+    assert set(store.trusted()) == {"a", "b"}
+    (store.path / "public" / "b.json").unlink()
+    assert set(store.trusted()) == {"a"}
+
+
+def test_not_a_keystore_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(SecurityError, match="create-keystore"):
+        Keystore(tmp_path)
+
+
+# ------------------------------------------------------------------------------ signing
+
+
+def test_a_signature_covers_what_an_email_means(keystore: Keystore) -> None:
+    email = signed(keystore, message(Trace="abc"))
+    assert verifies(keystore, email)
+    tampered = {
+        "body": email.replace(body="goodbye"),
+        "subject": email.replace(subject="/other"),
+        "gid": email.replace(headers=email.headers.merged({"Publisher-GID": "8"})),
+        "seq": email.replace(headers=email.headers.merged({"Publisher-Sequence-Number": "5"})),
+        "stamp": email.replace(headers=email.headers.merged({"Source-Timestamp": "1"})),
+        "date": email.replace(headers=email.headers.merged({"Date": "Mon, 1 Jan 2024 0:0:0"})),
+        "message-id": email.replace(message_id="<x@y>"),
+        "in-reply-to": email.replace(in_reply_to="<x@y>"),
+        "from": email.replace(from_="mallory@example.test"),
+        "app header": email.replace(headers=email.headers.merged({"Trace": "abd"})),
+        "added metadata": email.replace(headers=email.headers.merged({"Client-GID": "1"})),
+        "added type": email.replace(headers=email.headers.merged({"Message-Type": "a/msg/B"})),
+    }
+    for what, forged in tampered.items():
+        assert not verifies(keystore, forged), what
+
+
+def _requote(raw: bytes) -> bytes:
+    """What a relay may do to a message: body re-encoded as quoted-printable, headers
+    re-folded, trace headers added on top, LF line endings."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = [
+        line.replace(b": ", b":\r\n  ", 1) if line.startswith(b"Subject") else line
+        for line in head.split(b"\r\n")
+        if not line.startswith(b"Content-Transfer-Encoding")
+    ]
+    text = base64.b64decode(body) if b"base64" in head else body
+    new_body = quopri.encodestring(text.replace(b"\r\n", b"\n"))
+    trace = [b"Received: from relay.example.test by mx.example.test", b"Delivered-To: a@b"]
+    out = b"\n".join([*trace, *lines, b"Content-Transfer-Encoding: quoted-printable"])
+    return out.replace(b"\r\n", b"\n") + b"\n\n" + new_body
+
+
+@settings(max_examples=60, deadline=None)
+@given(body=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300))
+def test_a_signature_survives_what_mail_servers_do_to_bytes(
+    keystore: Keystore, body: str
+) -> None:
+    email = signed(keystore, message(body.replace("\r", "")))
+    arrived = parse(_requote(build(email)))
+    assert arrived.body == email.body
+    assert verifies(keystore, arrived)
+
+
+# ------------------------------------------------------------------------------ permissions
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "match"),
+    [
+        ("/chatter", "/chatter", True),
+        ("/chatter", "/chatter2", False),
+        ("/robot1/*", "/robot1/arm", True),
+        ("/robot1/*", "/robot1/arm/joint", False),
+        ("/robot1/**", "/robot1/arm/joint", True),
+        ("/robot1/**", "/robot1", True),
+        ("/robot1/**", "/robot10", False),
+        ("/*/cmd", "/r2/cmd", True),
+        ("/**/cmd", "/a/b/cmd", True),
+        ("/a.b", "/aXb", False),
+    ],
+)
+def test_ros_name_wildcards(pattern: str, name: str, match: bool) -> None:
+    assert name_matches(pattern, name) is match
+
+
+def test_a_permissions_file_with_a_mistake_names_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "permissions.yaml"
+    for text, key in (
+        ("identities:\n  robot:\n    publish: [chatter]\n", "identities.robot.publish[0]"),
+        ("identities:\n  robot:\n    shout: [/chatter]\n", "identities.robot.shout"),
+        ("identities:\n  robot: [/chatter]\n", "identities.robot"),
+        ("identity: {}\n", None),
+    ):
+        path.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_permissions(path)
+        assert str(path) in str(err.value)
+        if key:
+            assert f"key '{key}'" in str(err.value)
+    path.write_text("identities:\n  robot:\n    publish: [/robot/**]\n    call: /add\n")
+    perms = load_permissions(path)
+    assert perms.allows("robot", "publish", "/robot/arm")
+    assert perms.allows("robot", "call", "/add")
+    assert not perms.allows("robot", "subscribe", "/robot/arm")
+    assert not perms.allows("talker", "publish", "/robot/arm")
+    assert perms.allows("talker", "publish", "/_emailmw/graph")
+
+
+# ------------------------------------------------------------------------------ encryption
+
+
+def test_encrypted_bodies_open_for_their_recipients_only(keystore: Keystore) -> None:
+    trusted = keystore.trusted()
+    email = encrypt(message("secret plans " * 50), [trusted["listener"], trusted["robot"]])
+    assert "secret" not in email.body
+    assert all(len(line) <= 76 for line in email.body.splitlines())
+    arrived = parse(build(email))
+    for name in ("listener", "robot"):
+        assert decrypt(arrived, keystore.identity(name)).body == "secret plans " * 50
+    with pytest.raises(UndecryptableError, match="encrypted for listener, robot, not for"):
+        decrypt(arrived, keystore.identity("talker"))
+    with pytest.raises(UndecryptableError, match="no identity"):
+        decrypt(arrived, None)
+    flipped = arrived.replace(body=arrived.body[:10] + ("A" if arrived.body[10] != "A" else "B")
+                              + arrived.body[11:])  # fmt: skip
+    with pytest.raises(UndecryptableError, match="does not decrypt"):
+        decrypt(flipped, keystore.identity("robot"))
+    moved = arrived.replace(subject="/elsewhere")  # bound to its Subject
+    with pytest.raises(UndecryptableError, match="does not decrypt"):
+        decrypt(moved, keystore.identity("robot"))
+
+
+# ------------------------------------------------------------------------------ replay guard
+
+
+def test_the_replay_guard_refuses_old_future_and_seen_and_remembers_across_restarts(
+    tmp_path: Path,
+) -> None:
+    now = time.time_ns()
+    path = tmp_path / "state.json.seen"
+    guard = ReplayGuard(600, path)
+    assert guard.check("<a@b>", now - 10**9, now) is None
+    guard.accept("<a@b>", now - 10**9, now)
+    assert "accepted before" in (guard.check("<a@b>", now - 10**9, now) or "")
+    assert "outside the 600 s" in (guard.check("<c@b>", now - 601 * 10**9, now) or "")
+    assert "in the future" in (guard.check("<c@b>", now + 601 * 10**9, now) or "")
+    guard.close()
+    again = ReplayGuard(600, path)
+    assert "accepted before" in (again.check("<a@b>", now - 10**9, now) or "")
+    again.close()
+
+
+# ------------------------------------------------------------------------------ decisions
+
+
+def security(keystore: Keystore, mode: str, identity: str | None = "listener",
+             permissions: str | None = None) -> Security:  # fmt: skip
+    return Security(
+        SecurityOptions(
+            keystore=str(keystore.path), identity=identity, verify=mode, permissions=permissions
+        )
+    )
+
+
+def decide(sec: Security, email: Email, *, redelivered: bool = False) -> tuple[bool, str]:
+    decision = sec.incoming(parse(build(email)), classify(email, time.time_ns()),
+                            redelivered=redelivered)  # fmt: skip
+    return decision.deliver, decision.status
+
+
+def test_each_mode_decides_as_documented(keystore: Keystore, tmp_path: Path) -> None:
+    outsider = Keystore.create(tmp_path / "outsider")
+    outsider.create_key("mallory")
+    good = signed(keystore, message())
+    cases = {
+        "verified": good,
+        "unsigned": message(),
+        "invalid": good.replace(body="forged"),
+        "untrusted": sign(message(), outsider.identity("mallory")),
+    }
+    for mode, delivered in (("enforce", {"verified"}), ("permissive", set(cases))):
+        sec = security(keystore, mode)
+        for status, email in cases.items():
+            assert decide(sec, email) == (status in delivered, status), (mode, status)
+        assert decide(sec, good) == (mode == "permissive", "replayed")
+        assert sec.counts["verified"] == 1
+        sec.close()
+    off = security(keystore, "off")
+    assert decide(off, cases["invalid"]) == (True, "unchecked")
+
+
+def test_verified_mail_carries_its_identity_and_only_its_signed_headers(
+    keystore: Keystore,
+) -> None:
+    email = signed(keystore, message(Trace="t1"))
+    added = email.replace(headers=email.headers.merged({"Command": "self-destruct"}))
+    sec = security(keystore, "enforce")
+    decision = sec.incoming(added, classify(added, time.time_ns()))
+    assert decision.deliver
+    assert decision.route.info.identity == "talker"  # type: ignore[union-attr]
+    assert decision.email.headers.get("Trace") == "t1"
+    assert "Command" not in decision.email.headers
+
+
+def test_a_redelivered_email_is_not_its_own_replay(keystore: Keystore) -> None:
+    sec = security(keystore, "enforce")
+    email = signed(keystore, message())
+    assert decide(sec, email) == (True, "verified")
+    assert decide(sec, email, redelivered=True) == (True, "verified")
+    assert decide(sec, email) == (False, "replayed")
+
+
+def test_grants_decide_on_both_sides(keystore: Keystore, tmp_path: Path) -> None:
+    perms = tmp_path / "permissions.yaml"
+    perms.write_text(
+        "identities:\n"
+        "  talker: {publish: [/chatter], call: [/add]}\n"
+        "  listener: {subscribe: [/chatter], serve: [/add]}\n"
+    )
+    listener = security(keystore, "enforce", "listener", str(perms))
+    listener.check_local("subscribe", "/chatter")
+    with pytest.raises(PermissionDeniedError, match=r"'listener' may not publish '/chatter'"):
+        listener.check_local("publish", "/chatter")
+    assert decide(listener, signed(keystore, message())) == (True, "verified")
+    assert decide(listener, signed(keystore, message(topic="/cmd"))) == (False, "denied")
+    assert decide(listener, signed(keystore, message(), "robot")) == (False, "denied")
+    request = prepare_outgoing(
+        request_email("/add", "1 2", recipients=RECIPIENTS, client_gid=Gid(3),
+                      sequence_number=0, timestamp_ns=time.time_ns()),
+        RECIPIENTS.from_,
+    )  # fmt: skip
+    assert decide(listener, signed(keystore, request)) == (True, "verified")
+    talker = security(keystore, "enforce", "talker", str(perms))
+    with pytest.raises(PermissionDeniedError):
+        talker.outgoing(message(topic="/cmd"), RECIPIENTS.from_)
+    out = talker.outgoing(message(), RECIPIENTS.from_)
+    assert verifies(keystore, out)
+
+
+def test_encrypted_mail_without_the_key_is_refused_with_the_reason_in_every_mode(
+    keystore: Keystore,
+) -> None:
+    email = signed(keystore, encrypt(message("s"), [keystore.trusted()["robot"]]))
+    for mode in ("off", "permissive", "enforce"):
+        decision = security(keystore, mode).incoming(email, classify(email, time.time_ns()))
+        assert (decision.deliver, decision.status) == (False, "undecryptable")
+        assert "encrypted for robot" in decision.reason
+    robot = security(keystore, "enforce", "robot").incoming(email, classify(email, time.time_ns()))
+    assert (robot.deliver, robot.email.body) == (True, "s")

@@ -56,6 +56,7 @@ def main() -> None:
                             "gid": info.publisher_gid.value,
                             "seq": info.sequence_number,
                             "redelivered": info.redelivered,
+                            "identity": info.identity,
                         }
                     ),
                     flush=True,

@@ -152,9 +152,7 @@ def _requote(raw: bytes) -> bytes:
 
 @settings(max_examples=60, deadline=None)
 @given(body=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300))
-def test_a_signature_survives_what_mail_servers_do_to_bytes(
-    keystore: Keystore, body: str
-) -> None:
+def test_a_signature_survives_what_mail_servers_do_to_bytes(keystore: Keystore, body: str) -> None:
     email = signed(keystore, message(body.replace("\r", "")))
     arrived = parse(_requote(build(email)))
     assert arrived.body == email.body

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ._exceptions import ConfigError, EmailMWError
 from ._ros_cli import add_ros_commands, run_ros_command
@@ -67,8 +68,48 @@ def _parser() -> argparse.ArgumentParser:
     )
     analyze.add_argument("--workers", type=int, help="processes reading the archives")
     analyze.add_argument("--no-report", action="store_true", help="tables only")
+    _add_security_commands(commands, common)
     add_ros_commands(commands, [common])
     return parser
+
+
+def _add_security_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    security = commands.add_parser(
+        "security",
+        parents=[common],
+        help="keystores and identities (docs/security.md)",
+        description="Create and inspect keystores of Ed25519/X25519 identities. A context "
+        "uses one through the security: section or EMAILMW_SECURITY_KEYSTORE and "
+        "EMAILMW_SECURITY_IDENTITY.",
+    )
+    verbs = security.add_subparsers(dest="verb", required=True, metavar="VERB")
+    create = verbs.add_parser("create-keystore", help="make an empty keystore in DIR")
+    create.add_argument("keystore", metavar="DIR")
+    key = verbs.add_parser("create-key", help="make identity NAME in the keystore DIR")
+    key.add_argument("keystore", metavar="DIR")
+    key.add_argument("name", metavar="NAME")
+    key.add_argument("--days", type=float, help="the key expires after this many days")
+    listing = verbs.add_parser("list-keys", help="the trusted identities of the keystore DIR")
+    listing.add_argument("keystore", metavar="DIR")
+
+
+def _security(args: argparse.Namespace) -> int:
+    from ._security import Keystore
+
+    if args.verb == "create-keystore":
+        store = Keystore.create(args.keystore)
+        print(f"keystore {store.path}: public/ (trusted keys), private/ (mode 700)")
+    elif args.verb == "create-key":
+        public = Keystore(args.keystore).create_key(args.name, days=args.days)
+        print(f"{public.name} {public.fingerprint} expires {public.expiry_text()}")
+    else:
+        store = Keystore(args.keystore)
+        for public, has_private in store.list_keys():
+            private = "private key here" if has_private else "public key only"
+            print(f"{public.name}\t{public.fingerprint}\texpires {public.expiry_text()}\t{private}")
+        for problem in store.problems:
+            print(f"emailmw: warning: {problem}", file=sys.stderr)
+    return 0
 
 
 def _version() -> str:
@@ -141,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "analyze":
             return _analyze(args)
+        if args.command == "security":
+            return _security(args)
         return run_ros_command(args)
     except KeyboardInterrupt:
         print("emailmw: interrupted", file=sys.stderr)

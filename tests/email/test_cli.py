@@ -290,3 +290,27 @@ def test_version() -> None:
         [sys.executable, "-m", "emailmw", "--version"], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == f"emailmw {emailmw.__version__}"
+
+
+def test_topic_pub_signs_with_the_keystore_of_the_environment(
+    mailserver: MailServer, account: Callable[[], str], tmp_path: Path
+) -> None:
+    store = emailmw.Keystore.create(tmp_path / "keystore")
+    store.create_key("operator")
+    inbox = account()
+    secured = {"security": {"keystore": str(store.path)}}  # verify: enforce
+    with emailmw.Context({"email": mailserver.config(inbox, **secured)}) as ctx:
+        listener = emailmw.Subscription("/chatter", context=ctx)
+        config = write_config(tmp_path / "email.yml", mailserver.config(account(), to=inbox))
+        out = subprocess.run(
+            [sys.executable, "-m", "emailmw", "--config", str(config), "topic", "pub",
+             "/chatter", "std_msgs/msg/String", "data: signed", "--once"],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "EMAILMW_SECURITY_KEYSTORE": str(store.path),
+                 "EMAILMW_SECURITY_IDENTITY": "operator"},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        got = emailmw.wait_for_message_with_info(listener, 30)
+        assert got is not None
+        assert "data: signed" in got[0]
+        assert got[1].identity == "operator"

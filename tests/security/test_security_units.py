@@ -6,15 +6,19 @@ from __future__ import annotations
 import base64
 import os
 import quopri
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import emailmw
 from emailmw import ConfigError, Email, PermissionDeniedError, SecurityError, UndecryptableError
-from emailmw._config import SecurityOptions
+from emailmw._config import SecurityOptions, load_options
 from emailmw._protocol import Recipients, classify, publish_email, request_email
 from emailmw._security import (
     Keystore,
@@ -345,3 +349,81 @@ def test_encrypted_mail_without_the_key_is_refused_with_the_reason_in_every_mode
         assert "encrypted for robot" in decision.reason
     robot = security(keystore, "enforce", "robot").incoming(email, classify(email, time.time_ns()))
     assert (robot.deliver, robot.email.body) == (True, "s")
+
+
+# ------------------------------------------------------------------------------ command line
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "emailmw", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_the_security_commands_make_and_list_a_keystore(tmp_path: Path) -> None:
+    store = tmp_path / "keystore"
+    assert _cli("security", "create-keystore", str(store)).returncode == 0
+    made = _cli("security", "create-key", str(store), "robot1", "--days", "30")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("robot1 SHA256:")
+    listed = _cli("security", "list-keys", str(store))
+    assert listed.stdout.split("\t")[0] == "robot1"
+    assert "private key here" in listed.stdout
+    for args, says in (
+        (("create-key", str(store), "robot1"), "exists"),
+        (("list-keys", str(tmp_path)), "create-keystore"),
+        (("create-key", str(store), "a/b"), "not an identity name"),
+    ):
+        out = _cli("security", *args)
+        assert (out.returncode, out.stdout) == (1, "")
+        assert out.stderr.count("\n") == 1
+        assert says in out.stderr
+        assert "Traceback" not in out.stderr
+    private = store / "private" / "robot1.pem"
+    os.chmod(private, 0o644)
+    config = tmp_path / "email.yml"
+    account = {
+        "user": {"url-smtp": "smtps://127.0.0.1:1", "url-imap": "imaps://127.0.0.1:1",
+                 "username": "a@example.test", "password": "pw"},
+        "recipients": {"to": "a@example.test"},
+        "security": {"keystore": str(store), "identity": "robot1"},
+    }  # fmt: skip
+    config.write_text(yaml.safe_dump({"email": account}))
+    out = _cli("--config", str(config), "topic", "pub", "/x", "std_msgs/msg/String", "data: a",
+               "--once")  # fmt: skip
+    assert out.returncode == 1
+    assert f"run 'chmod 600 {private}'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_security_settings_come_from_the_environment_too(
+    keystore: Keystore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("EMAILMW_SECURITY_KEYSTORE", str(keystore.path))
+    monkeypatch.setenv("EMAILMW_SECURITY_IDENTITY", "talker")
+    monkeypatch.chdir(tmp_path)  # no ./email.yml
+    monkeypatch.delenv("EMAILMW_CONFIG_FILE", raising=False)
+    monkeypatch.delenv("EMAIL_CONFIG_FILE", raising=False)
+    options = load_options(None)
+    assert (options.security.keystore, options.security.identity) == (str(keystore.path), "talker")
+    assert options.security.verify == "enforce"
+    with pytest.raises(ConfigError, match=r"email.security.verify"):
+        load_options({"email": {"security": {"keystore": str(keystore.path), "verify": "on"}}})
+    with pytest.raises(ConfigError, match=r"email.security.keystore.*create-keystore"):
+        load_options({"email": {"security": {"keystore": str(tmp_path / "none")}}})
+
+
+def test_an_intraprocess_context_signs_and_verifies_end_to_end(keystore: Keystore) -> None:
+    config = {"email": {"security": {"keystore": str(keystore.path), "identity": "talker"}}}
+    with emailmw.Context(config) as ctx:
+        sub = emailmw.Subscription("/chatter", context=ctx)
+        emailmw.Publisher("/chatter", context=ctx).publish("hi")
+        got = emailmw.wait_for_message_with_info(sub, 10)
+        assert got is not None
+        assert (got[0], got[1].identity) == ("hi", "talker")
+        assert ctx.security.counts["verified"] == 1

@@ -67,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
         help="Spark configuration (repeatable)",
     )
     analyze.add_argument("--workers", type=int, help="processes reading the archives")
+    analyze.add_argument(
+        "--keystore",
+        metavar="DIR",
+        default=os.environ.get("EMAILMW_SECURITY_KEYSTORE") or None,
+        help="verify signed mail against this keystore (default: EMAILMW_SECURITY_KEYSTORE)",
+    )
     analyze.add_argument("--no-report", action="store_true", help="tables only")
     _add_security_commands(commands, common)
     add_ros_commands(commands, [common])
@@ -132,6 +138,10 @@ def _analyze(args: argparse.Namespace) -> int:
             source="analyze",
         )
 
+    if args.keystore is not None:
+        from ._security import Keystore
+
+        Keystore(args.keystore)  # one line now, not in a worker, if it is not one
     request = AnalyzeRequest(
         sources=args.sources,
         out=args.out,
@@ -145,6 +155,7 @@ def _analyze(args: argparse.Namespace) -> int:
         workers=args.workers,
         report=not args.no_report,
         release_spark=True,
+        keystore=args.keystore,
     )
     try:
         summary = analyze(request)
@@ -171,6 +182,10 @@ def _analyze(args: argparse.Namespace) -> int:
         f"{summary['answered']} answered calls{coarse}\n"
         f"publishers: {summary['publishers']} streams, {summary['lost']} lost, "
         f"{summary['duplicated']} duplicated, {summary['out_of_order']} out of order\n"
+        f"signatures: {summary['verified']} verified, {summary['signed']} signed but not "
+        f"verified (no --keystore), {summary['unsigned']} unsigned, {summary['invalid']} "
+        f"invalid, {summary['untrusted']} untrusted, {summary['replayed']} replayed copies; "
+        f"{summary['quarantined']} emails in quarantine folders\n"
         f"tables and report in {args.out} ({summary['seconds']} s)"
     )
     return 0

@@ -63,6 +63,8 @@ class AnalyzeRequest:
     # stop Spark and its JVM once the tables are written (the command line's choice): the
     # report needs no session, so the JVM's shutdown overlaps it
     release_spark: bool = False
+    # verify signed mail against this keystore's trusted keys (the ``security`` column)
+    keystore: str | None = None
 
 
 def _say(text: str) -> None:
@@ -325,6 +327,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             workers=request.workers,
             progress=_progress("reading archives"),
             sink=sink,
+            keystore=request.keystore,
         )
         if archives
         else []

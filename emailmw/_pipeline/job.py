@@ -13,7 +13,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -32,6 +32,7 @@ from .landing import (
     LANDING_SCHEMA,
     LATENCY_RESOLUTION_NS,
     MESSAGES_SCHEMA,
+    QUARANTINE_SQL,
     REJECTS_COLUMNS,
     Tally,
 )
@@ -161,6 +162,7 @@ _MESSAGE_COLUMNS: Final = (
     "size",
     "from_addr",
     "to_addr",
+    "security",
     "mailbox",
     "source",
     "key",
@@ -595,6 +597,9 @@ class Overview:
     kinds: dict[str, int]
     # per service and non-empty bin: service, bin, low_ms, high_ms, calls (every answered call)
     round_trips: list[dict[str, Any]]
+    # emailmw mail by its ``security`` column; plus "replayed" (copies of a signed email
+    # beyond its first) and "quarantined" (every stored email in a quarantine folder)
+    security: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         by_status: dict[str, int] = {}
@@ -616,6 +621,7 @@ class Overview:
             "duplicated": sum(h["duplicated"] for h in health),
             "out_of_order": sum(h["out_of_order"] for h in health),
             "publishers": len(health),
+            **{mark: self.security.get(mark, 0) for mark in SECURITY_MARKS},
         }
 
 
@@ -709,6 +715,7 @@ def overview(
         )
         kind_counts = {key[1]: n for key, n in tally.items() if key[0] == "kind"}
     health = health_rows(small("publisher_health"))
+    security = _security_counts(tables, tally)
     return Overview(
         round_trips=_round_trip_histogram(tables.service_calls, service_rows),
         topic_stats=topic_rows(small("topic_stats")),
@@ -716,7 +723,37 @@ def overview(
         services=service_rows,
         rejects=rejects,
         kinds=kind_counts,
+        security=security,
     )
+
+
+#: the summary's security counts (docs/security.md): the ``security`` column's values, then
+#: replayed and quarantined
+SECURITY_MARKS: Final = (
+    "verified", "signed", "unsigned", "invalid", "untrusted", "replayed", "quarantined",
+)  # fmt: skip
+
+
+def _security_counts(tables: Tables, tally: Tally | None) -> dict[str, int]:
+    """Counts of the ``security`` column, copies of signed emails beyond the first
+    (``replayed``: a Spark job only when there is signed mail) and emails in quarantine
+    folders (from the landing's tally, else a job over both tables)."""
+    messages = tables.messages
+    if tally is not None:
+        counts = {key[1]: n for key, n in tally.items() if key[0] == "security" and key[1]}
+        counts["quarantined"] = tally.get(("quarantined",), 0)
+    else:
+        rows = messages.groupBy("security").count().collect()
+        counts = {r["security"]: r["count"] for r in rows if r["security"]}
+        counts["quarantined"] = sum(
+            frame.filter(QUARANTINE_SQL).count() for frame in (messages, tables.rejects)
+        )
+    if counts.get("signed", 0) or counts.get("verified", 0):
+        signed = messages.filter("security IN ('signed', 'verified')")
+        row = signed.agg(F.count(F.lit(1)).alias("n"), F.count_distinct("message_id").alias("d"))
+        first = row.collect()[0]
+        counts["replayed"] = int(first["n"]) - int(first["d"])
+    return counts
 
 
 def _round_trip_histogram(

@@ -41,7 +41,8 @@ import pyarrow.parquet as pq
 
 from .._exceptions import ForeignEmailError, MalformedEmailError
 from .._protocol import Unroutable, read_metadata
-from .._wire import parse_head
+from .._types import Headers
+from .._wire import parse, parse_head
 
 __all__ = [
     "INTERNAL_TOPIC_PREFIX",
@@ -56,6 +57,9 @@ __all__ = [
     "Tally",
     "Written",
     "describe",
+    "QUARANTINE_SQL",
+    "is_quarantine",
+    "signature_status",
     "land",
     "maildirs",
     "partition_dir",
@@ -86,6 +90,10 @@ LANDING_SCHEMA: Final = pa.schema(
         ("size", pa.int64()),
         ("from_addr", pa.string()),
         ("to_addr", pa.string()),
+        # emailmw mail's signature (docs/security.md): signed | unsigned, or with a keystore
+        # verified | invalid | untrusted; null for rejects. Landed parts of earlier versions
+        # lack it and read as null.
+        ("security", pa.string()),
         # an mbox message's byte offset (its "From " line; ``key`` is the same number, in 16
         # digits), null for a Maildir file: Spark orders ties by it without parsing ``key``.
         # Landed parts of earlier versions lack it and read as null.
@@ -99,7 +107,7 @@ MESSAGES_SCHEMA: Final = pa.schema(
         *(LANDING_SCHEMA.field(name) for name in LANDING_SCHEMA.names[5:16]),
         # null where delivered_res_ns is coarser than LATENCY_RESOLUTION_NS
         ("latency_ms", pa.float64()),
-        *(LANDING_SCHEMA.field(name) for name in ("size", "from_addr", "to_addr")),
+        *(LANDING_SCHEMA.field(name) for name in ("size", "from_addr", "to_addr", "security")),
         *(LANDING_SCHEMA.field(name) for name in ("mailbox", "source", "key")),
         ("day", pa.date32()),
     ]
@@ -123,12 +131,28 @@ REJECTS_COLUMNS: Final = ("source", "mailbox", "key", "status", "reason", "topic
 # the timestamps) pyarrow would build a dictionary, give up and write plain anyway.
 _DICTIONARY_COLUMNS: Final = [
     "source", "mailbox", "status", "reason", "kind", "topic", "from_addr", "to_addr",
-    "publisher_gid", "client_gid", "delivered_res_ns",
+    "publisher_gid", "client_gid", "delivered_res_ns", "security",
 ]  # fmt: skip
 _BATCH: Final = 20_000
 _READ_CHUNK: Final = 1 << 16
 _DOVECOT_NAME: Final = re.compile(r"^(\d+)\.M(\d+)P")
 _MBOXRD_QUOTED: Final = re.compile(rb"(?m)^>(>*From )")
+
+
+def is_quarantine(mailbox: str | None) -> bool:
+    """Whether a mailbox label (a Maildir folder such as ``u/Maildir/.Quarantine``, an mbox
+    file's name such as ``Quarantine.mbox``) is a quarantine folder: its last name is
+    ``Quarantine`` (any case), the folder ``verify: enforce`` moves refused mail to.
+    :data:`QUARANTINE_SQL` is the same rule in Spark SQL."""
+    if not mailbox:
+        return False
+    last = mailbox.rpartition("/")[2].removesuffix(".mbox")
+    return last.rpartition(".")[2].lower() == "quarantine"
+
+
+QUARANTINE_SQL: Final = (
+    "lower(regexp_extract(regexp_replace(mailbox, '[.]mbox$', ''), '([^/.]*)$', 1)) = 'quarantine'"
+)
 
 
 #: topics emailmw itself publishes on (the graph announcements): left out of the tables
@@ -202,23 +226,54 @@ _Row = tuple[Any, ...]
 _NONE_11: Final = (None,) * 11  # kind .. delivered_res_ns of mail that does not parse
 
 
-def describe(raw: bytes, name_ns: int | None = None) -> dict[str, Any]:
+def describe(raw: bytes, name_ns: int | None = None, keystore: str | None = None) -> dict[str, Any]:
     """The landing columns (all but source/mailbox/key/offset, which say where the email
-    is stored) for one stored email."""
-    return dict(zip(_DESCRIBED, _row(raw, name_ns), strict=True))
+    is stored) for one stored email; ``keystore``: verify signatures against it."""
+    return dict(zip(_DESCRIBED, _row(raw, name_ns, keystore), strict=True))
 
 
-def _row(raw: bytes, name_ns: int | None) -> _Row:
+@functools.lru_cache(maxsize=4)
+def _trusted(keystore: str) -> dict[str, Any]:
+    from .._security import Keystore
+
+    return Keystore(keystore).trusted()
+
+
+def signature_status(raw: bytes, headers: Headers, source_ns: int, keystore: str | None) -> str:
+    """The ``security`` column of an emailmw email: ``unsigned``, ``signed`` (not
+    verified: no keystore), else what verifying it against ``keystore``'s trusted keys
+    says: ``verified``, ``invalid`` or ``untrusted`` (unknown, or expired when it was
+    sent)."""
+    if headers.item("emailmw-signature") is None:
+        return "unsigned"
+    if keystore is None:
+        return "signed"
+    from .._security import read_signature, verify
+
+    try:
+        email = parse(raw)
+    except (ForeignEmailError, MalformedEmailError):
+        return "invalid"
+    signature = read_signature(email)
+    if signature is None or isinstance(signature, str):
+        return "invalid"
+    public = _trusted(keystore).get(signature.identity)
+    if public is None or public.expired(source_ns / 1e9):
+        return "untrusted"
+    return "verified" if verify(email, signature, public.verify_key) else "invalid"
+
+
+def _row(raw: bytes, name_ns: int | None, keystore: str | None = None) -> _Row:
     # status, reason, kind, topic, message_id, in_reply_to, publisher_gid, publisher_seq,
     # client_gid, request_seq, source_ns, delivered_ns, delivered_res_ns, size, from_addr,
-    # to_addr
+    # to_addr, security
     size = len(raw)
     try:
         parsed = parse_head(raw)
     except ForeignEmailError as exc:
-        return ("foreign", str(exc), *_NONE_11, size, None, None)
+        return ("foreign", str(exc), *_NONE_11, size, None, None, None)
     except MalformedEmailError as exc:
-        return ("malformed", str(exc), *_NONE_11, size, None, None)
+        return ("malformed", str(exc), *_NONE_11, size, None, None, None)
     headers = parsed.headers
     delivered, res = delivery_time(headers.get("received"), headers.get("date"), name_ns)
     message_id = parsed.message_id
@@ -228,18 +283,19 @@ def _row(raw: bytes, name_ns: int | None) -> _Row:
         return (
             "malformed" if metadata.malformed else "foreign", metadata.reason, None,
             parsed.subject, message_id, None, None, None, None, None, None, delivered, res,
-            size, parsed.from_, to,
+            size, parsed.from_, to, None,
         )  # fmt: skip
     is_service, source_ns, gid, seq = metadata
+    security = signature_status(raw, headers, source_ns, keystore)
     if is_service:
         return (
             "ok", None, "response" if parsed.in_reply_to else "request", parsed.subject,
             message_id, parsed.in_reply_to, None, None, gid, seq, source_ns, delivered, res,
-            size, parsed.from_, to,
+            size, parsed.from_, to, security,
         )  # fmt: skip
     return (
         "ok", None, "publish", parsed.subject, message_id, parsed.in_reply_to, gid, seq,
-        None, None, source_ns, delivered, res, size, parsed.from_, to,
+        None, None, source_ns, delivered, res, size, parsed.from_, to, security,
     )  # fmt: skip
 
 
@@ -434,10 +490,15 @@ class TableSink:
                 wanted_array = pa.array(wanted, pa.string())
                 messages = messages.filter(pc.is_in(messages["topic"], wanted_array))
         minutes, streams = MINUTES_SCHEMA.empty_table(), STREAMS_SCHEMA.empty_table()
+        for mailbox in pc.value_counts(landed["mailbox"]).to_pylist():
+            if is_quarantine(mailbox["values"]):
+                tally[("quarantined",)] += mailbox["counts"]
         if messages.num_rows:
             self._write_messages(messages, name)
             kinds = pc.value_counts(messages["kind"]).to_pylist()
             tally.update({("kind", kind["values"]): kind["counts"] for kind in kinds})
+            marks = pc.value_counts(messages["security"]).to_pylist()
+            tally.update({("security", mark["values"]): mark["counts"] for mark in marks})
             publishes = messages.filter(pc.equal(messages["kind"], "publish"))
             minutes, streams = _minute_counts(publishes), _streams(publishes)
         return Written(tally, minutes, streams)
@@ -584,10 +645,12 @@ def _gc_paused() -> Iterator[None]:
 # only, not paths: the walk and the hand-over to a worker (pickled through a pipe) cost
 # 0.5 CPU-seconds at 200k files with a full path and a tuple per file, 0.25 like this.
 _FilesTask = tuple[str, list[tuple[str, str, list[str]]], str, TableSink | None]
+# ... and the keystore to verify signatures against (None: not verified)
+_KeyedFilesTask = tuple[str, list[tuple[str, str, list[str]]], str, TableSink | None, str | None]
 
 
-def _land_files(task: _FilesTask) -> Written | None:
-    source, groups, out, sink = task
+def _land_files(task: _KeyedFilesTask) -> Written | None:
+    source, groups, out, sink, keystore = task
     columns = _Columns(source)
     with _gc_paused():
         for directory, mailbox, names in groups:
@@ -602,7 +665,7 @@ def _land_files(task: _FilesTask) -> Written | None:
                     except FileNotFoundError:
                         continue  # moved or expunged while we walked
                     key = name.partition(":2,")[0]
-                    columns.add(mailbox, key, _row(raw, maildir_name_ns(name)))
+                    columns.add(mailbox, key, _row(raw, maildir_name_ns(name), keystore))
             finally:
                 os.close(dir_fd)
         return columns.write(Path(out), sink)
@@ -645,9 +708,9 @@ def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
 
 
 def _land_mbox_range(
-    task: tuple[str, str, str, int, int, str, TableSink | None],
+    task: tuple[str, str, str, int, int, str, TableSink | None, str | None],
 ) -> Written | None:
-    source, path, mailbox, start, end, out, sink = task
+    source, path, mailbox, start, end, out, sink, keystore = task
     columns = _Columns(source, mailbox)
     if end <= start:  # an empty mbox (which mmap refuses): an empty part
         return columns.write(Path(out), sink)
@@ -682,7 +745,7 @@ def _land_mbox_range(
                 raw = _MBOXRD_QUOTED.sub(rb"\1", raw)  # mboxrd: '>From ' -> 'From '
             if raw and not raw.isspace():
                 offsets.append(pos)
-                rows.append(_row(raw, None))
+                rows.append(_row(raw, None, keystore))
             pos = stop
         return columns.write(Path(out), sink)
 
@@ -700,7 +763,11 @@ def _source_dir(landing: Path, source: Source) -> Path:
 
 
 def _tasks(
-    sources: Iterable[Source], landing: Path, workers: int, sink: TableSink | None
+    sources: Iterable[Source],
+    landing: Path,
+    workers: int,
+    sink: TableSink | None,
+    keystore: str | None = None,
 ) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """(kind, task) for every part of every source, as the sources are walked; each
     source's landing directory is emptied first."""
@@ -710,7 +777,7 @@ def _tasks(
         out_dir.mkdir(parents=True)
         if source.kind == "maildir":
             for task in _maildir_tasks(source, out_dir, sink):
-                yield "maildir", task
+                yield "maildir", (*task, keystore)
             continue
         # ~64 MB pieces, as many as a multiple of the workers: with 15 pieces on 2 workers
         # the last one ran alone, one core idle for its whole length
@@ -718,7 +785,9 @@ def _tasks(
         ranges = _mbox_ranges(source.path, max(1, rounds) * workers)
         for part, (start, end) in enumerate(ranges or [(0, 0)]):
             out = str(out_dir / f"part-{part:05d}.parquet")
-            yield "mbox", (source.label, str(source.path), source.path.name, start, end, out, sink)
+            yield "mbox", (
+                source.label, str(source.path), source.path.name, start, end, out, sink, keystore
+            )  # fmt: skip
 
 
 def _workers_context() -> multiprocessing.context.ForkServerContext:
@@ -748,11 +817,13 @@ def land(
     workers: int | None = None,
     progress: Any = None,
     sink: TableSink | None = None,
+    keystore: str | None = None,
 ) -> list[Path]:
     """Land every source under ``landing/src=<digest>/`` (replacing an earlier landing of the
     same source) and return those directories. ``progress(done, total)`` is called as parts
     finish. With a ``sink``, the run's ``messages`` and ``rejects`` tables are written too
-    (replacing earlier ones)."""
+    (replacing earlier ones). With a ``keystore``, signed mail is verified against its
+    trusted keys (the ``security`` column)."""
     if sink is not None:
         sink.prepare()
     workers = workers or max(1, os.cpu_count() or 1)
@@ -763,7 +834,7 @@ def land(
     with ProcessPoolExecutor(max_workers=workers, mp_context=_workers_context()) as pool:
         # each part is handed out as soon as the walk has made it: the first Maildir part
         # starts after 20,000 directory entries, not after the whole directory
-        for kind, task in _tasks(unique.values(), landing, workers, sink):
+        for kind, task in _tasks(unique.values(), landing, workers, sink, keystore):
             work = _land_files if kind == "maildir" else _land_mbox_range
             submitted.append((pool.submit(work, task), _task_size(task, kind)))
         total = sum(size for _, size in submitted)

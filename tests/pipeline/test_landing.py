@@ -161,7 +161,7 @@ def test_mbox_pieces_undo_mboxrd_quoting_and_record_offsets(tmp_path: Path) -> N
         rows = []
         for i, (start, end) in enumerate(landing._mbox_ranges(mbox, pieces)):
             part = tmp_path / f"part-{pieces}-{i}.parquet"
-            landing._land_mbox_range(("s", str(mbox), "box", start, end, str(part), None))
+            landing._land_mbox_range(("s", str(mbox), "box", start, end, str(part), None, None))
             rows += pq.read_table(part).to_pylist()
         assert [r["offset"] for r in rows] == offsets, pieces
         assert all(data[r["offset"] :].startswith(b"From ") for r in rows)
@@ -214,7 +214,7 @@ def test_files_and_directories_gone_since_the_walk_are_skipped(tmp_path: Path) -
         (str(tmp_path / "gone" / "cur"), "gone", ["1700000000.M0P1.host:2,S"]),
         (str(cur), "box", names),
     ]
-    landing._land_files(("s", groups, str(tmp_path / "part.parquet"), None))
+    landing._land_files(("s", groups, str(tmp_path / "part.parquet"), None, None))
     keys = pq.read_table(tmp_path / "part.parquet")["key"].to_pylist()
     assert keys == [names[0].partition(":2,")[0], names[2].partition(":2,")[0]]
 

@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) bench/intraprocess.py --json bench/results/intraprocess.json
 	$(PY) bench/email_latency.py --json bench/results/email_latency.json
 	$(PY) bench/reliability.py --json bench/results/reliability.json
+	$(PY) bench/security.py --json bench/results/security.json
 	$(PY) bench/pipeline.py --messages 200000 --format maildir --repeat 3 --json bench/results/pipeline_maildir.json
 	$(PY) bench/pipeline.py --messages 2000000 --format mbox --repeat 3 --json bench/results/pipeline_mbox.json
 

@@ -82,7 +82,11 @@ class Context:
             raise ValueError("give both sender and receiver, or neither")
         self._security = Security(self.options.security, state_file=self.options.state_file)
         if sender is None or receiver is None:
-            sender, receiver = make_transport(self.options)
+            try:
+                sender, receiver = make_transport(self.options)
+            except BaseException:
+                self._security.close()
+                raise
         if self._security.transforms_outgoing:
             sender = SecureSender(sender, self._security)
         self._sender = sender

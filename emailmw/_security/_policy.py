@@ -73,8 +73,8 @@ class ReplayGuard:
     (the state file's name plus ``.seen``) every acceptance is appended to the file before
     the email is delivered (a write, no fsync: it survives the process being killed, not
     the machine losing power) and a restarted process reads it back, so a restart does not
-    reopen the window. Entries older than the window are dropped, from memory as it goes
-    and from the file when it is read. Thread-safe.
+    reopen the window. Entries older than twice the window are dropped from memory and the
+    file as it goes (every 4096 acceptances) and when the file is read. Thread-safe.
     """
 
     def __init__(self, window_s: float, path: str | Path | None = None) -> None:
@@ -97,9 +97,15 @@ class ReplayGuard:
             if stamp.isdigit() and message_id and int(stamp) >= horizon:
                 self._seen[message_id] = int(stamp)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._rewrite(path)
+
+    def _rewrite(self, path: Path) -> None:
+        """Replace the file with what is in memory (atomically) and append to it from now."""
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text("".join(f"{t} {m}\n" for m, t in self._seen.items()), encoding="utf-8")
         os.replace(tmp, path)
+        if self._fd is not None:
+            os.close(self._fd)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def check(self, message_id: str | None, source_ns: int, now_ns: int) -> str | None:
@@ -123,9 +129,13 @@ class ReplayGuard:
             self._seen[message_id] = source_ns
             if self._fd is not None:
                 os.write(self._fd, f"{source_ns} {message_id}\n".encode())
-            if len(self._seen) % 4096 == 0:
+            if len(self._seen) % 4096 == 0:  # forget what the window refuses anyway
                 horizon = now_ns - 2 * self.window_ns
-                self._seen = {m: t for m, t in self._seen.items() if t >= horizon}
+                kept = {m: t for m, t in self._seen.items() if t >= horizon}
+                if len(kept) < len(self._seen):
+                    self._seen = kept
+                    if self._path is not None:
+                        self._rewrite(self._path)
 
     def seen(self, message_id: str) -> bool:
         with self._lock:

@@ -427,3 +427,14 @@ def test_an_intraprocess_context_signs_and_verifies_end_to_end(keystore: Keystor
         assert got is not None
         assert (got[0], got[1].identity) == ("hi", "talker")
         assert ctx.security.counts["verified"] == 1
+
+
+def test_the_seen_file_forgets_what_the_window_refuses_anyway(tmp_path: Path) -> None:
+    path = tmp_path / "state.json.seen"
+    guard = ReplayGuard(1, path)
+    now = time.time_ns()
+    for i in range(4095):
+        guard.accept(f"<old{i}@b>", now - 10 * 10**9, now)
+    guard.accept("<new@b>", now, now)  # the 4096th: the old ones are past twice the window
+    guard.close()
+    assert path.read_text().splitlines() == [f"{now} <new@b>"]

@@ -1,0 +1,326 @@
+"""Security benchmark: the cost of signing and verifying, and what it adds end to end.
+
+    python bench/security.py [--messages 200] [--rate 10] [--json FILE]
+
+All in one run, on this machine:
+
+* ``sign_us`` / ``verify_us``: one 1 kB message (emailmw's Emailmw-Signature: Ed25519 over
+  the parsed email); ``verify_us`` is what the receiver does per email (read the header,
+  look up the trusted key, verify), ``decide_us`` the whole enforce decision (also replay
+  window, seen set, grant). The same for DKIM (RFC 6376 with Ed25519, RFC 8463; dkimpy,
+  relaxed/relaxed, the public key served from memory instead of DNS): the alternative the
+  choice was measured against (docs/security.md);
+* which signatures survive: the bytes as sent; a relay that downgrades the 8bit body to
+  quoted-printable and re-folds a header (RFC 6152: what a hop without 8BITMIME does); the
+  real Postfix + Dovecot (sent over SMTPS, read back from the Maildir file);
+* end-to-end latency publish -> received over the local server, native transport, with
+  ``verify: off`` and with ``verify: enforce`` (signed by the publisher, a permissions file,
+  the seen set in a state file), ``--messages`` at ``--rate`` msg/s, interleaved runs.
+
+Targets (issue #24): sign + verify <= 200 us per message; enforce p50 <= 1.1x off p50.
+Starts its own server (state /tmp/emailmw-benchsec, ports free at start; needs root).
+Prints a table, writes JSON (``--json``), exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import quopri
+import smtplib
+import ssl
+import statistics
+import tempfile
+import threading
+import time
+import timeit
+from pathlib import Path
+from typing import Any
+
+import dkim
+
+import emailmw
+from emailmw import Email, Keystore
+from emailmw._config import SecurityOptions
+from emailmw._protocol import Recipients, classify, publish_email
+from emailmw._security import Security, read_signature, sign, verify
+from emailmw._transport.common import prepare_outgoing
+from emailmw._types import Gid
+from emailmw._wire import build, parse
+from emailmw.testing.mailserver import MailServer
+
+RECIPIENTS = Recipients("talker@example.test", ("inbox@example.test",))
+BODY = "\n".join(["sensor reading 0123456789 " * 2] * 19)[:1023] + "é"  # 1 kB, 8bit lines
+
+
+def message(seq: int = 0) -> Email:
+    email = publish_email(
+        "/bench", BODY, recipients=RECIPIENTS, gid=Gid(1), sequence_number=seq,
+        timestamp_ns=time.time_ns(),
+    )  # fmt: skip
+    return prepare_outgoing(email, RECIPIENTS.from_)
+
+
+def per_call_us(func: Any, number: int = 2000, repeat: int = 5) -> float:
+    return min(timeit.repeat(func, number=number, repeat=repeat)) / number * 1e6
+
+
+# ----------------------------------------------------------------------------- DKIM
+
+
+class Dkim:
+    """DKIM with the identity's Ed25519 key (RFC 8463), selector = identity name."""
+
+    HEADERS = (b"subject", b"from", b"message-id", b"in-reply-to", b"date",
+               b"source-timestamp", b"publisher-gid", b"publisher-sequence-number")  # fmt: skip
+
+    def __init__(self, keystore: Keystore, name: str) -> None:
+        from cryptography.hazmat.primitives import serialization
+
+        identity = keystore.identity(name)
+        raw = serialization.Encoding.Raw
+        self.private = base64.b64encode(
+            identity.signing_key.private_bytes(
+                raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+            )
+        )
+        public = identity.signing_key.public_key().public_bytes(raw, serialization.PublicFormat.Raw)
+        self.record = b"v=DKIM1; k=ed25519; p=" + base64.b64encode(public)
+        self.selector = name.encode()
+
+    def sign(self, raw: bytes) -> bytes:
+        header = dkim.sign(
+            raw,
+            self.selector,
+            b"example.test",
+            self.private,
+            signature_algorithm=b"ed25519-sha256",
+            include_headers=list(self.HEADERS),
+            canonicalize=(b"relaxed", b"relaxed"),
+        )
+        return header + raw
+
+    def verify(self, raw: bytes) -> bool:
+        return bool(dkim.verify(raw, dnsfunc=lambda *_a, **_k: self.record))
+
+
+# ----------------------------------------------------------------------------- survival
+
+
+def relay(raw: bytes) -> bytes:
+    """A hop without 8BITMIME: the body re-encoded as quoted-printable, Subject re-folded,
+    a Received line added."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    if b"Content-Transfer-Encoding: base64" in head:
+        body = base64.b64decode(body).replace(b"\n", b"\r\n")
+    lines = [
+        line.replace(b": ", b":\r\n ", 1) if line.startswith(b"Subject") else line
+        for line in head.split(b"\r\n")
+        if not line.lower().startswith(b"content-transfer-encoding")
+    ]
+    lines.insert(0, b"Received: from hop.example.test by mx.example.test")
+    lines.append(b"Content-Transfer-Encoding: quoted-printable")
+    text = quopri.encodestring(body.replace(b"\r\n", b"\n"))  # the lines, not their CRs
+    return b"\r\n".join(lines) + b"\r\n\r\n" + text.replace(b"\n", b"\r\n")
+
+
+def ours_valid(raw: bytes, keystore: Keystore) -> bool:
+    try:
+        email = parse(raw)
+    except emailmw.EmailMWError:
+        return False
+    signature = read_signature(email)
+    if signature is None or isinstance(signature, str):
+        return False
+    return verify(email, signature, keystore.trusted()[signature.identity].verify_key)
+
+
+def through_server(server: MailServer, raw: bytes) -> bytes:
+    to = server.fresh_account()
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    before = set(_files(server, to))
+    with smtplib.SMTP_SSL(server.host, server.smtps_port, context=context) as smtp:
+        smtp.login(server.address("alice"), server.password)
+        smtp.sendmail(server.address("alice"), [to], raw)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        new = set(_files(server, to)) - before
+        if new:
+            return new.pop().read_bytes()
+        time.sleep(0.02)
+    raise RuntimeError("the test email never reached the Maildir")
+
+
+def _files(server: MailServer, address: str) -> list[Path]:
+    root = server.maildir(address)
+    return [p for sub in ("new", "cur") for p in (root / sub).glob("*")]
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def latency_run(
+    server: MailServer, keystore: Keystore | None, count: int, rate: float, state: Path | None
+) -> dict[str, float]:
+    """One paced run; ``keystore``: enforce (else off); ``state``: the receiver keeps a
+    state file there (with enforce, the seen set is kept next to it)."""
+    sender, receiver = server.fresh_account(), server.fresh_account()
+    sub_extra: dict[str, Any] = {}
+    pub_extra: dict[str, Any] = {}
+    if state is not None:
+        sub_extra["state-file"] = str(state / f"{receiver}.json")
+    if keystore is not None:
+        sub_extra["security"] = {"keystore": str(keystore.path), "identity": "listener"}
+        pub_extra = {"security": {"keystore": str(keystore.path), "identity": "talker"}}
+    sub_ctx = emailmw.Context({"email": server.config(receiver, **sub_extra)})
+    pub_ctx = emailmw.Context({"email": server.config(sender, to=receiver, **pub_extra)})
+    sub = emailmw.Subscription("/bench", context=sub_ctx)
+    pub = emailmw.Publisher("/bench", context=pub_ctx)
+    sent: dict[int, int] = {}
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def listen() -> None:
+        for _ in range(count):
+            got = emailmw.wait_for_message_with_info(sub, 120)
+            if got is None:
+                break
+            seq = got[1].sequence_number
+            assert seq is not None
+            latencies.append((time.time_ns() - sent[seq]) / 1e6)
+        done.set()
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    start = time.monotonic()
+    for i in range(count):
+        time.sleep(max(0.0, start + i / rate - time.monotonic()))
+        sent[i] = time.time_ns()
+        pub.publish(f"n: {i} " + BODY)
+    done.wait(600)
+    thread.join()
+    verified = sub_ctx.security.counts["verified"]
+    pub_ctx.shutdown()
+    sub_ctx.shutdown()
+    return {"received": len(latencies), "p50_ms": statistics.median(latencies),
+            "verified": verified}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved runs of each mode")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="emailmw-benchsec-"))
+    keystore = Keystore.create(work / "keystore")
+    for name in ("talker", "listener"):
+        keystore.create_key(name)
+    (keystore.path / "permissions.yaml").write_text(
+        "identities:\n  talker: {publish: [/bench]}\n  listener: {subscribe: [/bench]}\n"
+    )
+    talker = keystore.identity("talker")
+    email = message()
+    signed = sign(email, talker)
+    arrived = parse(build(signed))
+    enforce = Security(SecurityOptions(keystore=str(keystore.path), identity="listener",
+                                       verify="enforce"))  # fmt: skip
+    route = classify(arrived, time.time_ns())
+    counter = iter(range(10**9))
+
+    def decide() -> None:  # a fresh Message-ID each time: not a replay
+        fresh = arrived.replace(message_id=f"<{next(counter)}@b>")
+        enforce.incoming(fresh, route)
+
+    def check() -> bool:
+        found = read_signature(arrived)
+        assert found is not None
+        assert not isinstance(found, str)
+        return verify(arrived, found, keystore.trusted()[found.identity].verify_key)
+
+    dkim_signer = Dkim(keystore, "talker")
+    raw = build(email)
+    dkim_raw = dkim_signer.sign(raw)
+    results: dict[str, Any] = {
+        "sign_us": per_call_us(lambda: sign(email, talker)),
+        "verify_us": per_call_us(check),
+        "decide_us": per_call_us(decide, number=500)
+        - per_call_us(lambda: arrived.replace(message_id="<x@b>"), number=500),
+        "dkim_sign_us": per_call_us(lambda: dkim_signer.sign(raw), number=300),
+        "dkim_verify_us": per_call_us(lambda: dkim_signer.verify(dkim_raw), number=300),
+    }
+    results["sign_plus_verify_us"] = results["sign_us"] + results["verify_us"]
+
+    both = dkim_signer.sign(build(signed))  # one email with both signatures
+    server = MailServer(state_dir=Path("/tmp/emailmw-benchsec"), pool_size=60)
+    server.start(fresh=True)
+    try:
+        stored = through_server(server, both)
+        survival = {
+            "as sent": (ours_valid(both, keystore), dkim_signer.verify(both)),
+            "relay without 8BITMIME": (
+                ours_valid(relay(both), keystore),
+                dkim_signer.verify(relay(both)),
+            ),
+            "Postfix + Dovecot": (ours_valid(stored, keystore), dkim_signer.verify(stored)),
+        }
+        modes = {
+            "off": (None, None),
+            "enforce": (keystore, None),
+            "off_state_file": (None, work),
+            "enforce_state_file": (keystore, work),
+        }
+        runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+        for _ in range(args.rounds):
+            for mode, (keys, state) in modes.items():
+                runs[mode].append(latency_run(server, keys, args.messages, args.rate, state))
+    finally:
+        server.stop()
+    for mode, found in runs.items():
+        results[f"latency_p50_ms_{mode}"] = statistics.median(r["p50_ms"] for r in found)
+        results[f"received_{mode}"] = sum(r["received"] for r in found)
+    results["verified_enforce"] = sum(
+        r["verified"] for mode in ("enforce", "enforce_state_file") for r in runs[mode]
+    )
+    results["enforce_over_off"] = results["latency_p50_ms_enforce"] / results["latency_p50_ms_off"]
+    results["enforce_over_off_state_file"] = (
+        results["latency_p50_ms_enforce_state_file"] / results["latency_p50_ms_off_state_file"]
+    )
+    results["survival"] = {k: {"emailmw": v[0], "dkim": v[1]} for k, v in survival.items()}
+    results["messages_per_run"] = args.messages
+    results["rate_msgs_per_s"] = args.rate
+    results["rounds"] = args.rounds
+
+    print(f"{'measure':34} {'value':>12}")
+    shown = (
+        "sign_us", "verify_us", "sign_plus_verify_us", "decide_us", "dkim_sign_us",
+        "dkim_verify_us", "latency_p50_ms_off", "latency_p50_ms_enforce", "enforce_over_off",
+        "latency_p50_ms_off_state_file", "latency_p50_ms_enforce_state_file",
+        "enforce_over_off_state_file",
+    )  # fmt: skip
+    for key in shown:
+        print(f"{key:34} {results[key]:12.2f}")
+    received = " / ".join(str(results[f"received_{mode}"]) for mode in runs)
+    print(f"{'received (' + ', '.join(runs) + ')':34} {received}")
+    print(f"{'verified (enforce runs)':34} {results['verified_enforce']}")
+    print(f"\n{'signature survives':34} {'emailmw':>8} {'DKIM':>8}")
+    for case, (ours, theirs) in survival.items():
+        print(f"{case:34} {ours!s:>8} {theirs!s:>8}")
+    target_sign = results["sign_plus_verify_us"] <= 200
+    target_latency = results["enforce_over_off"] <= 1.1
+    print(
+        f"\ntargets: sign+verify <= 200 us: {'met' if target_sign else 'NOT met'}; "
+        f"enforce p50 <= 1.1x off: {'met' if target_latency else 'NOT met'}"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

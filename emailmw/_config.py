@@ -37,6 +37,7 @@ __all__ = [
     "UserInfo",
     "find_config_file",
     "load_options",
+    "read_yaml",
 ]
 
 _log = get_logger("config")
@@ -232,16 +233,23 @@ def load_options(config: Options | Mapping[str, Any] | str | os.PathLike[str] | 
     return _load_file(Path(config).expanduser())
 
 
-def _load_file(path: Path) -> Options:
+def read_yaml(path: Path) -> Any:
+    """The parsed YAML document in ``path``; :class:`ConfigError` naming the file when it
+    cannot be read or parsed."""
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", source=source) from exc
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {exc}", source=source) from exc
+
+
+def _load_file(path: Path) -> Options:
+    source = str(path)
+    data = read_yaml(path)
     if not isinstance(data, Mapping):
         raise ConfigError("expected a mapping with an 'email' key", source=source)
     return _from_mapping(data, source)

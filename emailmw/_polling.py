@@ -266,23 +266,17 @@ class PollingManager:
             return
         if self._security is not None:
             decision = self._security.incoming(email, route, redelivered=incoming.redelivered)
+            what = (
+                f"email {email.message_id} (subject {email.subject[:80]!r}) from {email.from_[:80]}"
+            )
             if not decision.deliver:
-                _log.warning(
-                    "quarantined email %s (subject %r) from %s: %s: %s",
-                    email.message_id,
-                    email.subject[:80],
-                    email.from_[:80],
-                    decision.status,
-                    decision.reason,
-                )
+                _log.warning("quarantined %s: %s: %s", what, decision.status, decision.reason)
                 incoming.quarantine()
                 return
             if decision.status not in ("verified", "unsigned", "unchecked"):
                 _log.warning(
-                    "delivered email %s (subject %r) from %s as verify is permissive: %s: %s",
-                    email.message_id,
-                    email.subject[:80],
-                    email.from_[:80],
+                    "delivered %s as verify is permissive: %s: %s",
+                    what,
                     decision.status,
                     decision.reason,
                 )

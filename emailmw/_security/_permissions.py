@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
+from .._config import read_yaml
 from .._exceptions import ConfigError
 from ._keystore import NAME_RE
 
@@ -125,13 +124,4 @@ class Permissions:
 
 def load_permissions(path: str | Path) -> Permissions:
     """Read and validate a permissions file."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", source=source) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", source=source) from None
-    return Permissions.from_mapping(data, source)
+    return Permissions.from_mapping(read_yaml(Path(path)), str(path))

@@ -265,7 +265,12 @@ class PollingManager:
                 incoming.leave()
             return
         if self._security is not None:
-            decision = self._security.incoming(email, route, redelivered=incoming.redelivered)
+            try:
+                decision = self._security.incoming(email, route, redelivered=incoming.redelivered)
+            except Exception:  # noqa: BLE001 - the decision is total; this is the last guard
+                _log.exception("deciding on email %s failed (a bug in emailmw)", email.message_id)
+                incoming.quarantine()
+                return
             what = (
                 f"email {email.message_id} (subject {email.subject[:80]!r}) from {email.from_[:80]}"
             )

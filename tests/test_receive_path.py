@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import emailmw
 from emailmw import Gid, InvalidHeaderError
@@ -237,3 +239,48 @@ def test_settling_queues_the_mailbox_actions(tmp_path: Path) -> None:
 def test_uid_sets_are_ranges_only() -> None:
     assert uid_set([7, 1, 2, 3, 9, 10]) == "1:3,7:7,9:10"
     assert uid_set([]) == ""
+
+
+@pytest.fixture(scope="module")
+def enforcing_ctx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[emailmw.Context]:
+    store = emailmw.Keystore.create(tmp_path_factory.mktemp("ks") / "keystore")
+    store.create_key("me")
+    context = emailmw.Context({"intraprocess": True, "security": {
+        "keystore": str(store.path), "identity": "me", "verify": "enforce"}})  # fmt: skip
+    yield context
+    context.shutdown()
+
+
+HEADER_TEXT = st.text(
+    alphabet=st.characters(blacklist_characters="\r\n\x00", blacklist_categories=("Cs",)),
+    max_size=120,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    raw=ANY_BYTES,
+    signature=HEADER_TEXT,
+    encryption=HEADER_TEXT,
+    body=HEADER_TEXT,
+)
+def test_no_bytes_stop_an_enforcing_receiver(
+    enforcing_ctx: emailmw.Context, raw: bytes, signature: str, encryption: str, body: str
+) -> None:
+    """Signature and encryption headers of any text, on emailmw-shaped mail and on any
+    bytes, go through the security decision; the next signed email is delivered."""
+    receiver = enforcing_ctx.receiver
+    assert isinstance(receiver, IntraprocessReceiver)
+    topic = f"/after/{uuid.uuid4().hex}"
+    shaped = (
+        f"Subject: {topic}\r\nSource-Timestamp: {time.time_ns()}\r\nPublisher-GID: 1\r\n"
+        f"Message-ID: <{uuid.uuid4().hex}@x>\r\nEmailmw-Signature: {signature}\r\n"
+        f"Emailmw-Encryption: {encryption}\r\n\r\n{body}"
+    ).encode()
+    with emailmw.Subscription(topic, context=enforcing_ctx) as sub:
+        receiver.deliver_bytes(raw)
+        receiver.deliver_bytes(shaped)
+        emailmw.Publisher(topic, context=enforcing_ctx).publish("still here")
+        assert emailmw.wait_for_message(sub, 10) == "still here"
+        assert sub.get_message() is None
+    assert enforcing_ctx._polling.running

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from email.utils import parseaddr
 from typing import Final
 
+from ._addressing import Envelope, read_envelope
 from ._exceptions import InvalidHeaderError
-from ._types import Email, Gid, Headers, MessageInfo, ServiceInfo, gid_value
+from ._types import Email, Gid, Headers, MessageInfo, RoutedInfo, ServiceInfo, gid_value
 from ._wire import (
     HEADER_CLIENT_GID,
     HEADER_MESSAGE_TYPE,
@@ -43,6 +44,7 @@ __all__ = [
     "RequestRoute",
     "ResponseRoute",
     "Route",
+    "RoutedRoute",
     "Unroutable",
     "address_domain",
     "classify",
@@ -50,6 +52,7 @@ __all__ = [
     "publish_email",
     "read_metadata",
     "reply_addresses",
+    "routed_email",
     "request_email",
     "response_email",
 ]
@@ -97,6 +100,14 @@ class ResponseRoute:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutedRoute:
+    """A routed message (``Route-*`` headers): the routing handler decides on it."""
+
+    envelope: Envelope
+    info: RoutedInfo
+
+
+@dataclass(frozen=True, slots=True)
 class Unroutable:
     """Not an emailmw email (``malformed`` False) or one with broken metadata (True)."""
 
@@ -104,7 +115,7 @@ class Unroutable:
     malformed: bool = False
 
 
-Route = PublishRoute | RequestRoute | ResponseRoute | Unroutable
+Route = PublishRoute | RequestRoute | ResponseRoute | RoutedRoute | Unroutable
 
 
 # Headers that say who sent an email, when, and along which path: the sending side and the
@@ -296,6 +307,8 @@ def classify(email: Email, received_timestamp: int, *, redelivered: bool = False
     """
     metadata = read_metadata(email.headers)
     if isinstance(metadata, Unroutable):
+        if not metadata.malformed and email.headers.item("route-to") is not None:
+            return _routed(email, received_timestamp, redelivered)
         return metadata
     if not email.subject:
         return Unroutable("empty Subject (no topic or service name)", malformed=True)
@@ -321,3 +334,27 @@ def classify(email: Email, received_timestamp: int, *, redelivered: bool = False
             redelivered,
         ),
     )
+
+
+def _routed(email: Email, received_timestamp: int, redelivered: bool) -> Route:
+    """A routed message's route: its envelope and Source-Timestamp, or why it is broken."""
+    envelope = read_envelope(email.headers)
+    if envelope is None or isinstance(envelope, str):
+        return Unroutable(f"routed message: {envelope}", malformed=True)
+    try:
+        source = _uint(email.headers.item(_SOURCE_TIMESTAMP), HEADER_SOURCE_TIMESTAMP)
+    except ValueError as exc:
+        return Unroutable(str(exc), malformed=True)
+    if source is None:
+        return Unroutable(f"routed message without {HEADER_SOURCE_TIMESTAMP}", malformed=True)
+    return RoutedRoute(envelope, RoutedInfo(source, received_timestamp, redelivered))
+
+
+def routed_email(
+    envelope: Envelope, subject: str, body: str, *, to: str, from_: str, timestamp_ns: int
+) -> Email:
+    """The email of a routed message: Subject for people, the envelope and
+    Source-Timestamp as headers, the face's payload as body, sent to mail address ``to``
+    (the next hop)."""
+    headers = [(HEADER_SOURCE_TIMESTAMP, str(timestamp_ns)), *envelope.headers()]
+    return Email(subject, body, from_, (to,), (), (), (), Headers(headers))

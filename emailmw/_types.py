@@ -19,6 +19,7 @@ __all__ = [
     "Headers",
     "MessageInfo",
     "RequestId",
+    "RoutedInfo",
     "ServiceInfo",
     "ServiceRequest",
 ]
@@ -270,6 +271,18 @@ class ServiceInfo:
     received_timestamp: int
     client_gid: Gid
     sequence_number: int
+    redelivered: bool = False
+    identity: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedInfo:
+    """Metadata of a received routed message (Stem, YMP, floctrl; ``docs/addressing.md``):
+    timestamps in ns since the epoch, ``redelivered`` and ``identity`` as in
+    :class:`MessageInfo`."""
+
+    source_timestamp: int
+    received_timestamp: int
     redelivered: bool = False
     identity: str | None = None
 

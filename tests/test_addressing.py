@@ -274,3 +274,29 @@ def test_packets_carry_several_messages_and_one_bad_one_refuses_the_packet() -> 
     assert read_ymp_packet("{not json").startswith("not JSON")  # type: ignore[union-attr]
     assert read_ymp_packet('{"messages": []}') == "a packet's messages must be a non-empty list"
     assert read_ymp_packet("[1]") == "a YMP message is a JSON object, not list"
+
+
+# ----------------------------------------------------------------------------- on the wire
+
+
+def test_a_routed_message_survives_the_wire_and_classifies_as_routed() -> None:
+    from emailmw._protocol import RoutedRoute, Unroutable, classify, routed_email
+    from emailmw._wire import build, parse
+
+    envelope = Envelope(Address("cell", "h2", "t"), Address("me", "h1"), "stem")
+    email = routed_email(
+        envelope, "cell", '{"type": "data"}', to="h2@example.test", from_="h1@example.test",
+        timestamp_ns=123,
+    ).with_message_id("<a@b>")  # fmt: skip
+    route = classify(parse(build(email)), 456)
+    assert isinstance(route, RoutedRoute)
+    assert route.envelope == Envelope(envelope.to, envelope.from_, "stem", None, envelope.from_)
+    assert (route.info.source_timestamp, route.info.received_timestamp) == (123, 456)
+    for name, value in (("Route-Hops", "x"), ("Source-Timestamp", "later"), ("Route-To", "::")):
+        broken = email.replace(headers=email.headers.merged({name: value}))
+        found = classify(broken, 0)
+        assert isinstance(found, Unroutable)
+        assert found.malformed
+    plain = email.replace(headers=[(k, v) for k, v in email.headers.items()
+                                   if not k.startswith("Route-")])  # fmt: skip
+    assert classify(plain, 0) == Unroutable("no emailmw metadata headers")

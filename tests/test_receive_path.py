@@ -267,8 +267,9 @@ HEADER_TEXT = st.text(
 def test_no_bytes_stop_an_enforcing_receiver(
     enforcing_ctx: emailmw.Context, raw: bytes, signature: str, encryption: str, body: str
 ) -> None:
-    """Signature and encryption headers of any text, on emailmw-shaped mail and on any
-    bytes, go through the security decision; the next signed email is delivered."""
+    """Signature, encryption and routing headers of any text, on emailmw-shaped mail and
+    on any bytes, go through classification and the security decision; the next signed
+    email is delivered."""
     receiver = enforcing_ctx.receiver
     assert isinstance(receiver, IntraprocessReceiver)
     topic = f"/after/{uuid.uuid4().hex}"
@@ -277,9 +278,15 @@ def test_no_bytes_stop_an_enforcing_receiver(
         f"Message-ID: <{uuid.uuid4().hex}@x>\r\nEmailmw-Signature: {signature}\r\n"
         f"Emailmw-Encryption: {encryption}\r\n\r\n{body}"
     ).encode()
+    routed = (
+        f"Subject: {topic}\r\nSource-Timestamp: {time.time_ns()}\r\n"
+        f"Message-ID: <{uuid.uuid4().hex}@x>\r\nRoute-To: {signature}\r\n"
+        f"Route-From: {encryption}\r\nRoute-Hops: {body[:4]}\r\nRoute-Face: stem\r\n\r\n"
+    ).encode()
     with emailmw.Subscription(topic, context=enforcing_ctx) as sub:
         receiver.deliver_bytes(raw)
         receiver.deliver_bytes(shaped)
+        receiver.deliver_bytes(routed)
         emailmw.Publisher(topic, context=enforcing_ctx).publish("still here")
         assert emailmw.wait_for_message(sub, 10) == "still here"
         assert sub.get_message() is None

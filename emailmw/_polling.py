@@ -139,6 +139,11 @@ class ReceiveHealth:
         return ("warning", f"receiving works again after {seconds:.1f} s and {attempts} attempts")
 
 
+def _described(email: Email) -> str:
+    """An email as the security log lines name it (built only for a line that is logged)."""
+    return f"email {email.message_id} (subject {email.subject[:80]!r}) from {email.from_[:80]}"
+
+
 class PollingManager:
     """Owns the polling thread. ``register_handler`` is thread-safe; start/stop are not
     meant to race with each other (the context calls them)."""
@@ -271,17 +276,16 @@ class PollingManager:
                 _log.exception("deciding on email %s failed (a bug in emailmw)", email.message_id)
                 incoming.quarantine()
                 return
-            what = (
-                f"email {email.message_id} (subject {email.subject[:80]!r}) from {email.from_[:80]}"
-            )
             if not decision.deliver:
-                _log.warning("quarantined %s: %s: %s", what, decision.status, decision.reason)
+                _log.warning(
+                    "quarantined %s: %s: %s", _described(email), decision.status, decision.reason
+                )
                 incoming.quarantine()
                 return
             if decision.status not in ("verified", "unsigned", "unchecked"):
                 _log.warning(
                     "delivered %s as verify is permissive: %s: %s",
-                    what,
+                    _described(email),
                     decision.status,
                     decision.reason,
                 )

@@ -21,34 +21,24 @@ from collections.abc import Iterable
 from typing import Final
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .._exceptions import UndecryptableError
 from .._types import Email
-from ._keystore import NAME_RE, Identity, PublicIdentity
+from ._keystore import NAME_RE, Identity, PublicIdentity, b64, raw_public
 from ._signing import ENCRYPTION_HEADER
 
 __all__ = ["decrypt", "encrypt", "is_encrypted"]
 
 _INFO: Final = b"emailmw-encryption/1"
 _ZERO_NONCE: Final = bytes(12)
-_RAW: Final = serialization.PublicFormat.Raw
-_RAW_ENCODING: Final = serialization.Encoding.Raw
-
-
-def _raw(key: X25519PublicKey) -> bytes:
-    return key.public_bytes(_RAW_ENCODING, _RAW)
 
 
 def _wrap_key(shared: bytes, ephemeral: bytes, recipient: bytes) -> bytes:
     return HKDF(hashes.SHA256(), 32, ephemeral + recipient, _INFO).derive(shared)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def is_encrypted(email: Email) -> bool:
@@ -66,15 +56,15 @@ def encrypt(email: Email, recipients: Iterable[PublicIdentity]) -> Email:
         nonce, email.body.encode("utf-8"), email.subject.encode("utf-8")
     )
     ephemeral = X25519PrivateKey.generate()
-    ephemeral_raw = _raw(ephemeral.public_key())
+    ephemeral_raw = raw_public(ephemeral.public_key())
     wrapped = []
     for recipient in recipients:
-        recipient_raw = _raw(recipient.encrypt_key)
+        recipient_raw = raw_public(recipient.encrypt_key)
         key = _wrap_key(ephemeral.exchange(recipient.encrypt_key), ephemeral_raw, recipient_raw)
         wrapped.append(
-            f"{recipient.name}:{_b64(ChaCha20Poly1305(key).encrypt(_ZERO_NONCE, content_key, b''))}"
+            f"{recipient.name}:{b64(ChaCha20Poly1305(key).encrypt(_ZERO_NONCE, content_key, b''))}"
         )
-    header = f"v=1; e={_b64(ephemeral_raw)}; n={_b64(nonce)}; r={','.join(wrapped)}"
+    header = f"v=1; e={b64(ephemeral_raw)}; n={b64(nonce)}; r={','.join(wrapped)}"
     headers = [*email.headers.items(), (ENCRYPTION_HEADER, header)]
     body = base64.encodebytes(sealed).decode("ascii").rstrip("\n")  # 76-column lines
     return email.replace(body=body, headers=headers)

@@ -35,7 +35,15 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 
 from .._exceptions import SecurityError
 
-__all__ = ["NAME_RE", "Identity", "Keystore", "PublicIdentity", "check_identity_name"]
+__all__ = [
+    "NAME_RE",
+    "Identity",
+    "Keystore",
+    "PublicIdentity",
+    "b64",
+    "check_identity_name",
+    "raw_public",
+]
 
 #: what an identity may be called: it names a file and goes into a header unquoted
 NAME_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
@@ -52,8 +60,14 @@ def check_identity_name(name: str) -> str:
     return name
 
 
-def _b64(data: bytes) -> str:
+def b64(data: bytes) -> str:
+    """``data`` in base64, as text."""
     return base64.b64encode(data).decode("ascii")
+
+
+def raw_public(key: Ed25519PublicKey | X25519PublicKey) -> bytes:
+    """A public key's 32 raw bytes (RFC 8032 / RFC 7748 encoding)."""
+    return key.public_bytes(_RAW_ENCODING, _RAW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +100,11 @@ class Identity:
 
     @property
     def encrypt_public(self) -> bytes:
-        return self.decrypt_key.public_key().public_bytes(_RAW_ENCODING, _RAW)
+        return raw_public(self.decrypt_key.public_key())
 
 
 def _fingerprint(verify_raw: bytes) -> str:
-    return "SHA256:" + _b64(hashlib.sha256(verify_raw).digest())[:43]
+    return "SHA256:" + b64(hashlib.sha256(verify_raw).digest())[:43]
 
 
 class Keystore:
@@ -150,12 +164,12 @@ class Keystore:
         fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(pem)
-        verify_raw = signing.public_key().public_bytes(_RAW_ENCODING, _RAW)
+        verify_raw = raw_public(signing.public_key())
         not_after = None if days is None else dt.datetime.now(dt.UTC).timestamp() + days * 86400
         record = {
             "name": name,
-            "ed25519": _b64(verify_raw),
-            "x25519": _b64(decrypt.public_key().public_bytes(_RAW_ENCODING, _RAW)),
+            "ed25519": b64(verify_raw),
+            "x25519": b64(raw_public(decrypt.public_key())),
             "not-after": None if not_after is None else int(not_after),
         }
         tmp = public_path.with_name(f".{public_path.name}.tmp")

@@ -267,8 +267,8 @@ class Security:
 
     def _verify(
         self, email: Email, route: Route, now_ns: int, redelivered: bool
-    ) -> tuple[str, str, str | None]:
-        """(status, reason, verified identity)."""
+    ) -> tuple[str, str, Signature | None]:
+        """(status, reason, the signature once it verified)."""
         signature = read_signature(email)
         if signature is None:
             return "unsigned", "no signature", None
@@ -291,7 +291,7 @@ class Security:
         if not (redelivered and email.message_id and self.replay.seen(email.message_id)):
             replayed = self.replay.check(email.message_id, source_ns, now_ns)
             if replayed is not None:
-                return "replayed", replayed, signature.identity
+                return "replayed", replayed, signature
         action = route_action(route)
         if (
             action is not None
@@ -301,29 +301,29 @@ class Security:
             return (
                 "denied",
                 f"identity {signature.identity!r} has no grant to {action[0]} {action[1]!r}",
-                signature.identity,
+                signature,
             )
-        return "verified", "", signature.identity
+        return "verified", "", signature
 
     def incoming(
         self, email: Email, route: Route, *, redelivered: bool = False, now_ns: int | None = None
     ) -> Decision:
         """The decision for one received emailmw email (``route`` is its classification)."""
         now = time.time_ns() if now_ns is None else now_ns
-        status, reason, identity = "unchecked", "", None
+        status, reason = "unchecked", ""
         if self.mode != "off":
-            status, reason, identity = self._verify(email, route, now, redelivered)
+            status, reason, signature = self._verify(email, route, now, redelivered)
             deliver = status == "verified" or self.mode == "permissive"
             if not deliver:
                 self._count(status, False)
                 return Decision(False, status, reason, email, route)
             if status == "verified":
                 assert email.message_id is not None
-                assert identity is not None
+                assert signature is not None
                 info = route.info  # type: ignore[union-attr]  # verified: a routed email
                 self.replay.accept(email.message_id, info.source_timestamp, now)
-                email = _signed_part(email)
-                route = replace(route, info=replace(info, identity=identity))  # type: ignore[arg-type]
+                email = _signed_part(email, signature)
+                route = replace(route, info=replace(info, identity=signature.identity))  # type: ignore[arg-type]
             self._count(status, True)
         if is_encrypted(email):
             try:
@@ -343,11 +343,9 @@ class Security:
             return True
 
 
-def _signed_part(email: Email) -> Email:
-    """``email`` without application headers its signature does not cover (added on the
-    way: they must not reach the application as if signed)."""
-    signature = read_signature(email)
-    assert isinstance(signature, Signature)
+def _signed_part(email: Email, signature: Signature) -> Email:
+    """``email`` without application headers its ``signature`` does not cover (added on
+    the way: they must not reach the application as if signed)."""
     keep = {*ALWAYS_SIGNED, *signature.extra, *TRANSIT_HEADERS}
     headers = [(k, v) for k, v in email.headers.items() if k.lower() in keep]
     if len(headers) == len(email.headers):

@@ -26,6 +26,8 @@ from ._exceptions import (
     MessageTooLargeError,
     PermissionDeniedError,
     ReceiveError,
+    RemoteError,
+    RoutingError,
     SecurityError,
     SendError,
     ServiceTimeoutError,
@@ -70,7 +72,12 @@ from ._protocol import Recipients
 from ._qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
 from ._security import Keystore
 from ._transport.base import EmailReceiver, EmailSender, IncomingEmail
-from ._transport.intraprocess import IntraprocessReceiver, IntraprocessSender, intraprocess_pair
+from ._transport.intraprocess import (
+    IntraprocessNetwork,
+    IntraprocessReceiver,
+    IntraprocessSender,
+    intraprocess_pair,
+)
 from ._types import Email, Gid, Headers, MessageInfo, RequestId, ServiceInfo, ServiceRequest
 from ._waitable import GuardCondition
 from ._waitset import (
@@ -88,7 +95,12 @@ from ._wire import parse as parse_email
 
 __version__ = "0.1.0"
 
+from . import floctrl, stem, ymp
+
 __all__ = [
+    "floctrl",
+    "stem",
+    "ymp",
     "Client",
     "Executor",
     "Keystore",
@@ -140,6 +152,7 @@ __all__ = [
     "GuardConditionAlreadyInUseError",
     "Headers",
     "IncomingEmail",
+    "IntraprocessNetwork",
     "IntraprocessReceiver",
     "IntraprocessSender",
     "InvalidCallbackError",
@@ -152,6 +165,8 @@ __all__ = [
     "Options",
     "Publisher",
     "ReceiveError",
+    "RemoteError",
+    "RoutingError",
     "SecurityError",
     "Recipients",
     "RequestId",

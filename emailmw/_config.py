@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from ._protocol import Recipients, address_domain
 from ._wire import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
+    "RoutingOptions",
     "Endpoint",
     "Options",
     "PollOptions",
@@ -68,8 +70,10 @@ _TOP_KEYS: Final = frozenset(
         "reply-domains",
         "queue-limit",
         "security",
+        "routing",
     }
 )
+_ROUTING_KEYS: Final = frozenset({"hub", "routes"})
 VERIFY_MODES: Final = ("off", "permissive", "enforce")
 _SECURITY_KEYS: Final = frozenset(
     {"keystore", "identity", "verify", "permissions", "replay-window", "encrypt"}
@@ -78,6 +82,7 @@ _SECURITY_KEYS: Final = frozenset(
 DEFAULT_QUARANTINE: Final = "Quarantine"
 SEND_GUARANTEES: Final = ("memory", "spool", "server")
 DEFAULT_QUEUE_LIMIT: Final = 10_000
+_HUB_RE: Final = re.compile(r"[^\s\x00-\x1f\x7f*]+")
 _TLS_KEYS: Final = frozenset({"ca-file", "verify", "starttls"})
 _POLL_KEYS: Final = frozenset({"interval", "idle-after", "idle-refresh"})
 _USER_KEYS: Final = frozenset({"url-smtp", "url-imap", "username", "password"})
@@ -139,6 +144,16 @@ class PollOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutingOptions:
+    """The ``routing`` section (``docs/addressing.md``): the name of the hub this context
+    owns (default: the local part of its address) and its route table, hub name (or
+    ``DEFAULT``) -> the mail address that reaches that hub from here."""
+
+    hub: str = ""
+    routes: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class SecurityOptions:
     """The ``security`` section (``docs/security.md``). Environment variables fill in what
     the file leaves out: ``EMAILMW_SECURITY_KEYSTORE``, ``EMAILMW_SECURITY_IDENTITY``,
@@ -191,6 +206,7 @@ class Options:
     #: bound of every queue an entity keeps without a depth of its own
     queue_limit: int = DEFAULT_QUEUE_LIMIT
     security: SecurityOptions = field(default_factory=SecurityOptions)
+    routing: RoutingOptions = field(default_factory=RoutingOptions)
     source: str = "<defaults>"
 
     @property
@@ -543,8 +559,32 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         reply_domains=_reply_domains(reader, recipients),
         queue_limit=reader.integer("queue-limit", DEFAULT_QUEUE_LIMIT),
         security=security,
+        routing=_read_routing(reader, recipients),
         source=source,
     )
+
+
+def _read_routing(reader: _Reader, recipients: Recipients) -> RoutingOptions:
+    """The ``routing`` section: ``hub`` (a name) and ``routes`` (hub name -> address)."""
+    default_hub = recipients.from_.partition("@")[0] or "hub"
+    section = reader.mapping("routing", _ROUTING_KEYS)
+    if section is None:
+        return RoutingOptions(default_hub)
+    hub = section.string("hub") or default_hub
+    if not _HUB_RE.fullmatch(hub):
+        raise section.error("hub", f"expected a name without white space or '*', got {hub!r}")
+    raw = section.data.get("routes") or {}
+    if not isinstance(raw, Mapping):
+        raise section.error("routes", "expected a mapping of hub names to mail addresses")
+    routes: list[tuple[str, str]] = []
+    for name, address in raw.items():
+        key = f"routes.{name}"
+        if not isinstance(name, str) or not _HUB_RE.fullmatch(name):
+            raise section.error(key, "expected a hub name without white space or '*'")
+        if not isinstance(address, str):
+            raise section.error(key, "expected the mail address that reaches this hub")
+        routes.append((name, section.address(key, address)))
+    return RoutingOptions(hub, tuple(routes))
 
 
 def _read_security(reader: _Reader) -> SecurityOptions:

@@ -32,6 +32,7 @@ from ._handlers import (
 )
 from ._log import configure_from_env, get_logger
 from ._polling import PollingManager
+from ._routing import Outlet, Router, own_hub
 from ._security import SecureSender, Security
 from ._transport.base import EmailReceiver, EmailSender
 from ._transport.factory import make_transport
@@ -100,6 +101,13 @@ class Context:
         self._polling = PollingManager(receiver, security=self._security)
         self._polling.register_handler(self._subscription_handler)
         self._polling.register_handler(self._service_handler)
+        self._router = Router(
+            own_hub(self.address, self.options.routing.hub),
+            self.address,
+            Outlet(sender, self.options.recipients.from_),
+        )
+        self._router.set_routes(dict(self.options.routing.routes))
+        self._polling.register_handler(self._router)
         self._receiving = False
         _log.debug(
             "context started (%s transport, %s)", self.options.transport, self.options.source
@@ -108,6 +116,21 @@ class Context:
     def __repr__(self) -> str:
         state = "shut down" if self._shut_down else "running"
         return f"<emailmw.Context {self.options.transport} {state}>"
+
+    @property
+    def address(self) -> str:
+        """The mail address this context receives at (its account), where routed
+        messages for its hub are sent."""
+        user = self.options.user
+        if user is not None and "@" in user.username:
+            return user.username
+        return self.options.recipients.from_
+
+    @property
+    def router(self) -> Router:
+        """The routing handler of this context's hub (``docs/addressing.md``): the faces
+        (Stem cells, YMP hosts, floctrl nodes) register their endpoints on it."""
+        return self._router
 
     @property
     def sender(self) -> EmailSender:

@@ -20,6 +20,8 @@ __all__ = [
     "ContextNotInitializedError",
     "ForeignEmailError",
     "EmailMWError",
+    "RemoteError",
+    "RoutingError",
     "GuardConditionAlreadyInUseError",
     "InvalidCallbackError",
     "InvalidHeaderError",
@@ -169,3 +171,12 @@ class PermissionDeniedError(SecurityError, PermissionError):
 class UndecryptableError(SecurityError):
     """An encrypted body is not for this identity (no key of it among the recipients) or
     does not decrypt."""
+
+
+class RoutingError(EmailMWError, ValueError):
+    """A routed message cannot be sent as asked: a malformed address, or no route to its
+    hub (``docs/addressing.md``)."""
+
+
+class RemoteError(EmailMWError):
+    """The other side answered with an error (a Stem ``error`` reply)."""

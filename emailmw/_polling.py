@@ -62,11 +62,17 @@ class Ticket:
     (:meth:`release`); when the last holder lets go the email is acknowledged to its
     receiver. Thread-safe."""
 
-    __slots__ = ("_holders", "_incoming")
+    __slots__ = ("_holders", "_incoming", "_leave")
 
     def __init__(self, incoming: IncomingEmail | None) -> None:
         self._incoming = incoming
         self._holders = 1  # the dispatch itself, until every handler has had the email
+        self._leave = False
+
+    def leave_alone(self) -> None:
+        """A handler could not use the email (an addressing error): once released, it is
+        left where it is rather than acknowledged (no ``on-receive`` action applies)."""
+        self._leave = True
 
     def hold(self) -> Ticket:
         with _TICKET_LOCK:
@@ -78,7 +84,10 @@ class Ticket:
             self._holders -= 1
             done = self._holders == 0
         if done and self._incoming is not None:
-            self._incoming.ack()
+            if self._leave:
+                self._incoming.leave()
+            else:
+                self._incoming.ack()
 
 
 class _NoTicket(Ticket):
@@ -93,6 +102,9 @@ class _NoTicket(Ticket):
         return self
 
     def release(self) -> None:
+        pass
+
+    def leave_alone(self) -> None:
         pass
 
 

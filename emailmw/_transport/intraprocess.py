@@ -9,14 +9,26 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+from email.utils import getaddresses
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .._exceptions import ClosedError
+from .._exceptions import ClosedError, SendError
 from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
 from .base import EmailReceiver, EmailSender, FailureCallback
 from .common import parse_fetched
 
-__all__ = ["IntraprocessReceiver", "IntraprocessSender", "intraprocess_pair"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .._context import Context
+
+__all__ = [
+    "IntraprocessNetwork",
+    "IntraprocessReceiver",
+    "IntraprocessSender",
+    "intraprocess_pair",
+]
 
 _ids = itertools.count()
 HISTORY_PER_SUBJECT = 1000
@@ -37,6 +49,8 @@ class IntraprocessReceiver(EmailReceiver):
     def _deliver(self, email: Email) -> None:
         if email.message_id is None:
             email = email.with_message_id(f"<{next(_ids)}.{id(self):x}@intraprocess.invalid>")
+        if email.bcc:  # as on a real mail path, recipients never see Bcc
+            email = email.replace(bcc=())
         with self._cond:
             if self._closed:
                 raise ClosedError("intraprocess receiver is closed")
@@ -84,12 +98,17 @@ class IntraprocessReceiver(EmailReceiver):
             self._cond.notify_all()
 
 
+class _Destination(Protocol):
+    def _deliver(self, email: Email) -> None: ...
+
+
 class IntraprocessSender(EmailSender):
-    """Hands each email to one :class:`IntraprocessReceiver`. Thread-safe."""
+    """Hands each email to one :class:`IntraprocessReceiver`, or to the mailboxes of its
+    recipients on an :class:`IntraprocessNetwork`. Thread-safe."""
 
     def __init__(
         self,
-        receiver: IntraprocessReceiver,
+        receiver: _Destination,
         address: str = "emailmw@intraprocess.invalid",
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
@@ -111,8 +130,6 @@ class IntraprocessSender(EmailSender):
         if self._closed:
             raise ClosedError("intraprocess sender is closed")
         check(email, max_size=self._max_size)
-        if email.bcc:  # as on a real mail path, recipients never see Bcc
-            email = email.replace(bcc=())
         self._receiver._deliver(email)
 
     def close(self) -> None:
@@ -127,3 +144,51 @@ def intraprocess_pair(
     """A connected sender and receiver: what the sender sends, the receiver receives."""
     receiver = IntraprocessReceiver(max_message_size=max_message_size)
     return IntraprocessSender(receiver, address, max_message_size=max_message_size), receiver
+
+
+class IntraprocessNetwork:
+    """In-process mail between several addresses, for tests and embedded use of routed
+    messages (``docs/addressing.md``): each address has a mailbox, and a sender of the
+    network hands an email to the mailbox of each of its recipients (To, Cc, Bcc), as a
+    mail server would. An unknown recipient is refused at once with
+    :class:`~emailmw.SendError`. Thread-safe.
+
+    >>> net = IntraprocessNetwork()
+    >>> lab = net.context("lab@hubs.test")  # doctest: +SKIP
+    """
+
+    def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        self._max_size = max_message_size
+        self._lock = threading.Lock()
+        self._mailboxes: dict[str, IntraprocessReceiver] = {}
+
+    def pair(self, address: str) -> tuple[IntraprocessSender, IntraprocessReceiver]:
+        """A sender from ``address`` and the receiver of its mailbox (one per address:
+        asking again replaces the mailbox)."""
+        receiver = IntraprocessReceiver(max_message_size=self._max_size)
+        with self._lock:
+            self._mailboxes[address.lower()] = receiver
+        sender = IntraprocessSender(self, address, max_message_size=self._max_size)
+        return sender, receiver
+
+    def context(self, address: str, config: Mapping[str, Any] | None = None) -> Context:
+        """A :class:`~emailmw.Context` receiving at ``address`` on this network;
+        ``config``: more keys of the ``email:`` section (``routing``, ``security``...)."""
+        from .._context import Context
+
+        sender, receiver = self.pair(address)
+        options = {"intraprocess": True, "from": address, **(config or {})}
+        return Context(options, sender=sender, receiver=receiver)
+
+    def _deliver(self, email: Email) -> None:
+        if email.message_id is None:
+            email = email.with_message_id(f"<{next(_ids)}.{id(self):x}@intraprocess.invalid>")
+        found = getaddresses([*email.to, *email.cc, *email.bcc])
+        with self._lock:
+            boxes = [(a, self._mailboxes.get(a.lower())) for _, a in found]
+        unknown = [a for a, box in boxes if box is None]
+        if unknown:
+            raise SendError(f"no mailbox for {', '.join(unknown)} on this intraprocess network")
+        for _, box in boxes:
+            assert box is not None
+            box._deliver(email)

@@ -1,0 +1,276 @@
+"""The floctrl face (``docs/addressing.md``, "floctrl"): nodes and supernodes of
+orchestras, publish/subscribe by topic, addresses ``/orch/node``, ``/orch``, ``/orch/*``,
+``/*`` and ``/*/*``.
+
+Each node and supernode is an endpoint (named by its path, ``/orch/node`` or ``/orch``)
+on some hub; the route table maps those hubs to mail addresses. Every send is decided by
+the core's :func:`~emailmw._addressing.node_step`, :func:`~emailmw._addressing.supernode_step`
+and :func:`~emailmw._addressing.supernode_publish`, which carry floctrl's rules: a sender
+that matches the address gets its own copy, a supernode never sends back to the originator
+(``Route-Orig``), and ``/*/*`` goes to each other supernode rewritten to ``/remote/*``.
+Subscribers run one at a time on the participant's delivery thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from ._addressing import Address, Envelope, Send, node_step, supernode_publish, supernode_step
+from ._exceptions import ClosedError, RoutingError
+from ._log import get_logger
+from ._polling import NO_TICKET, Ticket
+from ._routing import DeliveryThread, Routed, forwarded_message_id
+
+if TYPE_CHECKING:
+    from ._context import Context
+
+__all__ = ["Message", "Node", "Subscriber", "Supernode"]
+
+_log = get_logger("floctrl")
+FACE: Final = "floctrl"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """An immutable floctrl message: ``timestamp`` (ms since the epoch, unless a topic
+    says otherwise), ``address``, ``topic`` and ``body`` (plain strings)."""
+
+    timestamp: int
+    address: str
+    topic: str
+    body: str
+
+    def with_address(self, address: str) -> Message:
+        return replace(self, address=address)
+
+    def with_body(self, body: str) -> Message:
+        return replace(self, body=body)
+
+    def with_topic(self, topic: str) -> Message:
+        return replace(self, topic=topic)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"timestamp": self.timestamp, "address": self.address, "topic": self.topic,
+             "body": self.body},
+            ensure_ascii=False,
+        )  # fmt: skip
+
+
+def read_message(text: str) -> Message | str:
+    """A floctrl message from its JSON body, or why it is not one."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(data, dict) or set(data) != {"timestamp", "address", "topic", "body"}:
+        return "a floctrl message is an object with exactly timestamp, address, topic, body"
+    timestamp = data["timestamp"]
+    if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+        return "timestamp must be an integer"
+    if not all(isinstance(data[k], str) for k in ("address", "topic", "body")):
+        return "address, topic and body must be strings"
+    return Message(timestamp, data["address"], data["topic"], data["body"])
+
+
+class Subscriber(Protocol):
+    def receive_message(self, msg: Message) -> None: ...
+
+
+SubscriberLike = Subscriber | Callable[[Message], None]
+
+
+class _Participant:
+    """What nodes and supernodes share: subscriptions, local delivery, sending."""
+
+    def __init__(self, path: str, context: Context | None) -> None:
+        from ._context import resolve
+
+        self.context = resolve(context)
+        self._router = self.context.router
+        self.path = path
+        self._lock = threading.Lock()
+        self._subscribers: dict[str, tuple[SubscriberLike, ...]] = {}
+        self._closed = False
+        self._delivery = DeliveryThread(f"emailmw-floctrl-{path}", self._deliver_local)
+        self._router.register(FACE, path, "", self)
+        self.context.register_entity(self)
+        self.context.start_receiving()
+
+    def __repr__(self) -> str:
+        return f"<emailmw.floctrl.{type(self).__name__} {self.path}>"
+
+    @property
+    def orchestra(self) -> str:
+        return self.path.split("/")[1]
+
+    def subscribe_to(self, topic: str, subscriber: SubscriberLike) -> None:
+        """Hand ``subscriber`` (an object with ``receive_message``, or a callable) every
+        message on ``topic`` delivered here."""
+        with self._lock:
+            self._subscribers[topic] = (*self._subscribers.get(topic, ()), subscriber)
+
+    def unsubscribe_from(self, topic: str, subscriber: SubscriberLike) -> None:
+        with self._lock:
+            rest = tuple(s for s in self._subscribers.get(topic, ()) if s is not subscriber)
+            if rest:
+                self._subscribers[topic] = rest
+            else:
+                self._subscribers.pop(topic, None)
+
+    def _deliver_local(self, message: Message) -> None:
+        with self._lock:
+            subscribers = self._subscribers.get(message.topic, ())
+        for subscriber in subscribers:
+            receive: Callable[[Message], None] = (
+                subscriber.receive_message if hasattr(subscriber, "receive_message") else subscriber
+            )
+            try:
+                receive(message)
+            except Exception:  # noqa: BLE001 - one subscriber cannot stop the others
+                _log.exception("%s: a subscriber of %r failed", self.path, message.topic)
+
+    def _steps(self, message: Message, originator: str, first: bool) -> list[Send] | str:
+        raise NotImplementedError
+
+    def publish(self, msg: Message) -> None:
+        """Send ``msg`` by its address; raises :class:`~emailmw.RoutingError` for an
+        address that is not a floctrl address."""
+        if self._closed:
+            raise ClosedError(f"{self.path} is closed")
+        steps = self._steps(msg, self.path, True)
+        if isinstance(steps, str):
+            raise RoutingError(steps)
+        self._carry_out(msg, steps, self.path, None)
+
+    def _carry_out(
+        self,
+        msg: Message,
+        steps: list[Send],
+        originator: str,
+        message_id: str | None,
+        ticket: Ticket = NO_TICKET,
+    ) -> None:
+        for step in steps:
+            if step.to is None:
+                self._delivery.put(msg.with_address(step.address), ticket.hold())
+                continue
+            hub = self._hub_of(step.to)
+            if hub is None:
+                reason = f"{self.path} knows no hub for {step.to}"
+                if message_id is None:
+                    raise RoutingError(reason)
+                _log.warning("dropped floctrl message %s: %s", message_id, reason)
+                continue
+            to = Address(step.to, hub)
+            envelope = Envelope(to, Address(self.path, self._router.hub), FACE,
+                                orig=Address(originator, ""))  # fmt: skip
+            body = msg.with_address(step.address).to_json()
+            copy_id = None if message_id is None else forwarded_message_id(message_id, envelope)
+            self._router.send(envelope, f"floctrl {msg.topic}", body, message_id=copy_id)
+
+    def _hub_of(self, path: str) -> str | None:
+        raise NotImplementedError
+
+    def _push_routed(self, message: Routed, ticket: Ticket) -> None:
+        msg = read_message(message.body)
+        originator = message.envelope.orig.name if message.envelope.orig else ""
+        steps = msg if isinstance(msg, str) else self._steps(msg, originator, False)
+        if isinstance(steps, str) or isinstance(msg, str):
+            reason = steps if isinstance(steps, str) else str(msg)
+            self._router.drop(
+                message.message_id, message.envelope, f"bad floctrl message: {reason}"
+            )
+            ticket.leave_alone()
+            ticket.release()
+            return
+        try:
+            self._carry_out(msg, steps, originator, message.message_id, ticket)
+        except Exception as exc:  # noqa: BLE001 - logged; the email stays
+            self._router.drop(message.message_id, message.envelope, f"cannot send on: {exc}")
+            ticket.leave_alone()
+        ticket.release()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._router.unregister(FACE, self.path, "", self)
+        self.context.unregister_entity(self)
+        self._delivery.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Node(_Participant):
+    """Node ``/orchestra/name``; ``supernode_hub``: the hub its supernode is on
+    (default: this context's hub). Thread-safe."""
+
+    def __init__(
+        self,
+        orchestra: str,
+        name: str,
+        *,
+        supernode_hub: str | None = None,
+        context: Context | None = None,
+    ) -> None:
+        _check_name(orchestra, "orchestra")
+        _check_name(name, "node name")
+        super().__init__(f"/{orchestra}/{name}", context)
+        self.name = name
+        self.supernode_hub = supernode_hub or self._router.hub
+
+    def _steps(self, message: Message, originator: str, first: bool) -> list[Send] | str:
+        if first:
+            return node_step(self.orchestra, self.name, message.address)
+        return [Send(None, message.address)]  # what reaches a node is delivered there
+
+    def _hub_of(self, path: str) -> str | None:
+        return self.supernode_hub if path == f"/{self.orchestra}" else None
+
+
+class Supernode(_Participant):
+    """The supernode ``/orchestra``: ``nodes`` maps each node name of its orchestra to the
+    hub that node is on, ``orchestras`` each other orchestra to its supernode's hub."""
+
+    def __init__(
+        self,
+        orchestra: str,
+        *,
+        nodes: Mapping[str, str],
+        orchestras: Mapping[str, str],
+        context: Context | None = None,
+    ) -> None:
+        _check_name(orchestra, "orchestra")
+        for name in (*nodes, *orchestras):
+            _check_name(name, "name")
+        super().__init__(f"/{orchestra}", context)
+        self.nodes = dict(nodes)
+        self.orchestras = {o: h for o, h in orchestras.items() if o != orchestra}
+
+    def _steps(self, message: Message, originator: str, first: bool) -> list[Send] | str:
+        every = [self.orchestra, *self.orchestras]
+        if first:
+            return supernode_publish(self.orchestra, message.address, self.nodes, every)
+        return supernode_step(self.orchestra, message.address, self.nodes, every, originator)
+
+    def _hub_of(self, path: str) -> str | None:
+        parts = path.split("/")
+        if len(parts) == 3 and parts[1] == self.orchestra:
+            return self.nodes.get(parts[2])
+        if len(parts) == 2:
+            return self.orchestras.get(parts[1])
+        return None
+
+
+def _check_name(value: str, what: str) -> None:
+    if not value or "/" in value or value == "*" or not value.isprintable() or " " in value:
+        raise RoutingError(f"{what} {value!r}: expected a name without '/', spaces or '*'")

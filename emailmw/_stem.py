@@ -1,0 +1,292 @@
+"""The Stem face (``docs/addressing.md``, "Stem"): cells on hubs, messages with ``to``,
+``from``, ``reply`` and ``orig`` addresses and a ``type``/``cmd``/``status``/``data``
+content, delivered by Stem's three phases over the routing core.
+
+A :class:`Cell` is registered on its context's hub. A message for it is delivered to
+``<cmd>_cmd`` (type ``cmd``), else ``<type>_in``, else ``msg_in``; a cmd method's return
+value (not None) goes back as a ``response`` to the message's ``reply`` address, else its
+``from``; an exception as an ``error`` reply; ``ack_req`` sends a ``msg_ack`` to ``from``
+once the method returned. Each cell's methods run one at a time on its own delivery thread.
+Addressing errors and malformed messages are logged, counted on the router and left in the
+mailbox; nothing a message holds can stop a cell.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from ._addressing import Address, Envelope, stem_methods
+from ._exceptions import ClosedError, RemoteError, RoutingError
+from ._log import get_logger
+from ._polling import Ticket
+from ._routing import DeliveryThread, Routed, parse_address
+from ._types import RoutedInfo
+
+if TYPE_CHECKING:
+    from ._context import Context
+
+__all__ = ["Cell", "StemMessage", "read_stem"]
+
+_log = get_logger("stem")
+FACE: Final = "stem"
+_MSG_ID_WRAP: Final = 2**31
+_msg_ids = itertools.count(1)
+_KEYS: Final = frozenset({"type", "cmd", "status", "data", "ack_req", "msg_id", "reply_id"})
+
+
+@dataclass(frozen=True, slots=True)
+class StemMessage:
+    """One Stem message. ``msg_id`` is set when it is sent (wrapping at 2**31);
+    ``reply_id`` on a reply is the ``msg_id`` it answers; ``info`` on a received one."""
+
+    to: Address
+    from_: Address
+    type: str = "data"
+    cmd: str | None = None
+    status: str | None = None
+    data: Any = None
+    ack_req: bool = False
+    reply: Address | None = None
+    orig: Address | None = None
+    msg_id: int = 0
+    reply_id: int | None = None
+    info: RoutedInfo | None = field(default=None, compare=False)
+    message_id: str | None = field(default=None, compare=False)
+
+    @property
+    def reply_to(self) -> Address:
+        """Where replies go: ``reply``, else ``from``."""
+        return self.reply or self.from_
+
+    def body(self) -> str:
+        content = {"type": self.type, "msg_id": self.msg_id}
+        for key in ("cmd", "status", "data", "reply_id"):
+            value = getattr(self, key)
+            if value is not None:
+                content[key] = value
+        if self.ack_req:
+            content["ack_req"] = True
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+
+    def envelope(self) -> Envelope:
+        return Envelope(self.to, self.from_, FACE, self.reply, self.orig)
+
+
+def read_stem(message: Routed) -> StemMessage | str:
+    """A received routed message as a :class:`StemMessage`, or why it is not one."""
+    try:
+        content = json.loads(message.body)
+    except (ValueError, RecursionError) as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(content, dict):
+        return "a Stem message's content is a JSON object"
+    extra = sorted(set(content) - _KEYS)
+    if extra:
+        return f"unexpected content key{'s' if len(extra) > 1 else ''}: {', '.join(extra)}"
+    type_ = content.get("type")
+    if not isinstance(type_, str) or not type_.isidentifier():
+        return "type must be a non-empty string that can name a method (letters, _, digits)"
+    cmd = content.get("cmd")
+    if type_ == "cmd" and (not isinstance(cmd, str) or not cmd.isidentifier()):
+        return "a cmd message needs cmd, a string that can name a method"
+    status = content.get("status")
+    if type_ == "status" and (not isinstance(status, str) or not status):
+        return "a status message needs status, a non-empty string"
+    if (cmd is not None and not isinstance(cmd, str)) or (
+        status is not None and not isinstance(status, str)
+    ):
+        return "cmd and status must be strings"
+    ack_req = content.get("ack_req", False)
+    msg_id = content.get("msg_id", 0)
+    reply_id = content.get("reply_id")
+    if not isinstance(ack_req, bool):
+        return "ack_req must be true or false"
+    if not _is_id(msg_id) or not (reply_id is None or _is_id(reply_id)):
+        return "msg_id and reply_id must be integers from 0 to 2**31-1"
+    env = message.envelope
+    return StemMessage(env.to, env.from_, type_, cmd, status, content.get("data"), ack_req,
+                       env.reply, env.orig, msg_id, reply_id, message.info,
+                       message.message_id)  # fmt: skip
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MSG_ID_WRAP
+
+
+def _next_msg_id() -> int:
+    return next(_msg_ids) % _MSG_ID_WRAP
+
+
+class Cell:
+    """A Stem cell named ``name`` (and ``target``) on its context's hub. Subclass it and
+    define delivery methods taking a :class:`StemMessage`: ``<cmd>_cmd`` for commands
+    (return a value to answer), ``<type>_in`` for other types, ``msg_in`` for the rest.
+
+    Creating it registers it and starts receiving; :meth:`close` (or the context's
+    shutdown) unregisters it. Sending is thread-safe. Raises
+    :class:`~emailmw.RoutingError` for a name that cannot be an address part.
+    """
+
+    def __init__(self, name: str, *, target: str = "", context: Context | None = None) -> None:
+        from ._context import resolve
+
+        self.context = resolve(context)
+        router = self.context.router
+        address = Address.make(name, router.hub, target)
+        if isinstance(address, str):
+            raise RoutingError(address)
+        if address.hub == "*" or address.name == "*":
+            raise RoutingError("a cell's name and hub cannot be the wildcard '*'")
+        self.address = address
+        self._router = router
+        self._lock = threading.Lock()
+        self._pending: dict[int, Future[Any]] = {}
+        self._closed = False
+        self._delivery = DeliveryThread(f"emailmw-stem-{name}", self._deliver)
+        router.register(FACE, name, target, self)
+        self.context.register_entity(self)
+        self.context.start_receiving()
+
+    def __repr__(self) -> str:
+        return f"<emailmw.stem.Cell {self.address}>"
+
+    # ---------------------------------------------------------------- sending
+
+    def send(
+        self,
+        to: str | Address,
+        *,
+        type: str = "data",
+        cmd: str | None = None,
+        status: str | None = None,
+        data: Any = None,
+        ack_req: bool = False,
+        reply: str | Address | None = None,
+        reply_id: int | None = None,
+        orig: str | Address | None = None,
+    ) -> StemMessage:
+        """Send a message from this cell to ``to`` (``cell``, ``hub:cell``,
+        ``hub:cell:target``; delimiters ``:`` ``/`` ``@`` ``-``); returns it with its
+        ``msg_id``. ``data`` must be JSON-serializable. Raises
+        :class:`~emailmw.RoutingError` for a bad address or one with no route."""
+        if self._closed:
+            raise ClosedError(f"cell {self.address} is closed")
+        if type == "cmd" and not (cmd and cmd.isidentifier()):
+            raise ValueError("a cmd message needs cmd=, a name such as 'status'")
+        message = StemMessage(
+            parse_address(to),
+            self.address,
+            type,
+            cmd,
+            status,
+            data,
+            ack_req,
+            parse_address(reply) if reply is not None else None,
+            parse_address(orig) if orig is not None else None,
+            _next_msg_id(),
+            reply_id,
+        )
+        body = message.body()  # raises TypeError for data JSON cannot hold
+        subject = f"{type} {cmd}" if cmd else type
+        self._router.send(message.envelope(), f"stem {subject} to {message.to}", body)
+        return message
+
+    def request(self, to: str | Address, cmd: str, data: Any = None) -> Future[Any]:
+        """Send command ``cmd`` and return a future of the answer's data: the ``response``
+        to it, or :class:`~emailmw.RemoteError` for an ``error`` reply. The response is
+        matched by ``reply_id`` and not delivered to a method."""
+        future: Future[Any] = Future()
+        with self._lock:
+            message = self.send(to, type="cmd", cmd=cmd, data=data)
+            self._pending[message.msg_id] = future
+        future.add_done_callback(lambda _: self._forget(message.msg_id))
+        return future
+
+    def _forget(self, msg_id: int) -> None:
+        with self._lock:
+            self._pending.pop(msg_id, None)
+
+    def reply_to(self, message: StemMessage, *, type: str = "response", data: Any = None) -> None:
+        """Send a reply to ``message`` (to its ``reply``, else ``from``)."""
+        self.send(message.reply_to, type=type, data=data, reply_id=message.msg_id)
+
+    # ---------------------------------------------------------------- receiving
+
+    def _push_routed(self, message: Routed, ticket: Ticket) -> None:
+        stem = read_stem(message)
+        if isinstance(stem, str):
+            self._router.drop(message.message_id, message.envelope, f"bad Stem message: {stem}")
+            ticket.leave_alone()
+            ticket.release()
+            return
+        self._delivery.put(stem, ticket)
+
+    def _deliver(self, message: StemMessage) -> bool:
+        if message.reply_id is not None and message.type in ("response", "error"):
+            with self._lock:
+                future = self._pending.get(message.reply_id)
+            if future is not None:
+                if message.type == "error":
+                    future.set_exception(RemoteError(f"{message.from_}: {message.data}"))
+                else:
+                    future.set_result(message.data)
+                return True
+        first, default = stem_methods(message.type, message.cmd)
+        method = getattr(self, first, None) or getattr(self, default, None)
+        if not callable(method):
+            self._router.drop(
+                message.message_id,
+                message.envelope(),
+                f"cell {self.address} has neither {first} nor {default}",
+            )
+            return False
+        try:
+            result = method(message)
+        except Exception as exc:  # noqa: BLE001 - the error goes back as a reply
+            _log.warning(
+                "%s.%s raised %s: %s", self.address, method.__name__, type(exc).__name__, exc
+            )
+            if message.type == "cmd":
+                self._answer(message, "error", f"{type(exc).__name__}: {exc}")
+        else:
+            if message.type == "cmd" and result is not None:
+                self._answer(message, "response", result)
+        if message.ack_req:
+            self._answer(message, "msg_ack", None, to=message.from_)
+        return True
+
+    def _answer(
+        self, message: StemMessage, type_: str, data: Any, to: Address | None = None
+    ) -> None:
+        try:
+            self.send(to or message.reply_to, type=type_, data=data, reply_id=message.msg_id)
+        except Exception as exc:  # noqa: BLE001 - logged: the delivery thread goes on
+            _log.warning(
+                "%s: cannot send %s to %s: %s", self.address, type_, to or message.reply_to, exc
+            )
+
+    def close(self) -> None:
+        """Unregister the cell and stop its delivery thread (after the queued messages).
+        Pending requests fail with :class:`~emailmw.ClosedError`. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._router.unregister(FACE, self.address.name, self.address.target, self)
+        self.context.unregister_entity(self)
+        self._delivery.close()
+        with self._lock:
+            pending, self._pending = list(self._pending.values()), {}
+        for future in pending:
+            if not future.done():
+                future.set_exception(ClosedError(f"cell {self.address} closed"))
+
+    def __enter__(self) -> Cell:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -13,6 +13,7 @@ from typing import Any
 
 from ._exceptions import ConfigError, EmailMWError
 from ._ros_cli import add_ros_commands, run_ros_command
+from ._route_cli import add_route_commands, run_route_command
 
 __all__ = ["main"]
 
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     analyze.add_argument("--no-report", action="store_true", help="tables only")
     _add_security_commands(commands, common)
+    add_route_commands(commands, common)
     add_ros_commands(commands, [common])
     return parser
 
@@ -199,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _analyze(args)
         if args.command == "security":
             return _security(args)
+        if args.command in ("gateway", "stem"):
+            return run_route_command(args)
         return run_ros_command(args)
     except KeyboardInterrupt:
         print("emailmw: interrupted", file=sys.stderr)

@@ -63,6 +63,31 @@ def mailserver() -> Iterator[MailServer]:
         shutil.rmtree(state, ignore_errors=True)
 
 
+def _independent_server(domain: str, base: MailServer) -> Iterator[MailServer]:
+    """Another Postfix + Dovecot for ``domain``: its own state directory and free ports,
+    exchanging no mail with the others (only gateways join them)."""
+    name = domain.split(".", maxsplit=1)[0]
+    state = Path(tempfile.mkdtemp(prefix=f"emailmw-{name}-", dir="/tmp"))
+    server = MailServer(state_dir=state, domain=domain, pool_size=100)
+    del base  # started after the run's first server, which checks that servers can run
+    server.start(fresh=True)
+    yield server
+    server.stop()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def second_mailserver(mailserver: MailServer) -> Iterator[MailServer]:
+    """An independent mail server for domain ``b.test`` (multi-server tests)."""
+    yield from _independent_server("b.test", mailserver)
+
+
+@pytest.fixture(scope="session")
+def third_mailserver(mailserver: MailServer) -> Iterator[MailServer]:
+    """An independent mail server for domain ``c.test`` (multi-server tests)."""
+    yield from _independent_server("c.test", mailserver)
+
+
 @pytest.fixture
 def account(mailserver: MailServer) -> Callable[[], str]:
     """Call it for a fresh ``user@example.test`` nobody has used in this run."""

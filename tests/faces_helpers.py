@@ -86,16 +86,23 @@ def hub_of(path: str) -> str:
 
 @contextmanager
 def floctrl_world(
-    address_of: Callable[[str], str], make: MakeHub
+    address_of: Callable[[str], str],
+    make: MakeHub,
+    route: Callable[[str, str], str] | None = None,
 ) -> Iterator[dict[str, floctrl.Node | floctrl.Supernode]]:
-    """Every participant on its own hub (own mail address); supernodes reach the other
-    orchestra's supernode directly. Yields path -> participant."""
+    """Every participant on its own hub (own mail address). ``route(from_hub, to_hub)``:
+    the address that reaches ``to_hub`` from ``from_hub`` (default: its own address).
+    Yields path -> participant."""
     contexts: list[emailmw.Context] = []
     made: dict[str, floctrl.Node | floctrl.Supernode] = {}
     try:
         for path in PARTICIPANTS:
             hub = hub_of(path)
-            routes = {hub_of(p): address_of(hub_of(p)) for p in PARTICIPANTS if p != path}
+            routes = {
+                hub_of(p): (route or (lambda _, to: address_of(to)))(hub, hub_of(p))
+                for p in PARTICIPANTS
+                if p != path
+            }
             context = make(address_of(hub), hub, routes)
             contexts.append(context)
             parts = path.split("/")

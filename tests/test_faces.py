@@ -17,7 +17,7 @@ import emailmw
 from emailmw import floctrl, stem, ymp
 from emailmw._addressing import Address, Envelope, floctrl_recipients
 from emailmw._gateway import Gateway
-from emailmw._protocol import routed_email
+from emailmw._protocol import classify, routed_email
 from tests.faces_helpers import (
     ADDRESS_FORMS,
     ORCHESTRAS,
@@ -482,3 +482,29 @@ def test_a_gateway_reports_what_it_relayed_and_dropped(
         assert report["relayed"] == 2
         assert report["dropped"] == 0
         assert b.router.drops == Counter({"no endpoint 'nocell' on hub 'b'": 1})
+
+
+def test_a_gateway_that_forwards_an_email_again_sends_the_same_message_id(
+    net: emailmw.IntraprocessNetwork, hubs: Any
+) -> None:
+    """After a crash a gateway reads again what it had not settled and forwards it again:
+    the copy has the same Message-ID, so the receiver drops it as a duplicate."""
+    b = hubs("b@b.test", "b", {})
+    calls = Calls()
+    Recording("cell", calls, context=b)
+    gw = net.context("gw@a.test", {"routing": {"hub": "gw", "routes": {"b": "b@b.test"}}})
+    try:
+        envelope = Envelope(Address("cell", "b"), Address("s", "a"), "stem")
+        email = routed_email(envelope, "s", json.dumps({"type": "foo", "data": 1}),
+                             to="gw@a.test", from_="a@a.test",
+                             timestamp_ns=1).with_message_id("<m1@a.test>")  # fmt: skip
+        route = classify(email, 2)
+        gw.router(email, route)
+        gw.router(email, route)  # the same stored email, handed out again
+        other = email.with_message_id("<m2@a.test>")
+        gw.router(other, classify(other, 2))
+        assert calls.wait(lambda c: len(c) == 2)
+        assert wait_until(lambda: b._polling.duplicates == 1)
+        assert gw.router.counts["relayed"] == 3
+    finally:
+        gw.shutdown()

@@ -1,0 +1,339 @@
+"""Stem, YMP and floctrl over real email: two or three independent Postfix + Dovecot
+instances (own domains, ports and state directories, exchanging no mail), joined only by
+gateways. Every message is delivered once, none loops, bad input is refused with a reason
+and stays in the mailbox while the receiver goes on."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import emailmw
+from emailmw import floctrl, stem, ymp
+from emailmw._gateway import Gateway
+from emailmw.testing.mailserver import MailServer
+from tests.email.helpers import folder_subjects, inject
+from tests.faces_helpers import (
+    PARTICIPANTS,
+    Calls,
+    Recording,
+    floctrl_world,
+    hub_of,
+    ring_of_three,
+    wait_until,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def contexts() -> Iterator[list[emailmw.Context]]:
+    made: list[emailmw.Context] = []
+    yield made
+    for context in made:
+        context.shutdown()
+
+
+def hub_maker(server: MailServer, made: list[emailmw.Context]) -> Callable[..., emailmw.Context]:
+    """``make(address, hub, routes)``: a context on ``server`` owning hub ``hub``."""
+
+    def make(address: str, hub: str, routes: dict[str, str]) -> emailmw.Context:
+        routing = {"hub": hub, "routes": routes}
+        context = emailmw.Context({"email": server.config(address, routing=routing)})
+        made.append(context)
+        return context
+
+    return make
+
+
+def gateway_context(server: MailServer, address: str, hub: str) -> emailmw.Context:
+    return emailmw.Context({"email": server.config(address, routing={"hub": hub})})
+
+
+def stored(server: MailServer, address: str, subject: str) -> int:
+    """How many emails with ``subject`` are in ``address``'s INBOX."""
+    return sum(subject.encode() in line for line in folder_subjects(server, address))
+
+
+def routed_raw(to: str, envelope: dict[str, str], body: str, subject: str) -> bytes:
+    headers = {
+        "From": "alice@x",
+        "To": to,
+        "Subject": subject,
+        "Message-ID": f"<{os.urandom(6).hex()}@bad.test>",
+        "Source-Timestamp": "1",
+        "Route-From": "far:x:",
+        "Route-Hops": "0",
+        "Route-Face": "stem",
+        **envelope,
+    }
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return (head + "\r\n" + body + "\r\n").encode()
+
+
+@pytest.fixture
+def two_hubs(
+    mailserver: MailServer, second_mailserver: MailServer, contexts: list[emailmw.Context]
+) -> Iterator[dict[str, Any]]:
+    """Hub ``lab`` on the first server, hub ``far`` on the second, a gateway between them
+    (accounts ``ga`` and ``gb``); lab's DEFAULT route is the gateway, whose DEFAULT is far."""
+    a, b = mailserver, second_mailserver
+    la, ga = a.fresh_account(), a.fresh_account()
+    fb, gb = b.fresh_account(), b.fresh_account()
+    lab = hub_maker(a, contexts)(la, "lab", {"far": ga, "DEFAULT": ga})
+    far = hub_maker(b, contexts)(fb, "far", {"lab": gb})
+    gateway = Gateway(
+        {"a": gateway_context(a, ga, "gwa"), "b": gateway_context(b, gb, "gwb")},
+        {"lab": (la, "a"), "far": (fb, "b"), "DEFAULT": (fb, "b")},
+    )
+    with gateway:
+        gateway.start()
+        yield {"lab": lab, "far": far, "gateway": gateway, "far_address": fb, "b": b}
+
+
+def test_stem_across_two_mail_servers_through_a_gateway(
+    two_hubs: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    lab, far = two_hubs["lab"], two_hubs["far"]
+    calls = Calls()
+
+    class Status(Recording):
+        def status_cmd(self, msg: stem.StemMessage) -> str:
+            return f"fine, asked by {msg.from_}"
+
+    Status("status", calls, context=far)
+    client = stem.Cell("client", context=lab)
+    assert client.request("far:status", "status").result(30) == "fine, asked by lab:client"
+    # no hub, not on lab: lab's DEFAULT route, then the gateway's, reaches far
+    client.send("status", type="foo", data="by default")
+    assert calls.wait(lambda c: any(i[3] == "by default" for i in c), 30)
+    # hub named, cell missing: dropped at far with the reason, the email stays there
+    caplog.set_level(logging.WARNING, "emailmw.routing")
+    client.send("far:nocell", type="foo", data="lost", ack_req=True)
+    assert wait_until(lambda: far.router.counts["dropped"] == 1, 30)
+    assert far.router.drops == Counter({"no endpoint 'nocell' on hub 'far'": 1})
+    assert stored(two_hubs["b"], two_hubs["far_address"], "stem foo to far:nocell") == 1
+    report = two_hubs["gateway"].report()
+    assert report["relayed"] == 4  # the cmd, its response, the default one, the lost one
+    assert report["dropped"] == 0
+
+
+def test_bad_routed_mail_is_refused_with_a_reason_stays_and_the_hub_goes_on(
+    two_hubs: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    far, b, address = two_hubs["far"], two_hubs["b"], two_hubs["far_address"]
+    calls = Calls()
+    Recording("cell", calls, context=far)
+    caplog.set_level(logging.WARNING)
+    good = json.dumps({"type": "foo", "msg_id": 1})
+    cases = {
+        "malformed json": ({"Route-To": "far:cell:"}, "{oops"),
+        "no cell": ({"Route-To": "far::"}, good),
+        "empty parts": ({"Route-To": "::"}, good),
+        "no type": ({"Route-To": "far:cell:"}, json.dumps({"msg_id": 1})),
+        "bad face": ({"Route-To": "far:cell:", "Route-Face": "smtp"}, good),
+    }
+    for subject, (envelope, body) in cases.items():
+        inject(b, address, routed_raw(address, envelope, body, subject))
+    reasons = ["not JSON", "Route-To", "Route-To", "type must be", "Route-Face"]
+    assert wait_until(
+        lambda: all(any(r in m.getMessage() for m in caplog.records) for r in reasons), 30
+    ), [m.getMessage() for m in caplog.records]
+    stem.Cell("s", context=two_hubs["lab"]).send("far:cell", type="foo", data="after")
+    assert calls.wait(lambda c: [i[3] for i in c] == ["after"], 30)
+    for subject in cases:
+        assert stored(b, address, subject) == 1, subject
+
+
+def test_a_ring_of_three_mail_servers_delivers_every_message_once_and_none_loops(
+    mailserver: MailServer,
+    second_mailserver: MailServer,
+    third_mailserver: MailServer,
+    contexts: list[emailmw.Context],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    servers = {"x": mailserver, "y": second_mailserver, "z": third_mailserver}
+    hub_address = {h: s.fresh_account() for h, s in servers.items()}
+    gw_address = {(g, s): servers[s].fresh_account() for g in ("xy", "yz", "zx") for s in g}
+
+    def make(address: str, hub: str, routes: dict[str, str]) -> emailmw.Context:
+        return hub_maker(servers[hub], contexts)(address, hub, routes)
+
+    def account(gateway: str, side: str) -> emailmw.Context:
+        return gateway_context(servers[side], gw_address[gateway, side], f"gw{gateway}{side}")
+
+    caplog.set_level(logging.WARNING, "emailmw.routing")
+    with ring_of_three(make, account, hub_address, lambda g, s: gw_address[g, s]) as (hubs, gws):
+        calls = Calls()
+        senders = {}
+        for hub, context in hubs.items():
+            Recording("cell", calls, context=context)
+            senders[hub] = stem.Cell("sender", context=context)
+        for src in "xyz":
+            for dst in "xyz":
+                senders[src].send(f"{dst}:cell", type="foo", data=f"{src}>{dst}")
+        assert calls.wait(lambda c: len(c) == 9, 60)
+        assert sorted(i[3] for i in calls.items) == sorted(f"{s}>{d}" for s in "xyz" for d in "xyz")
+        assert all(i[1] == f"{i[3][-1]}:cell" for i in calls.items)
+        senders["x"].send("lost:cell", type="foo", data="lost")
+        assert wait_until(lambda: any("hop limit" in r.getMessage() for r in caplog.records), 60)
+        assert sum(g.report()["relayed"] for g in gws) == 6 + 8
+        assert len(calls.items) == 9
+
+
+def test_ymp_across_two_mail_servers_and_the_connection_check(
+    mailserver: MailServer,
+    second_mailserver: MailServer,
+    contexts: list[emailmw.Context],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    a, b = mailserver, second_mailserver
+    one, ga, two, gb = a.fresh_account(), a.fresh_account(), b.fresh_account(), b.fresh_account()
+    h1 = ymp.YmpHost(context=hub_maker(a, contexts)(one, "host1.example.com",
+                                                    {"host2.example.com": ga}))  # fmt: skip
+    h2 = ymp.YmpHost(context=hub_maker(b, contexts)(two, "host2.example.com",
+                                                    {"host1.example.com": gb}))  # fmt: skip
+    h2.add_service("example", "repository", {"post example": lambda r: {"status": "ok"}})
+    routes = {"host1.example.com": (one, "a"), "host2.example.com": (two, "b")}
+    with Gateway({"a": gateway_context(a, ga, "gwa"), "b": gateway_context(b, gb, "gwb")},
+                 routes) as gateway:  # fmt: skip
+        gateway.start()
+        futures = h1.request_many(
+            "host2.example.com",
+            [("example", "repository", "post example", {"n": i}) for i in range(3)],
+        )
+        assert [f.result(30).payload for f in futures] == [{"status": "ok"}] * 3
+        # alice on b.test claims to be host1: the connection (her account) says otherwise
+        caplog.set_level(logging.WARNING, "emailmw.routing")
+        request = {
+            "sender": {"host": "host1.example.com", "protocol": "p", "service": "s"},
+            "id": "spoof", "host": "host2.example.com", "protocol": "example",
+            "service": "repository", "action": "post example", "payload": {},
+        }  # fmt: skip
+        envelope = {"Route-To": "host2.example.com:ymp:", "Route-From":
+                    "host1.example.com:ymp:", "Route-Face": "ymp"}  # fmt: skip
+        inject(b, two, routed_raw(two, envelope, json.dumps(request), "spoofed"))
+        assert wait_until(
+            lambda: any("does not match the connection" in r.getMessage() for r in caplog.records),
+            30,
+        )
+        assert stored(b, two, "spoofed") == 1
+
+
+def test_floctrl_chat_across_two_orchestras_on_two_mail_servers(
+    mailserver: MailServer, second_mailserver: MailServer, contexts: list[emailmw.Context]
+) -> None:
+    servers = {"A": mailserver, "B": second_mailserver}
+    address = {hub_of(p): servers[p.split("/")[1]].fresh_account() for p in PARTICIPANTS}
+    gw = {o: s.fresh_account() for o, s in servers.items()}
+
+    def orch_of(hub: str) -> str:
+        return hub.split("_", maxsplit=1)[0]
+
+    def make(addr: str, hub: str, routes: dict[str, str]) -> emailmw.Context:
+        return hub_maker(servers[orch_of(hub)], contexts)(addr, hub, routes)
+
+    def route(src: str, dst: str) -> str:
+        return address[dst] if orch_of(src) == orch_of(dst) else gw[orch_of(src)]
+
+    routes = {hub: (addr, orch_of(hub)) for hub, addr in address.items()}
+    accounts = {o: gateway_context(s, gw[o], f"gw{o}") for o, s in servers.items()}
+    with (
+        Gateway(accounts, routes) as gateway,
+        floctrl_world(address.__getitem__, make, route) as world,
+    ):
+        gateway.start()
+        calls = Calls()
+        for path, participant in world.items():
+            participant.subscribe_to("chat", lambda m, p=path: calls.add((p, m.address, m.body)))
+        world["/A/n1"].publish(floctrl.Message(1, "/*/*", "chat", "hello everyone"))
+        world["/B/m2"].publish(floctrl.Message(2, "/A/*", "chat", "hello A"))
+        expected = {
+            "hello everyone": {"/A": "/A/*", "/A/n1": "/*/*", "/A/n2": "/A/*", "/B": "/B/*",
+                               "/B/m1": "/B/*", "/B/m2": "/B/*"},
+            "hello A": {"/A": "/A/*", "/A/n1": "/A/*", "/A/n2": "/A/*"},
+        }  # fmt: skip
+        assert calls.wait(lambda c: len(c) == 9, 60)
+        for body, receivers in expected.items():
+            got = {i[0]: i[1] for i in calls.items if i[2] == body}
+            assert got == receivers, body
+        # one more from each side: still exactly once each, nothing looped
+        world["/B"].publish(floctrl.Message(3, "/*", "chat", "supernodes"))
+        assert calls.wait(lambda c: len(c) == 11, 60)
+        assert sorted(i[0] for i in calls.items if i[2] == "supernodes") == ["/A", "/B"]
+
+
+def test_the_gateway_command_relays_and_survives_sigkill_without_losing_or_repeating(
+    mailserver: MailServer,
+    second_mailserver: MailServer,
+    contexts: list[emailmw.Context],
+    tmp_path: Path,
+) -> None:
+    """``emailmw gateway`` in its own process, killed with SIGKILL mid-stream and
+    restarted: with state files every message arrives, and none twice (a re-forwarded
+    email has the same Message-ID, which the receiver drops)."""
+    a, b = mailserver, second_mailserver
+    la, ga, fb, gb = a.fresh_account(), a.fresh_account(), b.fresh_account(), b.fresh_account()
+    lab = hub_maker(a, contexts)(la, "lab", {"far": ga})
+    far = hub_maker(b, contexts)(fb, "far", {"lab": gb})
+    config = tmp_path / "gateway.yml"
+    config.write_text(yaml.safe_dump({
+        "accounts": {
+            "a": a.config(ga, routing={"hub": "gwa"}, **{"state-file": str(tmp_path / "a.state")}),
+            "b": b.config(gb, routing={"hub": "gwb"}, **{"state-file": str(tmp_path / "b.state")}),
+        },
+        "routes": {"lab": {"to": la, "via": "a"}, "far": {"to": fb, "via": "b"}},
+    }))  # fmt: skip
+    calls = Calls()
+    Recording("cell", calls, context=far)
+    sender = stem.Cell("s", context=lab)
+
+    runs = iter(range(2))
+
+    def start() -> subprocess.Popen[bytes]:
+        run = next(runs)
+        with (tmp_path / f"out{run}").open("wb") as out, (tmp_path / f"err{run}").open("wb") as err:
+            return subprocess.Popen(
+                [sys.executable, "-m", "emailmw", "gateway", str(config), "--report-every", "1"],
+                cwd=ROOT, stdout=out, stderr=err,
+            )  # fmt: skip
+
+    def ready(run: int) -> bool:  # connected: mail from now on is the gateway's
+        path = tmp_path / f"err{run}"
+        return wait_until(lambda: "relaying between" in path.read_text(), 30)
+
+    gateway = start()
+    try:
+        assert ready(0)
+        for i in range(40):
+            sender.send("far:cell", type="foo", data=i)
+        assert calls.wait(lambda c: len(c) >= 10, 60), (tmp_path / "err0").read_text()
+        gateway.send_signal(signal.SIGKILL)
+        gateway.wait(10)
+        for i in range(40, 60):
+            sender.send("far:cell", type="foo", data=i)
+        gateway = start()
+        assert calls.wait(lambda c: len({i[3] for i in c}) == 60, 90)
+        # the restarted gateway has caught up: one more message is the last to arrive
+        sender.send("far:cell", type="foo", data="last")
+        assert calls.wait(lambda c: c[-1][3] == "last", 60)
+        data = [i[3] for i in calls.items]
+        assert sorted(Counter(data).values()) == [1] * 61
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        gateway.wait(20)
+    final = json.loads((tmp_path / "out1").read_text().strip().splitlines()[-1])
+    assert final["final"] is True
+    assert final["dropped"] == 0
+    assert "relaying between a (gwa), b (gwb)" in (tmp_path / "err1").read_text()

@@ -45,6 +45,7 @@ from ._executor import (
     spin_once,
     spin_until_future_complete,
 )
+from ._gateway import Gateway, load_gateway
 from ._interfaces import (
     ServiceType,
     deserialize,
@@ -103,6 +104,7 @@ __all__ = [
     "ymp",
     "Client",
     "Executor",
+    "Gateway",
     "Keystore",
     "Future",
     "MultiThreadedExecutor",
@@ -188,6 +190,7 @@ __all__ = [
     "build_email",
     "get_default_context",
     "init",
+    "load_gateway",
     "intraprocess_pair",
     "ok",
     "open_transport",

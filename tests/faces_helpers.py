@@ -13,7 +13,6 @@ from typing import Any
 
 import emailmw
 from emailmw import floctrl, stem
-from emailmw._gateway import Gateway
 
 MakeHub = Callable[[str, str, dict[str, str]], emailmw.Context]
 
@@ -130,14 +129,14 @@ def ring_of_three(
     gateway_account: Callable[[str, str], emailmw.Context],
     hub_address: dict[str, str],
     gateway_address: Callable[[str, str], str],
-) -> Iterator[tuple[dict[str, emailmw.Context], list[Gateway]]]:
+) -> Iterator[tuple[dict[str, emailmw.Context], list[emailmw.Gateway]]]:
     """Hubs x, y, z; gateways xy, yz, zx, each with an account beside both of its hubs.
     Every hub's route to another goes through the gateway between them; a wrong route for
     hub ``lost`` goes round the ring. ``gateway_account(gateway, side)`` makes a
     gateway's account context on hub ``side``'s server, ``gateway_address`` names it."""
     pairs = [("x", "y"), ("y", "z"), ("z", "x")]
     hubs: dict[str, emailmw.Context] = {}
-    gateways: list[Gateway] = []
+    gateways: list[emailmw.Gateway] = []
     contexts: list[emailmw.Context] = []
     try:
         for gw in pairs:
@@ -147,7 +146,7 @@ def ring_of_three(
             routes = {side: (hub_address[side], side) for side in gw}
             # the misconfiguration: "lost" goes on to the next gateway of the ring
             routes["lost"] = (gateway_address(name, gw[1]), gw[1])
-            gateways.append(Gateway(accounts, routes))
+            gateways.append(emailmw.Gateway(accounts, routes))
         # each hub reaches the others through the gateway it shares with each
         for hub in ("x", "y", "z"):
             routes = {}

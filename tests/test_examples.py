@@ -12,7 +12,15 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.mark.parametrize(
-    "script", ["intraprocess_pub_sub.py", "intraprocess_service.py", "wait_set.py"]
+    "script",
+    [
+        "intraprocess_pub_sub.py",
+        "intraprocess_service.py",
+        "wait_set.py",
+        "stem_status_cell.py",
+        "ymp_host.py",
+        "floctrl_chat.py",
+    ],
 )
 def test_intraprocess_example_runs(script: str) -> None:
     result = subprocess.run(
@@ -40,3 +48,15 @@ def test_demo_falls_back_to_intraprocess_and_still_reports(tmp_path: Path) -> No
     assert "running on the intraprocess transport" in result.stdout
     assert "10 messages, 3 requests, 3 responses" in result.stdout
     assert (tmp_path / "report" / "report.html").exists()
+
+
+def test_the_face_examples_say_what_their_seeds_promise() -> None:
+    def run(script: str) -> str:
+        return subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True,
+                              text=True, timeout=60, check=True).stdout  # fmt: skip
+
+    assert "lab:status is fine (asked by desk:asker)" in run("stem_status_cell.py")
+    assert "{'status': 'ok', 'stored': 'example text'}" in run("ymp_host.py")
+    chat = run("floctrl_chat.py").splitlines()
+    assert len(chat) == 5  # everyone once, the sender too
+    assert "/blue/cy   got 'hello, everyone' (address /blue/*)" in chat

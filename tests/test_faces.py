@@ -16,7 +16,6 @@ import pytest
 import emailmw
 from emailmw import floctrl, stem, ymp
 from emailmw._addressing import Address, Envelope, floctrl_recipients
-from emailmw._gateway import Gateway
 from emailmw._protocol import classify, routed_email
 from tests.faces_helpers import (
     ADDRESS_FORMS,
@@ -465,7 +464,7 @@ def test_a_gateway_reports_what_it_relayed_and_dropped(
 ) -> None:
     a = hubs("a@a.test", "a", {"b": "gw@a.test"})
     b = hubs("b@b.test", "b", {"a": "gw@b.test"})
-    gw = Gateway(
+    gw = emailmw.Gateway(
         {"a": net.context("gw@a.test"), "b": net.context("gw@b.test")},
         {"a": ("a@a.test", "a"), "b": ("b@b.test", "b")},
     )

@@ -21,7 +21,6 @@ import yaml
 
 import emailmw
 from emailmw import floctrl, stem, ymp
-from emailmw._gateway import Gateway
 from emailmw.testing.mailserver import MailServer
 from tests.email.helpers import folder_subjects, inject
 from tests.faces_helpers import (
@@ -93,7 +92,7 @@ def two_hubs(
     fb, gb = b.fresh_account(), b.fresh_account()
     lab = hub_maker(a, contexts)(la, "lab", {"far": ga, "DEFAULT": ga})
     far = hub_maker(b, contexts)(fb, "far", {"lab": gb})
-    gateway = Gateway(
+    gateway = emailmw.Gateway(
         {"a": gateway_context(a, ga, "gwa"), "b": gateway_context(b, gb, "gwb")},
         {"lab": (la, "a"), "far": (fb, "b"), "DEFAULT": (fb, "b")},
     )
@@ -206,7 +205,7 @@ def test_ymp_across_two_mail_servers_and_the_connection_check(
                                                     {"host1.example.com": gb}))  # fmt: skip
     h2.add_service("example", "repository", {"post example": lambda r: {"status": "ok"}})
     routes = {"host1.example.com": (one, "a"), "host2.example.com": (two, "b")}
-    with Gateway({"a": gateway_context(a, ga, "gwa"), "b": gateway_context(b, gb, "gwb")},
+    with emailmw.Gateway({"a": gateway_context(a, ga, "gwa"), "b": gateway_context(b, gb, "gwb")},
                  routes) as gateway:  # fmt: skip
         gateway.start()
         futures = h1.request_many(
@@ -250,7 +249,7 @@ def test_floctrl_chat_across_two_orchestras_on_two_mail_servers(
     routes = {hub: (addr, orch_of(hub)) for hub, addr in address.items()}
     accounts = {o: gateway_context(s, gw[o], f"gw{o}") for o, s in servers.items()}
     with (
-        Gateway(accounts, routes) as gateway,
+        emailmw.Gateway(accounts, routes) as gateway,
         floctrl_world(address.__getitem__, make, route) as world,
     ):
         gateway.start()

@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) bench/email_latency.py --json bench/results/email_latency.json
 	$(PY) bench/reliability.py --json bench/results/reliability.json
 	$(PY) bench/security.py --json bench/results/security.json
+	$(PY) bench/gateway.py --json bench/results/gateway.json
 	$(PY) bench/pipeline.py --messages 200000 --format maildir --repeat 3 --json bench/results/pipeline_maildir.json
 	$(PY) bench/pipeline.py --messages 2000000 --format mbox --repeat 3 --json bench/results/pipeline_mbox.json
 

@@ -109,6 +109,10 @@ def load_gateway(path: str | os.PathLike[str]) -> Gateway:
     if not isinstance(accounts_data, Mapping) or len(accounts_data) < 2:
         raise ConfigError("expected two or more accounts", source=source, key="accounts")
     routes = _read_routes(data.get("routes"), source)
+    for hub, (_, via) in routes.items():
+        if via not in accounts_data:
+            raise ConfigError(f"via {via!r} is not one of the accounts", source=source,
+                              key=f"routes.{hub}")  # fmt: skip
     base = Path(path).parent
     contexts: dict[str, Context] = {}
     try:

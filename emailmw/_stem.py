@@ -36,6 +36,7 @@ _log = get_logger("stem")
 FACE: Final = "stem"
 _MSG_ID_WRAP: Final = 2**31
 _msg_ids = itertools.count(1)
+_DELIMITERS: Final = ":/@-"
 _KEYS: Final = frozenset({"type", "cmd", "status", "data", "ack_req", "msg_id", "reply_id"})
 
 
@@ -142,6 +143,11 @@ class Cell:
             raise RoutingError(address)
         if address.hub == "*" or address.name == "*":
             raise RoutingError("a cell's name and hub cannot be the wildcard '*'")
+        if any(c in _DELIMITERS for c in name + target):
+            raise RoutingError(
+                f"cell {name!r} (target {target!r}): Stem addresses use : / @ - between "
+                "their parts, so a cell name or target cannot hold them"
+            )
         self.address = address
         self._router = router
         self._lock = threading.Lock()

@@ -151,16 +151,17 @@ class YmpHost:
     # ---------------------------------------------------------------- receiving
 
     def _push_routed(self, message: Routed, ticket: Ticket) -> None:
-        reason = self._check(message)
-        if reason is not None:
-            self._router.drop(message.message_id, message.envelope, reason)
+        found = self._check(message)
+        if isinstance(found, str):
+            self._router.drop(message.message_id, message.envelope, found)
             ticket.leave_alone()
             ticket.release()
             return
-        self._delivery.put(message, ticket)
+        self._delivery.put((message, found), ticket)
 
-    def _check(self, message: Routed) -> str | None:
-        """Why the email cannot be handled as a whole (packet, connection), or None."""
+    def _check(self, message: Routed) -> list[YmpRequest | YmpAnswer] | str:
+        """The email's messages, or why it cannot be handled as a whole (packet,
+        connection)."""
         found = read_ymp_packet(message.body)
         if isinstance(found, str):
             return f"bad YMP message: {found}"
@@ -177,11 +178,10 @@ class YmpHost:
                 f"sender.host {sender_host!r} does not match the connection: the email "
                 f"comes from {connection}, that host's mail comes from {route.address}"
             )
-        return None
+        return found
 
-    def _deliver(self, message: Routed) -> None:
-        found = read_ymp_packet(message.body)
-        assert not isinstance(found, str)  # checked in _push_routed
+    def _deliver(self, work: tuple[Routed, list[YmpRequest | YmpAnswer]]) -> None:
+        message, found = work
         for item in found:
             reason = self._route(item)
             if reason is not None:

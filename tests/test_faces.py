@@ -507,3 +507,47 @@ def test_a_gateway_that_forwards_an_email_again_sends_the_same_message_id(
         assert gw.router.counts["relayed"] == 3
     finally:
         gw.shutdown()
+
+
+def test_a_gateway_file_with_a_mistake_is_one_line_naming_the_key(tmp_path: Any) -> None:
+    import yaml
+
+    account = {"intraprocess": True}
+    cases = {
+        "routes": {"accounts": {"a": account, "b": account}},
+        "routes.x": {"accounts": {"a": account, "b": account}, "routes": {"x": "a@b"}},
+        "accounts": {"accounts": {"a": account}, "routes": {}},
+        "routes.y": {
+            "accounts": {"a": account, "b": account},
+            "routes": {"y": {"to": "y@y.test", "via": "c"}},
+        },
+        "supernode.account": {
+            "accounts": {"a": account, "b": account},
+            "routes": {"x": {"to": "x@x.test", "via": "a"}},
+            "supernode": {"account": "c", "orchestra": "A"},
+        },
+    }
+    for key, data in cases.items():
+        path = tmp_path / "gw.yml"
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(emailmw.ConfigError) as raised:
+            emailmw.load_gateway(path)
+        assert f"{path}: key '{key}': " in str(raised.value), str(raised.value)
+    path.write_text(yaml.safe_dump({
+        "accounts": {"a": account, "b": account},
+        "routes": {"x": {"to": "x@x.test", "via": "b"}},
+        "supernode": {"account": "a", "orchestra": "A", "nodes": {"n1": "x"},
+                      "orchestras": {"B": "x"}},
+    }))  # fmt: skip
+    with emailmw.load_gateway(path) as gateway:
+        assert gateway.supernode is not None
+        assert gateway.supernode.path == "/A"
+        assert gateway.accounts["a"].router.route("x") is not None
+
+
+@pytest.mark.parametrize(("name", "target"), [("a-b", ""), ("a", "t:1"), ("a@b", ""), ("*", "")])
+def test_a_cell_name_stem_addresses_could_not_reach_is_refused(
+    ctx: emailmw.Context, name: str, target: str
+) -> None:
+    with pytest.raises(emailmw.RoutingError):
+        stem.Cell(name, target=target, context=ctx)

@@ -44,12 +44,14 @@ def contexts() -> Iterator[list[emailmw.Context]]:
         context.shutdown()
 
 
-def hub_maker(server: MailServer, made: list[emailmw.Context]) -> Callable[..., emailmw.Context]:
+def hub_maker(
+    server: MailServer, made: list[emailmw.Context], **extra: Any
+) -> Callable[..., emailmw.Context]:
     """``make(address, hub, routes)``: a context on ``server`` owning hub ``hub``."""
 
     def make(address: str, hub: str, routes: dict[str, str]) -> emailmw.Context:
         routing = {"hub": hub, "routes": routes}
-        context = emailmw.Context({"email": server.config(address, routing=routing)})
+        context = emailmw.Context({"email": server.config(address, routing=routing, **extra)})
         made.append(context)
         return context
 
@@ -86,12 +88,13 @@ def two_hubs(
     mailserver: MailServer, second_mailserver: MailServer, contexts: list[emailmw.Context]
 ) -> Iterator[dict[str, Any]]:
     """Hub ``lab`` on the first server, hub ``far`` on the second, a gateway between them
-    (accounts ``ga`` and ``gb``); lab's DEFAULT route is the gateway, whose DEFAULT is far."""
+    (accounts ``ga`` and ``gb``); lab's DEFAULT route is the gateway, whose DEFAULT is far.
+    far deletes what it delivered (``on-receive: delete``): what it drops must stay."""
     a, b = mailserver, second_mailserver
     la, ga = a.fresh_account(), a.fresh_account()
     fb, gb = b.fresh_account(), b.fresh_account()
     lab = hub_maker(a, contexts)(la, "lab", {"far": ga, "DEFAULT": ga})
-    far = hub_maker(b, contexts)(fb, "far", {"lab": gb})
+    far = hub_maker(b, contexts, **{"on-receive": "delete"})(fb, "far", {"lab": gb})
     gateway = emailmw.Gateway(
         {"a": gateway_context(a, ga, "gwa"), "b": gateway_context(b, gb, "gwb")},
         {"lab": (la, "a"), "far": (fb, "b"), "DEFAULT": (fb, "b")},
@@ -123,6 +126,8 @@ def test_stem_across_two_mail_servers_through_a_gateway(
     assert wait_until(lambda: far.router.counts["dropped"] == 1, 30)
     assert far.router.drops == Counter({"no endpoint 'nocell' on hub 'far'": 1})
     assert stored(two_hubs["b"], two_hubs["far_address"], "stem foo to far:nocell") == 1
+    assert wait_until(lambda: stored(two_hubs["b"], two_hubs["far_address"], "stem foo") == 1)
+    assert stored(two_hubs["b"], two_hubs["far_address"], "stem cmd status") == 0
     report = two_hubs["gateway"].report()
     assert report["relayed"] == 4  # the cmd, its response, the default one, the lost one
     assert report["dropped"] == 0
@@ -223,11 +228,19 @@ def test_ymp_across_two_mail_servers_and_the_connection_check(
         envelope = {"Route-To": "host2.example.com:ymp:", "Route-From":
                     "host1.example.com:ymp:", "Route-Face": "ymp"}  # fmt: skip
         inject(b, two, routed_raw(two, envelope, json.dumps(request), "spoofed"))
-        assert wait_until(
-            lambda: any("does not match the connection" in r.getMessage() for r in caplog.records),
-            30,
-        )
+        # a YMP message with a property the spec does not have, from the right connection
+        extra = {**request, "sender": {**request["sender"], "host": "host2.example.com"},
+                 "extra": 1}  # fmt: skip
+        inject(b, two, routed_raw(two, {**envelope, "From": two}, json.dumps(extra), "extra"))
+        for reason in ("does not match the connection", "unexpected property: extra"):
+            assert wait_until(
+                lambda r=reason: any(r in m.getMessage() for m in caplog.records), 30
+            ), reason
         assert stored(b, two, "spoofed") == 1
+        assert stored(b, two, "extra") == 1
+        # the host goes on
+        answer = h1.request("host2.example.com", "example", "repository", "post example", {})
+        assert answer.result(30).payload == {"status": "ok"}
 
 
 def test_floctrl_chat_across_two_orchestras_on_two_mail_servers(
@@ -336,3 +349,34 @@ def test_the_gateway_command_relays_and_survives_sigkill_without_losing_or_repea
     assert final["final"] is True
     assert final["dropped"] == 0
     assert "relaying between a (gwa), b (gwb)" in (tmp_path / "err1").read_text()
+
+
+def test_stem_send_command_asks_a_cell_and_prints_the_response(
+    mailserver: MailServer, contexts: list[emailmw.Context], tmp_path: Path
+) -> None:
+    lab_address, cli_address = mailserver.fresh_account(), mailserver.fresh_account()
+    lab = hub_maker(mailserver, contexts)(lab_address, "lab", {})
+
+    class Status(stem.Cell):
+        def status_cmd(self, msg: stem.StemMessage) -> dict[str, Any]:
+            return {"status": "fine", "asked": msg.data}
+
+    Status("status", context=lab)
+    config = tmp_path / "cli.yml"
+    routing = {"hub": "desk", "routes": {"lab": lab_address}}
+    config.write_text(yaml.safe_dump({"email": mailserver.config(cli_address, routing=routing)}))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "emailmw", "stem", "send", *args, "--config", str(config)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    done = cli("lab:status", "--cmd", "status", "--data", "[1, 2]")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"status": "fine", "asked": [1, 2]}
+    wrong = cli("nowhere:status", "--cmd", "status")
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip() == (
+        "emailmw: error: cannot send to nowhere:status: no route to hub 'nowhere'"
+    )

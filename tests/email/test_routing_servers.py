@@ -355,7 +355,7 @@ def test_stem_send_command_asks_a_cell_and_prints_the_response(
     mailserver: MailServer, contexts: list[emailmw.Context], tmp_path: Path
 ) -> None:
     lab_address, cli_address = mailserver.fresh_account(), mailserver.fresh_account()
-    lab = hub_maker(mailserver, contexts)(lab_address, "lab", {})
+    lab = hub_maker(mailserver, contexts)(lab_address, "lab", {"desk": cli_address})
 
     class Status(stem.Cell):
         def status_cmd(self, msg: stem.StemMessage) -> dict[str, Any]:

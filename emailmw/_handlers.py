@@ -24,7 +24,7 @@ from ._protocol import (
 )
 from ._types import Email, MessageInfo, ServiceInfo
 
-__all__ = ["ServiceHandler", "SubscriptionHandler"]
+__all__ = ["ServiceHandler", "SubscriptionHandler", "Table"]
 
 _log = get_logger("handlers")
 
@@ -45,8 +45,9 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class _Table(Generic[K, V]):
-    """key -> tuple of values, copy-on-write: readers never lock."""
+class Table(Generic[K, V]):
+    """key -> tuple of values, copy-on-write: readers never lock. (The routing handler's
+    endpoint table is one too.)"""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -71,12 +72,15 @@ class _Table(Generic[K, V]):
     def get(self, key: K) -> tuple[V, ...]:
         return self._rows.get(key, ())
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
 
 class SubscriptionHandler:
     """Delivers every publish email to each subscription of its Subject."""
 
     def __init__(self) -> None:
-        self._subscriptions: _Table[str, MessageSink] = _Table()
+        self._subscriptions: Table[str, MessageSink] = Table()
 
     def register(self, topic: str, subscription: MessageSink) -> None:
         self._subscriptions.add(topic, subscription)
@@ -99,8 +103,8 @@ class ServiceHandler:
     """
 
     def __init__(self, reply_domains: frozenset[str] | None = None) -> None:
-        self._servers: _Table[str, RequestSink] = _Table()
-        self._clients: _Table[int, ResponseSink] = _Table()
+        self._servers: Table[str, RequestSink] = Table()
+        self._clients: Table[int, ResponseSink] = Table()
         self._reply_domains = reply_domains
         #: requests not handed to any server because of ``reply-domains``
         self.refused_requests = 0

@@ -21,17 +21,20 @@ Registration is thread-safe (copy-on-write tables); dispatch runs on the polling
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import queue
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from ._addressing import Address, Deliver, Drop, Envelope, Forward, decide
-from ._exceptions import EmailMWError, RoutingError
+from ._exceptions import ClosedError, EmailMWError, RoutingError
+from ._handlers import Table
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import Route, RoutedRoute, address_domain, routed_email
@@ -41,6 +44,7 @@ from ._types import Email, RoutedInfo
 __all__ = [
     "DeliveryThread",
     "Hop",
+    "Pending",
     "Outlet",
     "Routed",
     "RoutedSink",
@@ -49,6 +53,8 @@ __all__ = [
 ]
 
 _log = get_logger("routing")
+K = TypeVar("K")
+T = TypeVar("T")
 #: distinct drop reasons a router counts one by one (the rest as "other reasons")
 _DISTINCT_REASONS: Final = 100
 
@@ -110,7 +116,7 @@ class Router:
         self.outlet = outlet
         self._lock = threading.Lock()
         self._routes: dict[str, Hop] = {}
-        self._sinks: dict[tuple[str, str, str], tuple[RoutedSink, ...]] = {}
+        self._sinks: Table[tuple[str, str, str], RoutedSink] = Table()
         self.counts: Counter[str] = Counter()
         self.drops: Counter[str] = Counter()
 
@@ -135,22 +141,10 @@ class Router:
     def register(self, face: str, name: str, target: str, sink: RoutedSink) -> None:
         """Hand ``sink`` the ``face`` messages for endpoint ``(name, target)`` (target ''
         also gets those whose target no endpoint has)."""
-        key = (face, name, target)
-        with self._lock:
-            sinks = dict(self._sinks)
-            sinks[key] = (*sinks.get(key, ()), sink)
-            self._sinks = sinks
+        self._sinks.add((face, name, target), sink)
 
     def unregister(self, face: str, name: str, target: str, sink: RoutedSink) -> None:
-        key = (face, name, target)
-        with self._lock:
-            sinks = dict(self._sinks)
-            remaining = tuple(s for s in sinks.get(key, ()) if s is not sink)
-            if remaining:
-                sinks[key] = remaining
-            else:
-                sinks.pop(key, None)
-            self._sinks = sinks
+        self._sinks.remove((face, name, target), sink)
 
     def has_endpoint(self, face: str, name: str, target: str = "") -> bool:
         return (face, name, target) in self._sinks
@@ -220,7 +214,7 @@ class Router:
         elif isinstance(decision, Forward):
             self._forward(email, route, decision, ticket)
         else:
-            sinks = self._sinks.get((envelope.face, decision.name, decision.target), ())
+            sinks = self._sinks.get((envelope.face, decision.name, decision.target))
             message = Routed(
                 envelope,
                 email.subject,
@@ -305,6 +299,41 @@ def parse_address(text: str | Address) -> Address:
     if isinstance(found, str):
         raise RoutingError(found)
     return found
+
+
+class Pending(Generic[K, T]):
+    """The futures of a face's requests awaiting their answer, by key: each removed once
+    done; :meth:`fail_all` at close. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: dict[K, Future[T]] = {}
+
+    def add(self, key: K) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            self._futures[key] = future
+        future.add_done_callback(functools.partial(self._done, key))
+        return future
+
+    def _done(self, key: K, _: Future[T]) -> None:
+        self.discard(key)
+
+    def discard(self, key: K) -> None:
+        with self._lock:
+            self._futures.pop(key, None)
+
+    def get(self, key: K) -> Future[T] | None:
+        with self._lock:
+            return self._futures.get(key)
+
+    def fail_all(self, what: str) -> None:
+        """Fail every future still waiting with :class:`~emailmw.ClosedError`."""
+        with self._lock:
+            futures, self._futures = list(self._futures.values()), {}
+        for future in futures:
+            if not future.done():
+                future.set_exception(ClosedError(f"{what} closed"))
 
 
 class DeliveryThread:

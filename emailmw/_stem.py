@@ -24,7 +24,7 @@ from ._addressing import Address, Envelope, stem_methods
 from ._exceptions import ClosedError, RemoteError, RoutingError
 from ._log import get_logger
 from ._polling import Ticket
-from ._routing import DeliveryThread, Routed, parse_address
+from ._routing import DeliveryThread, Pending, Routed, parse_address
 from ._types import RoutedInfo
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class Cell:
         self.address = address
         self._router = router
         self._lock = threading.Lock()
-        self._pending: dict[int, Future[Any]] = {}
+        self._pending: Pending[int, Any] = Pending()
         self._closed = False
         self._delivery = DeliveryThread(f"emailmw-stem-{name}", self._deliver)
         router.register(FACE, name, target, self)
@@ -206,16 +206,9 @@ class Cell:
         """Send command ``cmd`` and return a future of the answer's data: the ``response``
         to it, or :class:`~emailmw.RemoteError` for an ``error`` reply. The response is
         matched by ``reply_id`` and not delivered to a method."""
-        future: Future[Any] = Future()
-        with self._lock:
+        with self._lock:  # its response is not looked for before its future exists
             message = self.send(to, type="cmd", cmd=cmd, data=data)
-            self._pending[message.msg_id] = future
-        future.add_done_callback(lambda _: self._forget(message.msg_id))
-        return future
-
-    def _forget(self, msg_id: int) -> None:
-        with self._lock:
-            self._pending.pop(msg_id, None)
+            return self._pending.add(message.msg_id)
 
     def reply_to(self, message: StemMessage, *, type: str = "response", data: Any = None) -> None:
         """Send a reply to ``message`` (to its ``reply``, else ``from``)."""
@@ -285,11 +278,7 @@ class Cell:
         self._router.unregister(FACE, self.address.name, self.address.target, self)
         self.context.unregister_entity(self)
         self._delivery.close()
-        with self._lock:
-            pending, self._pending = list(self._pending.values()), {}
-        for future in pending:
-            if not future.done():
-                future.set_exception(ClosedError(f"cell {self.address} closed"))
+        self._pending.fail_all(f"cell {self.address}")
 
     def __enter__(self) -> Cell:
         return self

@@ -12,7 +12,6 @@ in the mailbox. One email may carry a packet (``{"messages": [...]}``).
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import uuid
@@ -25,7 +24,7 @@ from ._addressing import Address, Envelope, YmpAnswer, YmpRequest, read_ymp_pack
 from ._exceptions import ClosedError, RoutingError
 from ._log import get_logger
 from ._polling import Ticket
-from ._routing import DeliveryThread, Routed
+from ._routing import DeliveryThread, Pending, Routed
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -60,7 +59,7 @@ class YmpHost:
         self.name = router.hub
         self._lock = threading.Lock()
         self._services: dict[tuple[str, str], dict[str, Action]] = {}
-        self._pending: dict[str, Future[YmpAnswer]] = {}
+        self._pending: Pending[str, YmpAnswer] = Pending()
         self._closed = False
         self._delivery = DeliveryThread(f"emailmw-ymp-{self.name}", self._deliver)
         router.register(FACE, ENDPOINT, "", self)
@@ -116,11 +115,7 @@ class YmpHost:
                     "payload": dict(payload),
                 }
             )
-            future: Future[YmpAnswer] = Future()
-            futures.append(future)
-            with self._lock:
-                self._pending[id_] = future
-            future.add_done_callback(functools.partial(self._forget_future, id_))
+            futures.append(self._pending.add(id_))
         if not messages:
             return []
         first = messages[0]
@@ -129,16 +124,9 @@ class YmpHost:
             self._send(host, messages, subject)
         except BaseException:
             for message in messages:
-                self._forget(str(message["id"]))
+                self._pending.discard(str(message["id"]))
             raise
         return futures
-
-    def _forget_future(self, id_: str, _: Future[YmpAnswer]) -> None:
-        self._forget(id_)
-
-    def _forget(self, id_: str) -> None:
-        with self._lock:
-            self._pending.pop(id_, None)
 
     def _send(self, host: str, messages: list[dict[str, Any]], subject: str) -> None:
         to = Address.make(ENDPOINT, host)
@@ -192,8 +180,7 @@ class YmpHost:
         if message.host != self.name:
             return f"addressed to host {message.host!r}, not to this host {self.name!r}"
         if isinstance(message, YmpAnswer):
-            with self._lock:
-                future = self._pending.get(message.reply_to)
+            future = self._pending.get(message.reply_to)
             if future is None:
                 return f"answer to {message.reply_to!r}: no pending request with that id"
             future.set_result(message)
@@ -240,11 +227,7 @@ class YmpHost:
         self._router.unregister(FACE, ENDPOINT, "", self)
         self.context.unregister_entity(self)
         self._delivery.close()
-        with self._lock:
-            pending, self._pending = list(self._pending.values()), {}
-        for future in pending:
-            if not future.done():
-                future.set_exception(ClosedError(f"YMP host {self.name!r} closed"))
+        self._pending.fail_all(f"YMP host {self.name!r}")
 
     def __enter__(self) -> YmpHost:
         return self

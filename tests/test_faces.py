@@ -4,6 +4,7 @@ intraprocess network: every rule of the seeds, table-driven where it is a table.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -27,6 +28,7 @@ from tests.faces_helpers import (
     ring_of_three,
     wait_until,
 )
+from tests.test_addressing import REQUEST
 
 
 @pytest.fixture
@@ -254,15 +256,8 @@ def test_a_ymp_packet_carries_several_messages_in_one_email(ymp_world: Any) -> N
 
 
 def _ymp_request(**changes: Any) -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "sender": {"host": "host1.example.com", "protocol": "example", "service": "form"},
-        "id": "0123456789",
-        "host": "host2.example.com",
-        "protocol": "example",
-        "service": "repository",
-        "action": "post example",
-        "payload": {"text": "example text"},
-    }
+    """The spec's example request, with ``changes`` (None: the property removed)."""
+    message: dict[str, Any] = copy.deepcopy(REQUEST)
     for key, value in changes.items():
         if value is None:
             del message[key]

@@ -546,3 +546,32 @@ def test_a_cell_name_stem_addresses_could_not_reach_is_refused(
 ) -> None:
     with pytest.raises(emailmw.RoutingError):
         stem.Cell(name, target=target, context=ctx)
+
+
+def test_a_message_sent_in_a_callback_is_delivered_after_the_callback_returned(
+    hubs: Any,
+) -> None:
+    lab = hubs("lab@hubs.test", "lab", {})
+    calls = Calls()
+
+    class Chain(stem.Cell):
+        def foo_in(self, msg: stem.StemMessage) -> None:
+            self.send("self_", type="bar", data="from foo_in")
+            calls.add("foo_in returns")
+
+        def bar_in(self, msg: stem.StemMessage) -> None:
+            calls.add("bar_in")
+
+    Chain("self_", context=lab).send("self_", type="foo")
+    assert calls.wait(lambda c: len(c) == 2)
+    assert calls.items == ["foo_in returns", "bar_in"]
+
+
+def test_msg_ids_wrap_at_two_to_the_31(monkeypatch: pytest.MonkeyPatch, hubs: Any) -> None:
+    import itertools
+
+    from emailmw import _stem
+
+    monkeypatch.setattr(_stem, "_msg_ids", itertools.count(2**31 - 1))
+    cell = stem.Cell("c", context=hubs("lab@hubs.test", "lab", {}))
+    assert [cell.send("c", data=i).msg_id for i in range(2)] == [2**31 - 1, 0]

@@ -23,6 +23,7 @@ from ._exceptions import (
     TransportError,
     UnknownRequestError,
 )
+from ._groups import GroupConsumer, GroupSettings, check_group
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import publish_email, request_email, response_email
@@ -192,7 +193,10 @@ class Subscription(_Entity, Waitable):
     """Receives the messages of a topic into a queue.
 
     ``depth=N`` keeps the newest N, dropping the oldest; ``depth=None`` keeps up to the
-    context's ``queue-limit`` (default 10,000) the same way. Drops are counted in
+    context's ``queue-limit`` (default 10,000) the same way. ``mode``: ``topic`` (every
+    subscription gets every message), or with a ``group`` name ``stateful`` (one active
+    member of the group at a time) or ``stateless`` (each message to one member):
+    ``docs/delivery-modes.md``. Drops are counted in
     :attr:`dropped` and logged once. Can be put in a :class:`WaitSet`.
 
     A message counts as taken when :meth:`get_message` (or ``_with_info``) returns it: with a
@@ -201,16 +205,40 @@ class Subscription(_Entity, Waitable):
     """
 
     def __init__(
-        self, topic: str, depth: int | None = None, *, context: Context | None = None
+        self,
+        topic: str,
+        depth: int | None = None,
+        *,
+        context: Context | None = None,
+        mode: str = "topic",
+        group: str | None = None,
+        group_settings: GroupSettings | None = None,
     ) -> None:
         self._topic = validate_name(topic, "topic")
         if depth is not None and (not isinstance(depth, int) or depth < 1):
             raise ValueError(f"depth must be None or a positive int, got {depth!r}")
+        check_group(mode, group)
         Waitable.__init__(self)
         ctx = self._setup(context, "subscribe", self._topic)
         self._depth = depth if depth is not None else ctx.options.queue_limit
         self._queue: _BoundedQueue[tuple[str, MessageInfo]] = _BoundedQueue(self._depth)
-        ctx.register_subscription(self._topic, self)
+        self.mode = mode
+        self.group = group
+        self._consumer: GroupConsumer | None = None
+        if group is None:
+            ctx.register_subscription(self._topic, self)
+        else:
+            try:
+                self._consumer = GroupConsumer(ctx, self._topic, mode, group, self,
+                                               group_settings)  # fmt: skip
+            except BaseException:
+                ctx.unregister_entity(self)
+                raise
+
+    @property
+    def member(self) -> str | None:
+        """This subscription's member name in its group (None in topic mode)."""
+        return None if self._consumer is None else self._consumer.member
 
     @property
     def topic(self) -> str:
@@ -225,7 +253,10 @@ class Subscription(_Entity, Waitable):
         return f"<Subscription {self._topic!r}>"
 
     def _unregister(self) -> None:
-        self._context.unregister_subscription(self._topic, self)
+        if self._consumer is not None:
+            self._consumer.close()
+        else:
+            self._context.unregister_subscription(self._topic, self)
 
     def _push_message(self, body: str, info: MessageInfo, ticket: Ticket) -> None:
         if self._queue.push((body, info), ticket) and self._queue.dropped == 1:

@@ -258,7 +258,12 @@ class PollingManager:
         Never raises."""
         email = incoming.email
         try:
-            route = classify(email, time.time_ns(), redelivered=incoming.redelivered)
+            route = classify(
+                email,
+                time.time_ns(),
+                redelivered=incoming.redelivered,
+                delivery_count=incoming.delivery_count,
+            )
         except Exception:  # noqa: BLE001 - classify is total; this is the last guard
             _log.exception("classifying email %s failed (a bug in emailmw)", email.message_id)
             incoming.quarantine()

@@ -296,7 +296,9 @@ def outside_domains(addresses: tuple[str, ...], allowed: frozenset[str] | None) 
     return [a for a in addresses if address_domain(a) not in allowed]
 
 
-def classify(email: Email, received_timestamp: int, *, redelivered: bool = False) -> Route:
+def classify(
+    email: Email, received_timestamp: int, *, redelivered: bool = False, delivery_count: int = 1
+) -> Route:
     """Decide what ``email`` is for emailmw; ``received_timestamp`` and ``redelivered`` go
     into the info. Total: any :class:`Email` gets a route, never an exception.
 
@@ -332,6 +334,7 @@ def classify(email: Email, received_timestamp: int, *, redelivered: bool = False
             seq,
             email.headers.get(HEADER_MESSAGE_TYPE),
             redelivered,
+            delivery_count=delivery_count,
         ),
     )
 

@@ -246,7 +246,9 @@ class MessageInfo:
     before: it was handed out but not yet taken when the process stopped, and a restarted
     receiver (with a ``state-file``) hands it out again (``docs/reliability.md``).
     ``identity`` is the name of the identity whose valid signature the message carries
-    (``docs/security.md``); None for a message that was not verified.
+    (``docs/security.md``); None for a message that was not verified. ``delivery_count``:
+    how many group members this message was handed to (a stateful or stateless group's
+    member that failed holding it passed it on: ``docs/delivery-modes.md``); 1 otherwise.
     """
 
     source_timestamp: int
@@ -256,6 +258,7 @@ class MessageInfo:
     message_type: str | None = None
     redelivered: bool = False
     identity: str | None = None
+    delivery_count: int = 1
 
 
 @dataclass(frozen=True, slots=True)

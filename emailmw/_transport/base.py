@@ -10,12 +10,15 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-from .._exceptions import SendError
+from .._exceptions import ConfigError, SendError
 from .._protocol import Unroutable, classify
 from .._types import Email
 from .._wire import make_reply
+
+if TYPE_CHECKING:
+    from .._groups import GroupStore
 
 __all__ = [
     "EmailReceiver",
@@ -39,18 +42,26 @@ class IncomingEmail:
     """One email as a receiver hands it out, to be settled once it is done with.
 
     A receiver with a durable position (a ``state-file``) hands an email out again after a
-    restart until it is settled; such an email comes with ``redelivered`` True. Settling is
+    restart until it is settled; such an email comes with ``redelivered`` True (a group
+    member's receiver also says how many members it was handed to: ``delivery_count``,
+    ``docs/delivery-modes.md``). Settling is
     idempotent and thread-safe: the first of :meth:`ack`, :meth:`leave` and
     :meth:`quarantine` decides, later calls do nothing.
     """
 
-    __slots__ = ("_settle", "email", "redelivered")
+    __slots__ = ("_settle", "delivery_count", "email", "redelivered")
 
     def __init__(
-        self, email: Email, *, redelivered: bool = False, settle: Settle | None = None
+        self,
+        email: Email,
+        *,
+        redelivered: bool = False,
+        settle: Settle | None = None,
+        delivery_count: int = 1,
     ) -> None:
         self.email = email
         self.redelivered = redelivered
+        self.delivery_count = delivery_count
         self._settle = settle
 
     def __repr__(self) -> str:
@@ -203,6 +214,15 @@ class EmailReceiver(abc.ABC):
 
     def wakeup(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Make a :meth:`receive` blocked in another thread return soon. Thread-safe."""
+
+    def group_store(self, group: str) -> GroupStore:
+        """A new connection to the group protocol's store of this account
+        (``docs/delivery-modes.md``). Raises :class:`~emailmw.ConfigError` where the
+        transport has none."""
+        raise ConfigError(
+            f"{type(self).__name__} has no group modes (stateful, stateless): use the "
+            "native, curl or intraprocess transport"
+        )
 
     def history(self, subject: str, limit: int) -> list[Email]:
         """The newest ``limit`` stored emails whose Subject is exactly ``subject``, oldest

@@ -24,13 +24,16 @@ import time
 from collections.abc import Iterable, Mapping
 from email.utils import parseaddr
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._config import Options, TLSOptions
 from .._exceptions import ForeignEmailError, MalformedEmailError
 from .._log import get_logger
 from .._types import Email
 from .._wire import format_date, new_message_id, parse
+
+if TYPE_CHECKING:
+    from .._groups import GroupStore
 from .base import EmailReceiver, IncomingEmail
 
 __all__ = [
@@ -343,6 +346,12 @@ class MailboxReceiver(EmailReceiver):
     queued, so a waiting receiver applies it soon; :meth:`wakeup` sets it too, with
     :attr:`_woken`, which makes the waiting call return.
     """
+
+    def group_store(self, group: str) -> GroupStore:
+        """The group protocol's store over IMAP (one more connection of this account)."""
+        from .group_imap import ImapGroupStore
+
+        return ImapGroupStore(self._options, group)
 
     def __init__(self, options: Options, account: str) -> None:
         self._options = options

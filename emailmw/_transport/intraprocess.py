@@ -17,11 +17,13 @@ from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
 from .base import EmailReceiver, EmailSender, FailureCallback
 from .common import parse_fetched
+from .group_memory import MemoryGroupStore, MemoryMailbox
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .._context import Context
+    from .._groups import GroupStore
 
 __all__ = [
     "IntraprocessNetwork",
@@ -37,8 +39,16 @@ HISTORY_PER_SUBJECT = 1000
 class IntraprocessReceiver(EmailReceiver):
     """Queue of emails handed over by :class:`IntraprocessSender` objects. Thread-safe."""
 
-    def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+    def __init__(
+        self,
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        mailbox: MemoryMailbox | None = None,
+    ) -> None:
         self._max_size = max_message_size
+        #: the account's store, for group subscriptions (shared by the receivers of one
+        #: address on an :class:`IntraprocessNetwork`)
+        self.mailbox = mailbox if mailbox is not None else MemoryMailbox()
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[Email] = deque()
         self._closed = False
@@ -46,7 +56,9 @@ class IntraprocessReceiver(EmailReceiver):
         # what a mailbox would still hold: the newest emails of each subject
         self._stored: dict[str, deque[Email]] = {}
 
-    def _deliver(self, email: Email) -> None:
+    def _deliver(self, email: Email, *, store: bool = True) -> None:
+        """Queue ``email``; ``store``: keep it in the mailbox's store too (its first
+        receiver of several on one address does)."""
         if email.message_id is None:
             email = email.with_message_id(f"<{next(_ids)}.{id(self):x}@intraprocess.invalid>")
         if email.bcc:  # as on a real mail path, recipients never see Bcc
@@ -55,6 +67,8 @@ class IntraprocessReceiver(EmailReceiver):
             if self._closed:
                 raise ClosedError("intraprocess receiver is closed")
             self._queue.append(email)
+            if store:
+                self.mailbox.deliver(email)
             stored = self._stored.setdefault(email.subject, deque(maxlen=HISTORY_PER_SUBJECT))
             stored.append(email)
             self._cond.notify()
@@ -90,6 +104,9 @@ class IntraprocessReceiver(EmailReceiver):
         with self._cond:
             self._woken = True
             self._cond.notify_all()
+
+    def group_store(self, group: str) -> GroupStore:
+        return MemoryGroupStore(self.mailbox, group)
 
     def close(self) -> None:
         with self._cond:
@@ -157,17 +174,29 @@ class IntraprocessNetwork:
     >>> lab = net.context("lab@hubs.test")  # doctest: +SKIP
     """
 
-    def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+    def __init__(
+        self,
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        mailbox: MemoryMailbox | None = None,
+    ) -> None:
         self._max_size = max_message_size
+        #: the account's store, for group subscriptions (shared by the receivers of one
+        #: address on an :class:`IntraprocessNetwork`)
+        self.mailbox = mailbox if mailbox is not None else MemoryMailbox()
         self._lock = threading.Lock()
-        self._mailboxes: dict[str, IntraprocessReceiver] = {}
+        self._mailboxes: dict[str, MemoryMailbox] = {}
+        self._receivers: dict[str, list[IntraprocessReceiver]] = {}
 
     def pair(self, address: str) -> tuple[IntraprocessSender, IntraprocessReceiver]:
-        """A sender from ``address`` and the receiver of its mailbox (one per address:
-        asking again replaces the mailbox)."""
-        receiver = IntraprocessReceiver(max_message_size=self._max_size)
+        """A sender from ``address`` and a receiver of its mailbox: several receivers of
+        one address each get every email (as several IMAP sessions of one account see
+        it) and share its store (for group subscriptions)."""
+        key = address.lower()
         with self._lock:
-            self._mailboxes[address.lower()] = receiver
+            mailbox = self._mailboxes.setdefault(key, MemoryMailbox())
+            receiver = IntraprocessReceiver(max_message_size=self._max_size, mailbox=mailbox)
+            self._receivers.setdefault(key, []).append(receiver)
         sender = IntraprocessSender(self, address, max_message_size=self._max_size)
         return sender, receiver
 
@@ -185,10 +214,18 @@ class IntraprocessNetwork:
             email = email.with_message_id(f"<{next(_ids)}.{id(self):x}@intraprocess.invalid>")
         found = getaddresses([*email.to, *email.cc, *email.bcc])
         with self._lock:
-            boxes = [(a, self._mailboxes.get(a.lower())) for _, a in found]
-        unknown = [a for a, box in boxes if box is None]
+            boxes = [(a, list(self._receivers.get(a.lower(), ()))) for _, a in found]
+        unknown = [a for a, receivers in boxes if not receivers]
         if unknown:
             raise SendError(f"no mailbox for {', '.join(unknown)} on this intraprocess network")
-        for _, box in boxes:
-            assert box is not None
-            box._deliver(email)
+        for address, receivers in boxes:
+            delivered = False
+            for receiver in receivers:
+                try:
+                    receiver._deliver(email, store=not delivered)
+                    delivered = True
+                except ClosedError:
+                    with self._lock:
+                        self._receivers[address.lower()].remove(receiver)
+            if not delivered:
+                raise SendError(f"the mailbox of {address} is closed")

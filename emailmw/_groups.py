@@ -1,0 +1,486 @@
+"""Delivery modes of a subscription group (``docs/delivery-modes.md``): ``stateful`` (one
+active consumer, standbys take over in order) and ``stateless`` (each message processed by
+exactly one member), over a mailbox every member reads.
+
+The protocol runs on the mail store itself, through a :class:`GroupStore` (IMAP:
+``_transport/group_imap.py``; in process: ``_transport/group_memory.py``):
+
+* **membership**: each member has a record in the group's members folder; its order is the
+  record's UID (everyone sees the same order), its liveness a token (IMAP: the record's
+  MODSEQ) it changes every ``heartbeat`` seconds. A member whose token has not changed for
+  ``expiry`` seconds, as an observer's own clock measures it, is dead to that observer;
+* **claiming**: a member claims a message by moving it (IMAP ``UID MOVE``, atomic) from the
+  inbox into its own claims folder: of several members trying, exactly one gets it. What is
+  in a member's claims folder is its own;
+* **acknowledging**: once the application is done with it, the message moves on to the
+  group's done folder; nothing is ever deleted;
+* **taking over**: a dead member's claims move into a live member's claims folder, with the
+  delivery count (a keyword) raised by one; the record and the empty folder of the dead
+  member are then removed;
+* **hanging**: a member that holds an unacknowledged message longer than ``ack_timeout``
+  stops heartbeating, so the others take its claims as from a dead member; once it is done
+  it joins again under a new name, at the back of the order.
+
+:func:`plan` (what to claim and take in one round) and :class:`Liveness` are pure and
+tested without a store; :class:`GroupReceiver` runs them against a store as an
+:class:`~emailmw.EmailReceiver`, so a group subscription has its own polling thread with the
+usual classification, security decisions and tickets.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from ._exceptions import ClosedError, ConfigError
+from ._log import get_logger
+from ._transport.base import EmailReceiver, IncomingEmail
+from ._types import Email
+
+__all__ = [
+    "MODES",
+    "GroupConsumer",
+    "GroupReceiver",
+    "GroupSettings",
+    "GroupStore",
+    "Liveness",
+    "MemberRecord",
+    "Plan",
+    "check_group",
+    "plan",
+]
+
+_log = get_logger("groups")
+MODES: Final = ("topic", "stateful", "stateless")
+_GROUP_RE: Final = re.compile(r"[A-Za-z0-9_]{1,40}")
+
+
+def check_group(mode: str, group: str | None) -> None:
+    """Raise ``ValueError`` for an unknown mode, or a group name a mode needs and lacks."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "topic":
+        if group is not None:
+            raise ValueError("a group name goes with mode='stateful' or 'stateless'")
+        return
+    if group is None or not _GROUP_RE.fullmatch(group):
+        raise ValueError(
+            f"mode={mode!r} needs group=, a name of 1 to 40 letters, digits or _ (got {group!r})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """Timing of the group protocol (seconds). ``prefetch``: messages a member holds at
+    most; ``steal_after``: how long a message waits for the member whose share it is
+    before any member may claim it (stateless)."""
+
+    heartbeat: float = 0.25
+    expiry: float = 1.0
+    ack_timeout: float = 30.0
+    poll: float = 0.05
+    prefetch: int = 10
+    steal_after: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    member: str
+    order: int
+    token: int
+
+
+class Liveness:
+    """Which members are alive, as one observer sees it: a member is alive while its token
+    changed within ``expiry`` seconds of this observer's clock (a member first seen counts
+    as alive from then). Not thread-safe (one receiver's thread)."""
+
+    def __init__(self, expiry: float) -> None:
+        self.expiry = expiry
+        self._seen: dict[str, tuple[int, float]] = {}
+
+    def update(self, records: Sequence[MemberRecord], now: float) -> None:
+        seen = {}
+        for record in records:
+            old = self._seen.get(record.member)
+            seen[record.member] = (
+                old if old is not None and old[0] == record.token else (record.token, now)
+            )
+        self._seen = seen
+
+    def alive(self, records: Sequence[MemberRecord], now: float) -> list[str]:
+        """Members alive now, in order."""
+        return [
+            r.member
+            for r in sorted(records, key=lambda r: r.order)
+            if now - self._seen.get(r.member, (0, now))[1] <= self.expiry
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One round's work: inbox UIDs to claim, and per dead member the claims to take."""
+
+    claim: list[int] = field(default_factory=list)
+    take: dict[str, list[int]] = field(default_factory=dict)
+
+
+def owner(uid: int, alive: Sequence[str]) -> str:
+    """The member whose share message ``uid`` is: the same answer for every member that
+    sees the same live members (msm's rule, with the UID as the key)."""
+    return alive[uid % len(alive)]
+
+
+def plan(
+    mode: str,
+    me: str,
+    alive: Sequence[str],
+    dead_claims: Mapping[str, Sequence[int]],
+    waiting: Sequence[tuple[int, float]],
+    held: int,
+    settings: GroupSettings,
+) -> Plan:
+    """What member ``me`` claims and takes this round. ``alive``: the live members in
+    order (``me`` among them); ``dead_claims``: the claims of each dead member;
+    ``waiting``: the unclaimed inbox messages (UID, seconds waited) in arrival order;
+    ``held``: messages ``me`` holds unacknowledged."""
+    if me not in alive:
+        return Plan()
+    room = max(0, settings.prefetch - held)
+    if mode == "stateful":
+        if alive[0] != me:
+            return Plan()  # a standby
+        take = {m: list(uids) for m, uids in dead_claims.items() if uids}
+        room -= sum(len(uids) for uids in take.values())
+        return Plan([uid for uid, _ in waiting][: max(0, room)], take)
+    take = {}
+    for member, uids in dead_claims.items():
+        mine = [u for u in uids if owner(u, alive) == me]
+        if mine:
+            take[member] = mine
+    claim = [
+        uid for uid, waited in waiting if owner(uid, alive) == me or waited >= settings.steal_after
+    ]
+    return Plan(claim[:room], take)
+
+
+class GroupStore(abc.ABC):
+    """The mail-store operations of the group protocol (see the module). Used by one
+    thread; every method may raise a :class:`~emailmw.TransportError`."""
+
+    @abc.abstractmethod
+    def members(self) -> list[MemberRecord]: ...
+
+    @abc.abstractmethod
+    def join(self, member: str) -> None: ...
+
+    @abc.abstractmethod
+    def beat(self, member: str) -> None: ...
+
+    @abc.abstractmethod
+    def remove_member(self, member: str) -> None:
+        """Remove ``member``'s record and its (empty) claims folder."""
+
+    @abc.abstractmethod
+    def inbox(self) -> list[int]:
+        """The UIDs in the inbox, ascending."""
+
+    @abc.abstractmethod
+    def subjects(self, uids: Sequence[int]) -> dict[int, str]: ...
+
+    @abc.abstractmethod
+    def claim(self, uids: Sequence[int], member: str) -> None:
+        """Move ``uids`` from the inbox into ``member``'s claims (those still there)."""
+
+    @abc.abstractmethod
+    def claimed(self, member: str) -> list[int]:
+        """The UIDs in ``member``'s claims folder, ascending."""
+
+    @abc.abstractmethod
+    def take(self, uids: Sequence[int], dead: str, member: str) -> None:
+        """Move ``uids`` from ``dead``'s claims into ``member``'s, delivery count + 1."""
+
+    @abc.abstractmethod
+    def fetch(self, member: str, uids: Sequence[int]) -> dict[int, tuple[bytes, int]]:
+        """The raw bytes and delivery count of ``member``'s claims ``uids``."""
+
+    @abc.abstractmethod
+    def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
+        """Move ``member``'s claims ``uids`` to the done folder (``folder`` None) or to
+        ``folder`` (the quarantine)."""
+
+    def close(self) -> None:  # noqa: B027 - optional
+        pass
+
+
+class GroupReceiver(EmailReceiver):
+    """The receiver of one group member: runs the protocol round by round and hands out
+    the messages it holds, each settled (acknowledged, left, quarantined) into the done
+    or quarantine folder. Only emails whose Subject is ``topic`` are claimed. Thread-safe
+    as a receiver is (``wakeup``/``close`` from any thread, settling from any thread)."""
+
+    def __init__(
+        self,
+        store: GroupStore,
+        *,
+        mode: str,
+        group: str,
+        topic: str,
+        parse: ParseRaw,
+        settings: GroupSettings | None = None,
+        quarantine: str | None = None,
+    ) -> None:
+        check_group(mode, group)
+        if mode == "topic":
+            raise ConfigError("a group receiver serves the stateful and stateless modes")
+        self._store = store
+        self._mode = mode
+        self.group = group
+        self._topic = topic
+        self._parse = parse
+        self.settings = settings or GroupSettings()
+        self._quarantine = quarantine
+        self.member = _new_member()
+        self._liveness = Liveness(self.settings.expiry)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._settlements: deque[tuple[str, int, str]] = deque()
+        self._handed: dict[tuple[str, int], float] = {}  # (member, uid) -> when handed out
+        self._seen_uid = 0
+        self._waiting: dict[int, float] = {}  # inbox UID of this topic -> first seen
+        self._last_beat = 0.0
+        self._joined = False
+        self._healthy = True
+        #: what this member did: processed (acknowledged), taken over, claimed, rejoined
+        self.counts: dict[str, int] = {"claimed": 0, "taken": 0, "acked": 0, "rejoined": 0}
+
+    def __repr__(self) -> str:
+        return f"<GroupReceiver {self._mode} {self.group}/{self.member}>"
+
+    # ---------------------------------------------------------------- settling
+
+    def _settler(self, member: str, uid: int) -> Settle:
+        def settle(outcome: str) -> None:
+            with self._lock:
+                self._settlements.append((member, uid, outcome))
+            self._wake.set()
+
+        return settle
+
+    def _apply_settlements(self) -> None:
+        with self._lock:
+            items = list(self._settlements)
+            self._settlements.clear()
+        by: dict[tuple[str, str | None], list[int]] = {}
+        for member, uid, outcome in items:
+            folder = self._quarantine if outcome == "quarantine" else None
+            by.setdefault((member, folder), []).append(uid)
+        for (member, folder), uids in by.items():
+            self._store.settle(member, uids, folder)
+            for uid in uids:
+                self._handed.pop((member, uid), None)
+            self.counts["acked"] += len(uids)
+
+    # ---------------------------------------------------------------- one round
+
+    def _round(self, now: float) -> list[IncomingEmail]:
+        store = self._store
+        self._apply_settlements()
+        oldest = min(self._handed.values(), default=now)
+        healthy = now - oldest < self.settings.ack_timeout
+        if not healthy and self._healthy:
+            _log.warning(
+                "group %s: member %s has held a message %.1f s (ack-timeout %.1f s): it "
+                "stops heartbeating, the others take its claims",
+                self.group, self.member, now - oldest, self.settings.ack_timeout,
+            )  # fmt: skip
+        if healthy and not self._healthy:
+            self.member = _new_member()  # back, under a new name at the end of the order
+            self._joined = False
+            self.counts["rejoined"] += 1
+        self._healthy = healthy
+        records = store.members()
+        if healthy and not any(r.member == self.member for r in records):
+            if self._joined:  # removed as dead while alive: join again, at the back
+                self.member = _new_member()
+                self.counts["rejoined"] += 1
+            store.join(self.member)
+            self._joined = True
+            self._last_beat = now
+            records = store.members()
+        elif healthy and now - self._last_beat >= self.settings.heartbeat:
+            store.beat(self.member)
+            self._last_beat = now
+        self._liveness.update(records, now)
+        alive = self._liveness.alive(records, now)
+        dead = [r.member for r in records if r.member not in alive and r.member != self.member]
+        dead_claims = {member: store.claimed(member) for member in dead}
+        inbox = store.inbox()
+        new = [uid for uid in inbox if uid > self._seen_uid]
+        if new:
+            self._seen_uid = new[-1]
+            for uid, subject in store.subjects(new).items():
+                if subject == self._topic:
+                    self._waiting[uid] = now
+        present = set(inbox)
+        self._waiting = {u: t for u, t in self._waiting.items() if u in present}
+        mine_before = store.claimed(self.member)
+        held = len(mine_before)
+        work = plan(
+            self._mode,
+            self.member,
+            alive if healthy else [],
+            dead_claims,
+            sorted((u, now - t) for u, t in self._waiting.items()),
+            held,
+            self.settings,
+        )
+        for member, uids in work.take.items():
+            store.take(uids, member, self.member)
+            self.counts["taken"] += len(uids)
+            _log.info(
+                "group %s: %s took %d claims of %s (not alive for %.1f s)",
+                self.group, self.member, len(uids), member, self.settings.expiry,
+            )  # fmt: skip
+        if work.claim:
+            store.claim(work.claim, self.member)
+        for member in dead:  # a dead member whose claims are all taken is forgotten
+            if not store.claimed(member):
+                store.remove_member(member)
+        mine = store.claimed(self.member)
+        self.counts["claimed"] += max(0, len(mine) - held)
+        fresh = [uid for uid in mine if (self.member, uid) not in self._handed]
+        if not fresh:
+            return []
+        out = []
+        for uid, (raw, count) in sorted(store.fetch(self.member, fresh).items()):
+            self._handed[(self.member, uid)] = now
+            email = self._parse(raw, uid)
+            settle = self._settler(self.member, uid)
+            if email is None:  # not an email emailmw can read: settled at once
+                settle("quarantine")
+                continue
+            out.append(
+                IncomingEmail(email, redelivered=count > 1, delivery_count=count, settle=settle)
+            )
+        return out
+
+    # ---------------------------------------------------------------- receiver
+
+    def receive_incoming(self, timeout: float | None = None) -> list[IncomingEmail]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._closed:
+                raise ClosedError("group receiver is closed")
+            self._wake.clear()
+            found = self._round(time.monotonic())
+            if found:
+                return found
+            wait = self.settings.poll
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return []
+            if self._wake.wait(wait):
+                return []  # woken (a settlement, a stop): the caller looks again
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop; the member's claims stay in its folder until another member takes them
+        (its record expires), or it is settled by a later process."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        try:
+            self._apply_settlements()
+        except Exception as exc:  # noqa: BLE001 - closing: logged
+            _log.warning("group %s: settling at close failed: %s", self.group, exc)
+        self._store.close()
+
+
+def _new_member() -> str:
+    return secrets.token_hex(4)
+
+
+# the receiver's callables, typed here to keep the module free of transport imports
+from collections.abc import Callable  # noqa: E402
+
+ParseRaw = Callable[[bytes, int], Email | None]
+Settle = Callable[[str], None]
+
+
+class GroupConsumer:
+    """A group subscription's own receiving: a :class:`GroupReceiver` on a new connection
+    of the context's account and a polling thread that hands the claimed messages of
+    ``topic`` to ``sink`` (the subscription). Joins the group at once; :meth:`close`
+    stops it (its claims pass to another member once its record expires)."""
+
+    def __init__(
+        self,
+        context: Context,
+        topic: str,
+        mode: str,
+        group: str,
+        sink: MessageSink,
+        settings: GroupSettings | None = None,
+    ) -> None:
+        from ._polling import PollingManager
+        from ._protocol import PublishRoute
+        from ._transport.common import parse_fetched
+
+        options = context.options
+        if options.on_receive != "keep":
+            raise ConfigError(
+                f"a {mode} group reads the account's inbox with the others: on-receive must "
+                f"be keep (it is {options.on_receive!r}); the group moves what it processed "
+                "to its done folder itself",
+                source=options.source,
+                key="email.on-receive",
+            )
+        store = context.receiver.group_store(group)
+        self.receiver = GroupReceiver(
+            store,
+            mode=mode,
+            group=group,
+            topic=topic,
+            parse=lambda raw, uid: parse_fetched(
+                raw, uid=uid, where=f"group {group}", max_size=options.max_message_size
+            ),
+            settings=settings,
+            quarantine=options.quarantine,
+        )
+
+        def handler(email: Email, route: object, ticket: Ticket) -> None:
+            if isinstance(route, PublishRoute) and route.topic == topic:
+                sink._push_message(email.body, route.info, ticket.hold())
+
+        self._polling = PollingManager(
+            self.receiver, name=f"emailmw-group-{group}", security=context.security
+        )
+        self._polling.register_handler(handler)
+        self._polling.start()
+
+    @property
+    def member(self) -> str:
+        return self.receiver.member
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._polling.stop(timeout)
+        self.receiver.close()
+
+
+if TYPE_CHECKING:
+    from ._context import Context
+    from ._handlers import MessageSink
+    from ._polling import Ticket

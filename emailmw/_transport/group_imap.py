@@ -1,0 +1,253 @@
+"""The group protocol's store over IMAP (``docs/delivery-modes.md``): one imapclient
+connection of the group's account, whichever transport the context uses.
+
+Folders of group ``g``: ``emailmw-g-members`` (one record per member: Subject = its name,
+liveness = the record's MODSEQ, changed by toggling the ``$Alive`` keyword),
+``emailmw-g-claims-MEMBER`` (what that member holds), ``emailmw-g-done`` (processed).
+Claims and settlements are ``UID MOVE`` (RFC 6851, atomic); the delivery count is the
+keyword ``DeliveryN`` a taker sets (N >= 2). Backend errors become
+:class:`~emailmw.ReceiveError` (and its kin) here; the connection is opened again on the
+next call after a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.header
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
+
+import imapclient
+
+from .._config import Options
+from .._groups import GroupStore, MemberRecord
+from .common import ssl_context, uid_set
+from .errors import imap_errors
+from .native import _body, _uid_fetch, open_imap_folder
+
+__all__ = ["ImapGroupStore"]
+
+T = TypeVar("T")
+_DELIVERY: Final = re.compile(rb"^Delivery(\d{1,3})$")
+_ALIVE: Final = "$Alive"
+
+
+def _count(flags: Sequence[bytes]) -> int:
+    found = [int(m.group(1)) for f in flags if (m := _DELIVERY.match(f))]
+    return max(found, default=1)
+
+
+class ImapGroupStore(GroupStore):
+    """The folders of group ``group`` in the account of ``options``."""
+
+    def __init__(self, options: Options, group: str) -> None:
+        assert options.user is not None
+        self._options = options
+        self._user = options.user
+        self._server = options.user.imap.url
+        self._ssl = ssl_context(options.tls, self._server)
+        self._prefix = f"emailmw-{group}-"
+        self._client: imapclient.IMAPClient | None = None
+        self._selected: str | None = None
+        self._folders: set[str] = set()
+        self._records: dict[str, int] = {}  # member -> record UID
+        self._alive_flag: dict[str, bool] = {}
+        self._run("connecting", lambda c: None)
+
+    # ---------------------------------------------------------------- plumbing
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            with imap_errors(self._server, doing, username=self._user.username, connected=True):
+                yield
+        except Exception:
+            self._drop()
+            raise
+
+    def _run(self, doing: str, work: Callable[[imapclient.IMAPClient], T]) -> T:
+        with self._errors(doing):
+            if self._client is None:
+                self._client, _ = open_imap_folder(
+                    self._user.imap,
+                    self._user.username,
+                    self._user.password,
+                    context=self._ssl,
+                    starttls=self._options.tls.starttls,
+                    timeout=self._options.timeout,
+                    folder=self._options.folder,
+                    readonly=False,
+                )
+                self._selected = self._options.folder
+            return work(self._client)
+
+    def _drop(self) -> None:
+        client, self._client, self._selected = self._client, None, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.shutdown()
+
+    def _select(self, client: imapclient.IMAPClient, folder: str) -> None:
+        if self._selected != folder:
+            self._ensure(client, folder)
+            client.select_folder(folder)
+            self._selected = folder
+
+    def _ensure(self, client: imapclient.IMAPClient, folder: str) -> None:
+        if folder in self._folders or folder == self._options.folder:
+            return
+        if not client.folder_exists(folder):
+            with contextlib.suppress(imapclient.exceptions.IMAPClientError):
+                client.create_folder(folder)  # (another member may have made it just now)
+        self._folders.add(folder)
+
+    def _members_folder(self) -> str:
+        return f"{self._prefix}members"
+
+    def _claims(self, member: str) -> str:
+        return f"{self._prefix}claims-{member}"
+
+    def _all(self, client: imapclient.IMAPClient, folder: str) -> list[int]:
+        self._select(client, folder)
+        return sorted(int(u) for u in client.search(["ALL"]))
+
+    # ---------------------------------------------------------------- membership
+
+    def members(self) -> list[MemberRecord]:
+        def work(client: imapclient.IMAPClient) -> list[MemberRecord]:
+            uids = self._all(client, self._members_folder())
+            if not uids:
+                self._records = {}
+                return []
+            found = _uid_fetch(
+                client, uid_set(uids), "(UID MODSEQ BODY.PEEK[HEADER.FIELDS (SUBJECT)])"
+            )
+            records = []
+            for uid, item in found.items():
+                member = _subject_field(item)
+                modseq = item.get(b"MODSEQ", (0,))
+                records.append(MemberRecord(member, uid, int(modseq[0])))
+            self._records = {r.member: r.order for r in records}
+            return records
+
+        return self._run("reading the group's members", work)
+
+    def join(self, member: str) -> None:
+        def work(client: imapclient.IMAPClient) -> None:
+            self._ensure(client, self._members_folder())
+            client.append(self._members_folder(), f"Subject: {member}\r\n\r\n".encode())
+
+        self._run("joining the group", work)
+
+    def beat(self, member: str) -> None:
+        uid = self._records.get(member)
+        if uid is None:
+            return
+
+        def work(client: imapclient.IMAPClient) -> None:
+            self._select(client, self._members_folder())
+            on = not self._alive_flag.get(member, False)
+            if on:
+                client.add_flags([uid], [_ALIVE], silent=True)
+            else:
+                client.remove_flags([uid], [_ALIVE], silent=True)
+            self._alive_flag[member] = on
+
+        self._run("heartbeating", work)
+
+    def remove_member(self, member: str) -> None:
+        def work(client: imapclient.IMAPClient) -> None:
+            uid = self._records.get(member)
+            if uid is not None:
+                self._select(client, self._members_folder())
+                client.delete_messages([uid], silent=True)
+                client.uid_expunge([uid])
+            folder = self._claims(member)
+            if client.folder_exists(folder) and not self._all(client, folder):
+                self._select(client, self._options.folder)
+                client.delete_folder(folder)
+                self._folders.discard(folder)
+
+        self._run("removing a dead member", work)
+
+    # ---------------------------------------------------------------- messages
+
+    def inbox(self) -> list[int]:
+        return self._run("searching the inbox", lambda c: self._all(c, self._options.folder))
+
+    def subjects(self, uids: Sequence[int]) -> dict[int, str]:
+        def work(client: imapclient.IMAPClient) -> dict[int, str]:
+            self._select(client, self._options.folder)
+            found = _uid_fetch(
+                client, uid_set(list(uids)), "(UID BODY.PEEK[HEADER.FIELDS (SUBJECT)])"
+            )
+            out = {}
+            for uid, item in found.items():
+                out[uid] = _decode(_subject_field(item))
+            return out
+
+        return self._run("reading subjects", work)
+
+    def claim(self, uids: Sequence[int], member: str) -> None:
+        def work(client: imapclient.IMAPClient) -> None:
+            self._select(client, self._options.folder)
+            self._ensure(client, self._claims(member))
+            client.move(list(uids), self._claims(member))
+
+        self._run("claiming", work)
+
+    def claimed(self, member: str) -> list[int]:
+        return self._run("reading claims", lambda c: self._all(c, self._claims(member)))
+
+    def take(self, uids: Sequence[int], dead: str, member: str) -> None:
+        def work(client: imapclient.IMAPClient) -> None:
+            self._select(client, self._claims(dead))
+            flags = client.get_flags(list(uids))
+            for uid, found in flags.items():
+                count = _count(found)
+                client.add_flags([uid], [f"Delivery{count + 1}"], silent=True)
+            self._ensure(client, self._claims(member))
+            client.move(list(uids), self._claims(member))
+
+        self._run("taking a dead member's claims", work)
+
+    def fetch(self, member: str, uids: Sequence[int]) -> dict[int, tuple[bytes, int]]:
+        def work(client: imapclient.IMAPClient) -> dict[int, tuple[bytes, int]]:
+            self._select(client, self._claims(member))
+            found = _uid_fetch(client, uid_set(list(uids)), "(UID FLAGS BODY.PEEK[])")
+            return {
+                uid: (_body(item) or b"", _count(item.get(b"FLAGS", ())))
+                for uid, item in found.items()
+                if uid in uids
+            }
+
+        return self._run("fetching claims", work)
+
+    def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
+        target = folder or f"{self._prefix}done"
+
+        def work(client: imapclient.IMAPClient) -> None:
+            self._select(client, self._claims(member))
+            self._ensure(client, target)
+            client.move(list(uids), target)
+
+        self._run("settling", work)
+
+    def close(self) -> None:
+        self._drop()
+
+
+def _decode(text: str) -> str:
+    """A Subject as its RFC 2047 words say (the raw text when they are broken)."""
+    try:
+        return str(email.header.make_header(email.header.decode_header(text)))
+    except (ValueError, LookupError, UnicodeError):
+        return text
+
+
+def _subject_field(item: dict[bytes, Any]) -> str:
+    """The unfolded text of a fetched ``BODY[HEADER.FIELDS (SUBJECT)]``."""
+    raw = next((v for k, v in item.items() if k.startswith(b"BODY[HEADER")), b"") or b""
+    text = bytes(raw).decode("ascii", "replace").partition(":")[2]
+    return text.replace("\r\n", "").replace("\n", "").strip()

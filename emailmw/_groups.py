@@ -80,7 +80,10 @@ def check_group(mode: str, group: str | None) -> None:
 class GroupSettings:
     """Timing of the group protocol (seconds). ``prefetch``: messages a member holds at
     most; ``steal_after``: how long a message waits for the member whose share it is
-    before any member may claim it (stateless)."""
+    before any member may claim it (stateless); ``reorder``: how long a stateful group's
+    active member lets a message wait in the inbox before claiming it, so that messages
+    sent before it and delivered up to that much later are processed first (mail servers
+    deliver in parallel: arrival order is not send order)."""
 
     heartbeat: float = 0.25
     expiry: float = 1.0
@@ -88,6 +91,7 @@ class GroupSettings:
     poll: float = 0.05
     prefetch: int = 10
     steal_after: float = 1.0
+    reorder: float = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +153,8 @@ def plan(
 ) -> Plan:
     """What member ``me`` claims and takes this round. ``alive``: the live members in
     order (``me`` among them); ``dead_claims``: the claims of each dead member;
-    ``waiting``: the unclaimed inbox messages (UID, seconds waited) in arrival order;
+    ``waiting``: the unclaimed inbox messages (UID, seconds waited) in the order they are
+    to be processed (stateful: by Source-Timestamp);
     ``held``: messages ``me`` holds unacknowledged."""
     if me not in alive:
         return Plan()
@@ -159,7 +164,12 @@ def plan(
             return Plan()  # a standby
         take = {m: list(uids) for m, uids in dead_claims.items() if uids}
         room -= sum(len(uids) for uids in take.values())
-        return Plan([uid for uid, _ in waiting][: max(0, room)], take)
+        ready = []
+        for uid, waited in waiting:  # in send order: stop at the first still settling
+            if waited < settings.reorder:
+                break
+            ready.append(uid)
+        return Plan(ready[: max(0, room)], take)
     take = {}
     for member, uids in dead_claims.items():
         mine = [u for u in uids if owner(u, alive) == me]
@@ -193,7 +203,8 @@ class GroupStore(abc.ABC):
         """The UIDs in the inbox, ascending."""
 
     @abc.abstractmethod
-    def subjects(self, uids: Sequence[int]) -> dict[int, str]: ...
+    def headers(self, uids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """The Subject and Source-Timestamp (0 when absent or broken) of inbox ``uids``."""
 
     @abc.abstractmethod
     def claim(self, uids: Sequence[int], member: str) -> None:
@@ -249,13 +260,15 @@ class GroupReceiver(EmailReceiver):
         self._quarantine = quarantine
         self.member = _new_member()
         self._liveness = Liveness(self.settings.expiry)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the settlement queue
+        self._store_lock = threading.RLock()  # the store's connection
         self._wake = threading.Event()
         self._closed = False
         self._settlements: deque[tuple[str, int, str]] = deque()
         self._handed: dict[tuple[str, int], float] = {}  # (member, uid) -> when handed out
         self._seen_uid = 0
-        self._waiting: dict[int, float] = {}  # inbox UID of this topic -> first seen
+        # inbox UID of this topic -> (first seen, Source-Timestamp)
+        self._waiting: dict[int, tuple[float, int]] = {}
         self._last_beat = 0.0
         self._joined = False
         self._healthy = True
@@ -265,17 +278,36 @@ class GroupReceiver(EmailReceiver):
     def __repr__(self) -> str:
         return f"<GroupReceiver {self._mode} {self.group}/{self.member}>"
 
+    @property
+    def joined(self) -> bool:
+        """True once this member's record is in the group."""
+        return self._joined
+
+    @property
+    def holding(self) -> int:
+        """Messages handed out and not settled yet."""
+        return len(self._handed) + len(self._settlements)
+
     # ---------------------------------------------------------------- settling
 
     def _settler(self, member: str, uid: int) -> Settle:
         def settle(outcome: str) -> None:
+            """Done with at once, on the caller's thread: once it returns, the message is
+            in the done folder (on a store error, at the next round)."""
             with self._lock:
                 self._settlements.append((member, uid, outcome))
-            self._wake.set()
+            try:
+                with self._store_lock:
+                    if not self._closed:
+                        self._apply_settlements()
+            except Exception as exc:  # noqa: BLE001 - retried at the next round
+                _log.debug("group %s: settling failed (%s); retrying", self.group, exc)
+                self._wake.set()
 
         return settle
 
     def _apply_settlements(self) -> None:
+        """Move what was settled on (call with ``_store_lock`` held)."""
         with self._lock:
             items = list(self._settlements)
             self._settlements.clear()
@@ -284,7 +316,13 @@ class GroupReceiver(EmailReceiver):
             folder = self._quarantine if outcome == "quarantine" else None
             by.setdefault((member, folder), []).append(uid)
         for (member, folder), uids in by.items():
-            self._store.settle(member, uids, folder)
+            try:
+                self._store.settle(member, uids, folder)
+            except BaseException:
+                with self._lock:  # not moved: tried again
+                    self._settlements.extend((member, u, "quarantine" if folder else "ack")
+                                             for u in uids)  # fmt: skip
+                raise
             for uid in uids:
                 self._handed.pop((member, uid), None)
             self.counts["acked"] += len(uids)
@@ -327,9 +365,9 @@ class GroupReceiver(EmailReceiver):
         new = [uid for uid in inbox if uid > self._seen_uid]
         if new:
             self._seen_uid = new[-1]
-            for uid, subject in store.subjects(new).items():
+            for uid, (subject, stamp) in store.headers(new).items():
                 if subject == self._topic:
-                    self._waiting[uid] = now
+                    self._waiting[uid] = (now, stamp)
         present = set(inbox)
         self._waiting = {u: t for u, t in self._waiting.items() if u in present}
         mine_before = store.claimed(self.member)
@@ -339,7 +377,7 @@ class GroupReceiver(EmailReceiver):
             self.member,
             alive if healthy else [],
             dead_claims,
-            sorted((u, now - t) for u, t in self._waiting.items()),
+            [(u, now - t) for u, (t, _) in sorted(self._waiting.items(), key=self._order)],
             held,
             self.settings,
         )
@@ -371,7 +409,14 @@ class GroupReceiver(EmailReceiver):
             out.append(
                 IncomingEmail(email, redelivered=count > 1, delivery_count=count, settle=settle)
             )
+        if self._mode == "stateful":  # a batch goes out in send order, the taken ones first
+            out.sort(key=lambda item: (item.delivery_count == 1, _stamp(item.email)))
         return out
+
+    def _order(self, item: tuple[int, tuple[float, int]]) -> tuple[int, int]:
+        """Stateful groups process in send order (Source-Timestamp), stateless in UID."""
+        uid, (_, stamp) = item
+        return (stamp, uid) if self._mode == "stateful" else (0, uid)
 
     # ---------------------------------------------------------------- receiver
 
@@ -381,7 +426,8 @@ class GroupReceiver(EmailReceiver):
             if self._closed:
                 raise ClosedError("group receiver is closed")
             self._wake.clear()
-            found = self._round(time.monotonic())
+            with self._store_lock:
+                found = self._round(time.monotonic())
             if found:
                 return found
             wait = self.settings.poll
@@ -400,13 +446,19 @@ class GroupReceiver(EmailReceiver):
         (its record expires), or it is settled by a later process."""
         if self._closed:
             return
-        self._closed = True
         self._wake.set()
-        try:
-            self._apply_settlements()
-        except Exception as exc:  # noqa: BLE001 - closing: logged
-            _log.warning("group %s: settling at close failed: %s", self.group, exc)
-        self._store.close()
+        with self._store_lock:
+            self._closed = True
+            try:
+                self._apply_settlements()
+            except Exception as exc:  # noqa: BLE001 - closing: logged
+                _log.warning("group %s: settling at close failed: %s", self.group, exc)
+            self._store.close()
+
+
+def _stamp(email: Email) -> int:
+    value = email.headers.get("Source-Timestamp", "").strip()
+    return int(value) if value.isdigit() and len(value) < 20 else 0
 
 
 def _new_member() -> str:

@@ -189,6 +189,8 @@ class NodeSubscription(Generic[T]):
         callback: Callable[[T], Any],
         qos: QoSProfile,
         events: SubscriptionEventCallbacks,
+        mode: str = "topic",
+        group: str | None = None,
     ) -> None:
         self.msg_type = msg_type
         self.topic = topic
@@ -199,7 +201,9 @@ class NodeSubscription(Generic[T]):
         self.type_mismatches = 0
         self._type_name = type_name(msg_type)
         self._delivery: Delivery[tuple[str, Ticket]] = Delivery(qos, time.time_ns())
-        self._core = Subscription(topic, qos.queue_depth, context=node.context)
+        self._core = Subscription(
+            topic, qos.queue_depth, context=node.context, mode=mode, group=group
+        )
         if qos.durability is DurabilityPolicy.TRANSIENT_LOCAL:
             self._replay_history(node.context)
 
@@ -522,8 +526,12 @@ class Node:
         qos: int | QoSProfile = 10,
         *,
         event_callbacks: SubscriptionEventCallbacks | None = None,
+        mode: str = "topic",
+        group: str | None = None,
     ) -> NodeSubscription[T]:
-        """``qos`` is a :class:`QoSProfile`, or an int: keep-last with that depth."""
+        """``qos`` is a :class:`QoSProfile`, or an int: keep-last with that depth.
+        ``mode``/``group``: a delivery mode (``docs/delivery-modes.md``); with ``stateful``
+        or ``stateless`` a message is acknowledged once its callback returned."""
         _runnable(callback, "subscription")
         profile = qos if isinstance(qos, QoSProfile) else QoSProfile(depth=qos)
         subscription = NodeSubscription(
@@ -533,6 +541,8 @@ class Node:
             callback,
             profile,
             event_callbacks or SubscriptionEventCallbacks(),
+            mode,
+            group,
         )
         self.subscriptions.append(subscription)
         self._changed()

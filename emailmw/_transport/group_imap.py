@@ -125,7 +125,7 @@ class ImapGroupStore(GroupStore):
             )
             records = []
             for uid, item in found.items():
-                member = _subject_field(item)
+                member = _fields(item).get("subject", "")
                 modseq = item.get(b"MODSEQ", (0,))
                 records.append(MemberRecord(member, uid, int(modseq[0])))
             self._records = {r.member: r.order for r in records}
@@ -176,15 +176,22 @@ class ImapGroupStore(GroupStore):
     def inbox(self) -> list[int]:
         return self._run("searching the inbox", lambda c: self._all(c, self._options.folder))
 
-    def subjects(self, uids: Sequence[int]) -> dict[int, str]:
-        def work(client: imapclient.IMAPClient) -> dict[int, str]:
+    def headers(self, uids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        def work(client: imapclient.IMAPClient) -> dict[int, tuple[str, int]]:
             self._select(client, self._options.folder)
             found = _uid_fetch(
-                client, uid_set(list(uids)), "(UID BODY.PEEK[HEADER.FIELDS (SUBJECT)])"
+                client,
+                uid_set(list(uids)),
+                "(UID BODY.PEEK[HEADER.FIELDS (SUBJECT SOURCE-TIMESTAMP)])",
             )
             out = {}
             for uid, item in found.items():
-                out[uid] = _decode(_subject_field(item))
+                fields = _fields(item)
+                stamp = fields.get("source-timestamp", "0")
+                out[uid] = (
+                    _decode(fields.get("subject", "")),
+                    int(stamp) if stamp.isdigit() and len(stamp) < 20 else 0,
+                )
             return out
 
         return self._run("reading subjects", work)
@@ -246,8 +253,14 @@ def _decode(text: str) -> str:
         return text
 
 
-def _subject_field(item: dict[bytes, Any]) -> str:
-    """The unfolded text of a fetched ``BODY[HEADER.FIELDS (SUBJECT)]``."""
+def _fields(item: dict[bytes, Any]) -> dict[str, str]:
+    """The fields of a fetched ``BODY[HEADER.FIELDS (...)]``, unfolded, by lower-case
+    name (the first of each)."""
     raw = next((v for k, v in item.items() if k.startswith(b"BODY[HEADER")), b"") or b""
-    text = bytes(raw).decode("ascii", "replace").partition(":")[2]
-    return text.replace("\r\n", "").replace("\n", "").strip()
+    text = bytes(raw).decode("ascii", "replace").replace("\r\n", "\n")
+    fields: dict[str, str] = {}
+    for line in re.sub(r"\n[ \t]+", " ", text).split("\n"):
+        name, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(name.strip().lower(), value.strip())
+    return fields

@@ -20,6 +20,7 @@ __all__ = ["MemoryGroupStore", "MemoryMailbox"]
 class _Entry:
     raw: bytes
     subject: str
+    stamp: int = 0
     count: int = 1
     token: int = 0
 
@@ -43,7 +44,8 @@ class MemoryMailbox:
     def deliver(self, email: Email) -> None:
         if not self.enabled:
             return
-        entry = _Entry(build(email), email.subject)
+        stamp = email.headers.get("Source-Timestamp", "0").strip()
+        entry = _Entry(build(email), email.subject, int(stamp) if stamp.isdigit() else 0)
         with self.lock:
             self.append("INBOX", entry)
 
@@ -96,10 +98,10 @@ class MemoryGroupStore(GroupStore):
         with self._box.lock:
             return sorted(self._box.folders.get("INBOX", {}))
 
-    def subjects(self, uids: Sequence[int]) -> dict[int, str]:
+    def headers(self, uids: Sequence[int]) -> dict[int, tuple[str, int]]:
         with self._box.lock:
             inbox = self._box.folders.get("INBOX", {})
-            return {uid: inbox[uid].subject for uid in uids if uid in inbox}
+            return {uid: (inbox[uid].subject, inbox[uid].stamp) for uid in uids if uid in inbox}
 
     def claim(self, uids: Sequence[int], member: str) -> None:
         self._box.move("INBOX", uids, self._claims(member))

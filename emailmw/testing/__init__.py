@@ -1,4 +1,4 @@
-"""Testing support: the transport conformance suite (needs pytest).
+"""Testing support: the transport and delivery-mode conformance suites (need pytest).
 
 ``emailmw.testing.mailserver`` starts a real Postfix + Dovecot on loopback for tests.
 """
@@ -10,9 +10,12 @@ from ._conformance import (
     TransportUnderTest,
     receive_matching,
 )
+from ._modes import DeliveryModeConformance, GroupWorld
 
 __all__ = [
     "BODIES",
+    "DeliveryModeConformance",
+    "GroupWorld",
     "MultiRecipientConformance",
     "TransportConformance",
     "TransportUnderTest",

@@ -1,7 +1,8 @@
 """A separate emailmw process for the multi-process tests.
 
-    python -m tests.email.peer sub CONFIG TOPIC [--take-every S]
-        prints one JSON line per message it takes (waiting S seconds before each take)
+    python -m tests.email.peer sub CONFIG TOPIC [--take-every S] [--mode M --group G]
+        prints one JSON line per message it takes (waiting S seconds before each take),
+        then acknowledges it
     python -m tests.email.peer server CONFIG SERVICE
         answers "a b" with their sum
     python -m tests.email.peer pub CONFIG TOPIC --count N [--guarantee G] [--rate R]
@@ -21,6 +22,7 @@ import threading
 import time
 
 import emailmw
+import emailmw._polling
 from emailmw._waitable import wait_until
 
 
@@ -33,10 +35,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--rate", type=float, default=0.0)
     parser.add_argument("--guarantee", default=None)
+    parser.add_argument("--mode", default="topic")
+    parser.add_argument("--group", default=None)
     args = parser.parse_args()
     with emailmw.Context(args.config) as ctx:
         if args.role == "sub":
-            sub = emailmw.Subscription(args.name, context=ctx)
+            sub = emailmw.Subscription(args.name, context=ctx, mode=args.mode, group=args.group)
             print("ready", flush=True)
             while True:
                 # wait for a message without taking it, then take it after a pause: the
@@ -44,9 +48,14 @@ def main() -> None:
                 wait_until(sub, sub.has_message)
                 if args.take_every:
                     time.sleep(args.take_every)
-                got = sub.get_message_with_info()
-                assert got is not None
-                body, info = got
+                if args.mode == "topic":
+                    got = sub.get_message_with_info()  # taken, so settled, here
+                    assert got is not None
+                    (body, info), ticket = got, emailmw._polling.NO_TICKET
+                else:  # a group member acknowledges once its line is printed
+                    taken = sub._take()
+                    assert taken is not None
+                    body, info, ticket = taken
                 print(
                     json.dumps(
                         {
@@ -57,10 +66,13 @@ def main() -> None:
                             "seq": info.sequence_number,
                             "redelivered": info.redelivered,
                             "identity": info.identity,
+                            "delivery_count": info.delivery_count,
+                            "member": sub.member,
                         }
                     ),
                     flush=True,
                 )
+                ticket.release()
         elif args.role == "pub":
             pub = emailmw.Publisher(args.name, context=ctx, guarantee=args.guarantee)
             print("ready", flush=True)

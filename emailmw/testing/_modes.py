@@ -1,0 +1,226 @@
+"""The delivery-mode conformance suite: what every transport's group modes must do
+(``docs/delivery-modes.md``).
+
+Use it by subclassing in a test module and providing the ``group_world`` fixture::
+
+    class TestMyModes(DeliveryModeConformance):
+        @pytest.fixture
+        def group_world(self):
+            yield GroupWorld(member=lambda: make_context("group@x"), publisher=pub_ctx)
+
+``member()`` makes a new context on the group's account (a new member each time; the test
+shuts it down), ``publisher`` is a context whose publishers send to that account. Each test
+uses its own topic and group name, so the account may hold mail of earlier tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from .._context import Context
+from .._entities import Publisher, Subscription
+from .._groups import GroupSettings
+from .._types import MessageInfo
+
+__all__ = ["DeliveryModeConformance", "GroupWorld", "Taker"]
+
+#: fast protocol timing for tests: a dead member is noticed within a second
+FAST = GroupSettings(heartbeat=0.1, expiry=0.6, poll=0.02, steal_after=0.5)
+
+
+@dataclass
+class GroupWorld:
+    member: Callable[[], Context]
+    publisher: Context
+    made: list[Context] = field(default_factory=list)
+
+
+class Taker:
+    """Takes (and acknowledges) what a subscription receives, on its own thread, into
+    ``got`` as (body, info); ``hold`` stops it taking (a hung consumer)."""
+
+    def __init__(self, sub: Subscription, got: list[tuple[str, MessageInfo, str]]) -> None:
+        self.sub = sub
+        self.got = got
+        self.hold = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.hold.is_set() or not self.sub.has_message():
+                time.sleep(0.005)
+                continue
+            taken = self.sub._take()
+            if taken is None:
+                continue
+            body, info, ticket = taken
+            self.got.append((body, info, self.sub.member or ""))
+            ticket.release()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+class DeliveryModeConformance:
+    """Topic, stateful and stateless delivery on one transport (see the module)."""
+
+    @pytest.fixture
+    def group_world(self) -> Any:
+        raise NotImplementedError("provide a group_world fixture")
+
+    @pytest.fixture
+    def world(self, group_world: GroupWorld) -> Any:
+        yield group_world
+        for context in group_world.made:
+            context.shutdown()
+
+    def _member(self, world: GroupWorld) -> Context:
+        context = world.member()
+        world.made.append(context)
+        return context
+
+    def _subscribe(
+        self, world: GroupWorld, topic: str, mode: str, group: str | None, **settings: Any
+    ) -> Subscription:
+        chosen = dataclasses.replace(FAST, **settings) if group else None
+        return Subscription(topic, context=self._member(world), mode=mode, group=group,
+                            group_settings=chosen)  # fmt: skip
+
+    def _names(self) -> tuple[str, str]:
+        token = uuid.uuid4().hex[:8]
+        return f"/modes/t{token}", f"g{token}"
+
+    def test_topic_mode_gives_every_subscription_every_message(self, world: GroupWorld) -> None:
+        topic, _ = self._names()
+        got: list[list[Any]] = [[], []]
+        takers = [Taker(self._subscribe(world, topic, "topic", None), g) for g in got]
+        publisher = Publisher(topic, context=world.publisher)
+        for i in range(10):
+            publisher.publish(str(i))
+        assert wait_for(lambda: all(len(g) >= 10 for g in got))
+        for taker in takers:
+            taker.stop()
+        assert [sorted(b for b, _, _ in g) for g in got] == [sorted(map(str, range(10)))] * 2
+
+    def test_stateless_each_message_is_processed_once_by_one_member(
+        self, world: GroupWorld
+    ) -> None:
+        topic, group = self._names()
+        got: list[Any] = []
+        takers = [Taker(self._subscribe(world, topic, "stateless", group), got) for _ in range(3)]
+        publisher = Publisher(topic, context=world.publisher)
+        for i in range(30):
+            publisher.publish(str(i))
+        assert wait_for(lambda: _settled(takers, 30))
+        for taker in takers:
+            taker.stop()
+        assert sorted(int(b) for b, _, _ in got) == list(range(30))
+        assert all(info.delivery_count == 1 for _, info, _ in got)
+        assert len({member for _, _, member in got}) >= 2  # shared out
+
+    def test_stateful_one_active_member_gets_everything_in_order(self, world: GroupWorld) -> None:
+        topic, group = self._names()
+        got: list[Any] = []
+        first = Taker(self._subscribe(world, topic, "stateful", group), got)
+        assert wait_for(lambda: _joined(first))  # first in the group's order
+        second = Taker(self._subscribe(world, topic, "stateful", group), got)
+        publisher = Publisher(topic, context=world.publisher)
+        for i in range(20):
+            publisher.publish(str(i))
+        assert wait_for(lambda: len(got) >= 20)
+        first.stop()
+        second.stop()
+        assert [b for b, _, _ in got] == [str(i) for i in range(20)], [b for b, _, _ in got]
+        assert {m for _, _, m in got} == {first.sub.member}
+
+    def test_stateful_standby_takes_over_in_order_without_skipping(self, world: GroupWorld) -> None:
+        topic, group = self._names()
+        got: list[Any] = []
+        active = Taker(self._subscribe(world, topic, "stateful", group), got)
+        assert wait_for(lambda: _joined(active))
+        standby = Taker(self._subscribe(world, topic, "stateful", group), got)
+        publisher = Publisher(topic, context=world.publisher)
+        for i in range(10):
+            publisher.publish(str(i))
+        assert wait_for(lambda: len(got) >= 10)
+        active.hold.set()  # it stops taking: the next ones wait in its claims
+        for i in range(10, 20):
+            publisher.publish(str(i))
+        assert wait_for(active.sub.has_message)
+        active.stop()
+        active.sub.close()  # gone without acknowledging what it holds
+        assert wait_for(lambda: len(got) >= 20)
+        standby.stop()
+        assert [b for b, _, _ in got] == [str(i) for i in range(20)], [b for b, _, _ in got]
+        assert {m for b, _, m in got if int(b) >= 10} == {standby.sub.member}
+        taken_over = [info.delivery_count for b, info, _ in got if int(b) >= 10]
+        assert max(taken_over) == 2  # what the active held comes flagged
+
+    def test_stateless_a_hung_member_s_claims_are_processed_by_another(
+        self, world: GroupWorld
+    ) -> None:
+        topic, group = self._names()
+        got: list[Any] = []
+        hung = Taker(self._subscribe(world, topic, "stateless", group, ack_timeout=1.0), got)
+        hung.hold.set()  # alive, heartbeating, never done with what it holds
+        other = Taker(self._subscribe(world, topic, "stateless", group, ack_timeout=1.0), got)
+        publisher = Publisher(topic, context=world.publisher)
+        for i in range(20):
+            publisher.publish(str(i))
+        assert wait_for(lambda: len(got) >= 20)
+        assert sorted(int(b) for b, _, _ in got) == list(range(20))
+        assert {m for _, _, m in got} == {other.sub.member}
+        assert any(info.delivery_count == 2 and info.redelivered for _, info, _ in got)
+        hung.stop()
+        other.stop()
+
+    def test_members_join_mid_stream_and_each_message_is_processed_once(
+        self, world: GroupWorld
+    ) -> None:
+        topic, group = self._names()
+        got: list[Any] = []
+        takers = [Taker(self._subscribe(world, topic, "stateless", group), got)]
+        publisher = Publisher(topic, context=world.publisher)
+        for i in range(10):
+            publisher.publish(str(i))
+        takers += [Taker(self._subscribe(world, topic, "stateless", group), got) for _ in range(2)]
+        for i in range(10, 40):
+            publisher.publish(str(i))
+        assert wait_for(lambda: _settled(takers, 40))
+        for taker in takers:
+            taker.stop()
+        assert sorted(int(b) for b, _, _ in got) == list(range(40))
+        assert all(info.delivery_count == 1 for _, info, _ in got)
+
+
+def _joined(taker: Taker) -> bool:
+    consumer = taker.sub._consumer
+    return consumer is not None and consumer.receiver.joined
+
+
+def _settled(takers: list[Taker], count: int) -> bool:
+    """``count`` messages acknowledged and nothing held: no further delivery can come."""
+    receivers = [t.sub._consumer.receiver for t in takers if t.sub._consumer is not None]
+    return sum(r.counts["acked"] for r in receivers) >= count and not any(
+        r.holding for r in receivers
+    )

@@ -79,7 +79,7 @@ from ._transport.intraprocess import (
     IntraprocessSender,
     intraprocess_pair,
 )
-from ._types import Email, Gid, Headers, MessageInfo, RequestId, ServiceInfo, ServiceRequest
+from ._types import Ack, Email, Gid, Headers, MessageInfo, RequestId, ServiceInfo, ServiceRequest
 from ._waitable import GuardCondition
 from ._waitset import (
     WaitResult,
@@ -99,6 +99,7 @@ __version__ = "0.1.0"
 from . import floctrl, stem, ymp
 
 __all__ = [
+    "Ack",
     "floctrl",
     "stem",
     "ymp",

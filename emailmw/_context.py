@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
@@ -20,10 +21,13 @@ from ._exceptions import (
     ConfigError,
     ContextAlreadyInitializedError,
     ContextNotInitializedError,
+    EmailMWError,
     SendError,
 )
 from ._graph import GRAPH_TOPIC, Announcer
 from ._handlers import (
+    AckHandler,
+    AckSink,
     MessageSink,
     RequestSink,
     ResponseSink,
@@ -32,10 +36,12 @@ from ._handlers import (
 )
 from ._log import configure_from_env, get_logger
 from ._polling import PollingManager
+from ._protocol import ack_email
 from ._routing import Outlet, Router, own_hub
 from ._security import SecureSender, Security
 from ._transport.base import EmailReceiver, EmailSender
 from ._transport.factory import make_transport
+from ._types import Email
 
 __all__ = ["Context", "get_default_context", "init", "ok", "open_transport", "shutdown"]
 
@@ -98,7 +104,11 @@ class Context:
         self._announcer: Announcer | None = None  # created by announcer(), on first use
         self._subscription_handler = SubscriptionHandler()
         self._service_handler = ServiceHandler(self.options.reply_domains)
-        self._polling = PollingManager(receiver, security=self._security)
+        self._ack_handler = AckHandler()
+        self._polling = PollingManager(
+            receiver, security=self._security, acknowledge=self.acknowledge
+        )
+        self._polling.register_handler(self._ack_handler)
         self._polling.register_handler(self._subscription_handler)
         self._polling.register_handler(self._service_handler)
         self._router = Router(
@@ -242,6 +252,29 @@ class Context:
 
     def unregister_client(self, gid: int, sink: ResponseSink) -> None:
         self._service_handler.unregister_client(gid, sink)
+
+    def register_publisher(self, gid: int, sink: AckSink) -> None:
+        """Hand ``sink`` the acknowledgements of the messages of publisher ``gid``."""
+        self._ack_handler.register(gid, sink)
+
+    def unregister_publisher(self, gid: int, sink: AckSink) -> None:
+        self._ack_handler.unregister(gid, sink)
+
+    def acknowledge(self, email: Email, delivery_count: int, *, member: str | None = None) -> None:
+        """Send the acknowledgement of published ``email`` (which asked for one) to its
+        publisher: this context (and group ``member``) is done with it."""
+        subscriber = self.address + (f" member {member}" if member else "")
+        ack = ack_email(
+            email,
+            subscriber=subscriber,
+            delivery_count=delivery_count,
+            from_=self.options.recipients.from_,
+            timestamp_ns=time.time_ns(),
+        )
+        try:
+            self._sender.send(ack, guarantee="memory")
+        except EmailMWError as exc:
+            _log.warning("acknowledging %s to %s failed: %s", email.message_id, ack.to, exc)
 
     def announcer(self) -> Announcer:
         """The context's graph announcer: one per context, created on first use (by the

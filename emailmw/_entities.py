@@ -13,6 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from types import TracebackType
 from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
@@ -27,9 +28,15 @@ from ._groups import GroupConsumer, GroupSettings, check_group
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import publish_email, request_email, response_email
-from ._types import Email, Gid, MessageInfo, RequestId, ServiceInfo, ServiceRequest
+from ._routing import Pending
+from ._types import Ack, Email, Gid, MessageInfo, RequestId, ServiceInfo, ServiceRequest
 from ._waitable import Waitable, wait_until
-from ._wire import HEADER_REQUEST_SEQUENCE_NUMBER, new_message_id, validate_name
+from ._wire import (
+    HEADER_ACK_REQUEST,
+    HEADER_REQUEST_SEQUENCE_NUMBER,
+    new_message_id,
+    validate_name,
+)
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -114,6 +121,14 @@ class Publisher(_Entity):
         self._guarantee = ctx.check_guarantee(guarantee)
         #: messages the server refused after publish() returned (memory and spool)
         self.failures = 0
+        self._ack_lock = threading.Lock()
+        self._acks: dict[int, list[Ack]] = {}
+        self._ack_futures: Pending[int, Ack] = Pending()
+        ctx.register_publisher(self.gid.value, self)
+
+    def _unregister(self) -> None:
+        self._context.unregister_publisher(self.gid.value, self)
+        self._ack_futures.fail_all(repr(self))
 
     @property
     def topic(self) -> str:
@@ -122,8 +137,16 @@ class Publisher(_Entity):
     def __repr__(self) -> str:
         return f"<Publisher {self._topic!r} gid={self.gid}>"
 
-    def publish(self, message: str, headers: Mapping[str, str] | None = None) -> None:
+    def publish(
+        self, message: str, headers: Mapping[str, str] | None = None, *, ack: bool = False
+    ) -> Future[Ack] | None:
         """Send ``message``; extra ``headers`` go into the email as they are.
+
+        ``ack=True`` asks every receiver for an acknowledgement once it is done with the
+        message (a subscription: taken, or its callback returned; a group: processed by
+        its one member) and returns a future that completes with the first
+        :class:`~emailmw.Ack`; :meth:`acks` lists all that came (one per receiving
+        context in topic mode). Acknowledgements come to this context's own address.
 
         Raises :class:`~emailmw.ClosedError`, :class:`~emailmw.InvalidHeaderError`,
         :class:`~emailmw.MessageTooLargeError`, or a transport error from the sender (with
@@ -135,19 +158,44 @@ class Publisher(_Entity):
             raise ClosedError(f"{self!r} is closed")
         if not isinstance(message, str):
             raise TypeError(f"message must be a str, got {type(message).__name__}")
+        sequence_number = next(self._seq)
+        future = None
+        if ack:
+            headers = {**(headers or {}), HEADER_ACK_REQUEST: "yes"}
+            with self._ack_lock:
+                self._acks[sequence_number] = []
+            future = self._ack_futures.add(sequence_number)
+            self._context.start_receiving()
         self._send(
             publish_email(
                 self._topic,
                 message,
                 recipients=self._recipients,
                 gid=self.gid,
-                sequence_number=next(self._seq),
+                sequence_number=sequence_number,
                 timestamp_ns=time.time_ns(),
                 headers=headers,
             ),
             guarantee=self._guarantee,
             on_failure=self._failed,
         )
+        return future
+
+    def acks(self, sequence_number: int) -> list[Ack]:
+        """Every acknowledgement received so far of message ``sequence_number`` (one
+        published with ``ack=True``)."""
+        with self._ack_lock:
+            return list(self._acks.get(sequence_number, ()))
+
+    def _push_ack(self, ack: Ack) -> None:
+        with self._ack_lock:
+            found = self._acks.get(ack.sequence_number)
+            if found is None:
+                return  # not one this publisher asked about
+            found.append(ack)
+        future = self._ack_futures.get(ack.sequence_number)
+        if future is not None and not future.done():
+            future.set_result(ack)
 
     def _failed(self, email: Email, error: SendError) -> None:
         self.failures += 1

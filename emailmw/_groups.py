@@ -518,7 +518,12 @@ class GroupConsumer:
                 sink._push_message(email.body, route.info, ticket.hold())
 
         self._polling = PollingManager(
-            self.receiver, name=f"emailmw-group-{group}", security=context.security
+            self.receiver,
+            name=f"emailmw-group-{group}",
+            security=context.security,
+            acknowledge=lambda email, count: context.acknowledge(
+                email, count, member=self.receiver.member
+            ),
         )
         self._polling.register_handler(handler)
         self._polling.start()

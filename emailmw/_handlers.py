@@ -15,6 +15,7 @@ from typing import Generic, Protocol, TypeVar
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import (
+    AckRoute,
     PublishRoute,
     RequestRoute,
     ResponseRoute,
@@ -22,9 +23,9 @@ from ._protocol import (
     outside_domains,
     reply_addresses,
 )
-from ._types import Email, MessageInfo, ServiceInfo
+from ._types import Ack, Email, MessageInfo, ServiceInfo
 
-__all__ = ["ServiceHandler", "SubscriptionHandler", "Table"]
+__all__ = ["AckHandler", "ServiceHandler", "SubscriptionHandler", "Table"]
 
 _log = get_logger("handlers")
 
@@ -35,6 +36,10 @@ class MessageSink(Protocol):
 
 class RequestSink(Protocol):
     def _push_request(self, email: Email, info: ServiceInfo, ticket: Ticket) -> None: ...
+
+
+class AckSink(Protocol):
+    def _push_ack(self, ack: Ack) -> None: ...
 
 
 class ResponseSink(Protocol):
@@ -148,3 +153,22 @@ class ServiceHandler:
                 return
             for client in clients:
                 client._push_response(email, route.info, ticket.hold())
+
+
+class AckHandler:
+    """Hands each acknowledgement to the publisher whose GID it names (an acknowledgement
+    for a publisher not here is ignored)."""
+
+    def __init__(self) -> None:
+        self._publishers: Table[int, AckSink] = Table()
+
+    def register(self, gid: int, publisher: AckSink) -> None:
+        self._publishers.add(gid, publisher)
+
+    def unregister(self, gid: int, publisher: AckSink) -> None:
+        self._publishers.remove(gid, publisher)
+
+    def __call__(self, email: Email, route: Route, ticket: Ticket = NO_TICKET) -> None:
+        if isinstance(route, AckRoute):
+            for publisher in self._publishers.get(route.info.publisher_gid.value):
+                publisher._push_ack(route.info)

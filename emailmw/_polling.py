@@ -34,7 +34,7 @@ from typing import Final
 
 from ._exceptions import ClosedError
 from ._log import get_logger
-from ._protocol import Route, Unroutable, classify
+from ._protocol import PublishRoute, Route, Unroutable, classify
 from ._security import Security
 from ._transport.base import EmailReceiver, IncomingEmail
 from ._types import Email
@@ -62,12 +62,16 @@ class Ticket:
     (:meth:`release`); when the last holder lets go the email is acknowledged to its
     receiver. Thread-safe."""
 
-    __slots__ = ("_holders", "_incoming", "_leave")
+    __slots__ = ("_done", "_held", "_holders", "_incoming", "_leave")
 
-    def __init__(self, incoming: IncomingEmail | None) -> None:
+    def __init__(
+        self, incoming: IncomingEmail | None, on_done: Callable[[], None] | None = None
+    ) -> None:
         self._incoming = incoming
         self._holders = 1  # the dispatch itself, until every handler has had the email
         self._leave = False
+        self._held = False
+        self._done = on_done  # once an entity that held it is done (an acknowledgement)
 
     def leave_alone(self) -> None:
         """A handler could not use the email (an addressing error): once released, it is
@@ -77,12 +81,18 @@ class Ticket:
     def hold(self) -> Ticket:
         with _TICKET_LOCK:
             self._holders += 1
+            self._held = True
         return self
 
     def release(self) -> None:
         with _TICKET_LOCK:
             self._holders -= 1
             done = self._holders == 0
+        if done and self._held and not self._leave and self._done is not None:
+            try:
+                self._done()
+            except Exception:  # noqa: BLE001 - the email is settled all the same
+                _log.exception("acknowledging to the publisher failed")
         if done and self._incoming is not None:
             if self._leave:
                 self._incoming.leave()
@@ -111,6 +121,8 @@ class _NoTicket(Ticket):
 NO_TICKET: Final[Ticket] = _NoTicket()
 
 Handler = Callable[[Email, Route, Ticket], None]
+#: sends the acknowledgement of a published email (and its delivery count)
+Acknowledge = Callable[[Email, int], None]
 
 
 class ReceiveHealth:
@@ -167,9 +179,11 @@ class PollingManager:
         name: str = "emailmw-polling",
         receive_timeout: float | None = None,
         security: Security | None = None,
+        acknowledge: Acknowledge | None = None,
     ) -> None:
         self._receiver = receiver
         self._security = security
+        self._acknowledge = acknowledge
         self._name = name
         self._receive_timeout = receive_timeout
         self._handlers: tuple[Handler, ...] = ()
@@ -318,7 +332,7 @@ class PollingManager:
             _log.info("dropped email %s: a copy was handed out already", email.message_id)
             incoming.ack()
             return
-        ticket = Ticket(incoming)
+        ticket = Ticket(incoming, self._on_done(email, route, incoming.delivery_count))
         for handler in self._handlers:
             try:
                 handler(email, route, ticket)
@@ -330,6 +344,16 @@ class PollingManager:
                     email.subject[:80],
                 )
         ticket.release()
+
+    def _on_done(self, email: Email, route: Route, count: int) -> Callable[[], None] | None:
+        """What settling ``email`` must also do: acknowledge it to its publisher when it
+        asked (``Ack-Request``)."""
+        acknowledge = self._acknowledge
+        if acknowledge is None or not isinstance(route, PublishRoute):
+            return None
+        if email.headers.item("ack-request") is None:
+            return None
+        return lambda: acknowledge(email, count)
 
     def _seen_before(self, message_id: str | None) -> bool:
         if message_id is None:

@@ -25,9 +25,13 @@ from typing import Final
 
 from ._addressing import Envelope, read_envelope
 from ._exceptions import InvalidHeaderError
-from ._types import Email, Gid, Headers, MessageInfo, RoutedInfo, ServiceInfo, gid_value
+from ._types import Ack, Email, Gid, Headers, MessageInfo, RoutedInfo, ServiceInfo, gid_value
 from ._wire import (
+    HEADER_ACK_PUBLISHER_GID,
+    HEADER_ACK_SEQUENCE_NUMBER,
+    HEADER_ACK_SUBSCRIBER,
     HEADER_CLIENT_GID,
+    HEADER_DELIVERY_COUNT,
     HEADER_MESSAGE_TYPE,
     HEADER_PUBLISHER_GID,
     HEADER_PUBLISHER_SEQUENCE_NUMBER,
@@ -39,6 +43,7 @@ from ._wire import (
 )
 
 __all__ = [
+    "AckRoute",
     "PublishRoute",
     "Recipients",
     "RequestRoute",
@@ -46,6 +51,7 @@ __all__ = [
     "Route",
     "RoutedRoute",
     "Unroutable",
+    "ack_email",
     "address_domain",
     "classify",
     "outside_domains",
@@ -108,6 +114,14 @@ class RoutedRoute:
 
 
 @dataclass(frozen=True, slots=True)
+class AckRoute:
+    """An acknowledgement of a published message, for the publisher whose GID it names
+    (``info`` is an :class:`~emailmw.Ack`)."""
+
+    info: Ack
+
+
+@dataclass(frozen=True, slots=True)
 class Unroutable:
     """Not an emailmw email (``malformed`` False) or one with broken metadata (True)."""
 
@@ -115,7 +129,7 @@ class Unroutable:
     malformed: bool = False
 
 
-Route = PublishRoute | RequestRoute | ResponseRoute | RoutedRoute | Unroutable
+Route = PublishRoute | RequestRoute | ResponseRoute | RoutedRoute | AckRoute | Unroutable
 
 
 # Headers that say who sent an email, when, and along which path: the sending side and the
@@ -311,6 +325,8 @@ def classify(
     if isinstance(metadata, Unroutable):
         if not metadata.malformed and email.headers.item("route-to") is not None:
             return _routed(email, received_timestamp, redelivered)
+        if not metadata.malformed and email.headers.item("ack-publisher-gid") is not None:
+            return _ack(email, received_timestamp)
         return metadata
     if not email.subject:
         return Unroutable("empty Subject (no topic or service name)", malformed=True)
@@ -351,6 +367,42 @@ def _routed(email: Email, received_timestamp: int, redelivered: bool) -> Route:
     if source is None:
         return Unroutable(f"routed message without {HEADER_SOURCE_TIMESTAMP}", malformed=True)
     return RoutedRoute(envelope, RoutedInfo(source, received_timestamp, redelivered))
+
+
+def _ack(email: Email, received_timestamp: int) -> Route:
+    """An acknowledgement's route, or why its headers are broken."""
+    item = email.headers.item
+    try:
+        gid = _gid(item("ack-publisher-gid") or ("", ""), HEADER_ACK_PUBLISHER_GID)
+        seq = _uint(item("ack-sequence-number"), HEADER_ACK_SEQUENCE_NUMBER)
+        count = _uint(item("delivery-count"), HEADER_DELIVERY_COUNT)
+        source = _uint(item(_SOURCE_TIMESTAMP), HEADER_SOURCE_TIMESTAMP)
+    except ValueError as exc:
+        return Unroutable(str(exc), malformed=True)
+    subscriber = email.headers.get(HEADER_ACK_SUBSCRIBER, "").strip()
+    if seq is None or source is None or not subscriber:
+        return Unroutable("acknowledgement without its sequence number, time or subscriber",
+                          malformed=True)  # fmt: skip
+    return AckRoute(Ack(subscriber[:200], Gid(gid), seq, count or 1, source, received_timestamp))
+
+
+def ack_email(
+    message: Email, *, subscriber: str, delivery_count: int, from_: str, timestamp_ns: int
+) -> Email:
+    """The acknowledgement of published ``message`` (it asked with ``Ack-Request``): a
+    reply to its Reply-To, else its From."""
+    return make_reply(
+        message,
+        "",
+        from_=from_,
+        headers=(
+            (HEADER_SOURCE_TIMESTAMP, str(timestamp_ns)),
+            (HEADER_ACK_PUBLISHER_GID, message.headers[HEADER_PUBLISHER_GID]),
+            (HEADER_ACK_SEQUENCE_NUMBER, message.headers[HEADER_PUBLISHER_SEQUENCE_NUMBER]),
+            (HEADER_ACK_SUBSCRIBER, subscriber),
+            (HEADER_DELIVERY_COUNT, str(delivery_count)),
+        ),
+    )
 
 
 def routed_email(

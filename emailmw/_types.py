@@ -291,6 +291,22 @@ class RoutedInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Ack:
+    """An acknowledgement of a published message (``publish(..., ack=True)``): the
+    receiving ``subscriber`` (its account, and its group member name) was done with
+    message ``sequence_number`` of publisher ``publisher_gid``; ``delivery_count`` as in
+    :class:`MessageInfo`. Timestamps in ns; ``identity`` as in :class:`MessageInfo`."""
+
+    subscriber: str
+    publisher_gid: Gid
+    sequence_number: int
+    delivery_count: int
+    source_timestamp: int
+    received_timestamp: int
+    identity: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RequestId:
     """Identifies one request: the client that sent it and its sequence number."""
 

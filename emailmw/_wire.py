@@ -52,7 +52,12 @@ from ._types import Email, Headers
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "HEADER_ACK_PUBLISHER_GID",
+    "HEADER_ACK_REQUEST",
+    "HEADER_ACK_SEQUENCE_NUMBER",
+    "HEADER_ACK_SUBSCRIBER",
     "HEADER_CLIENT_GID",
+    "HEADER_DELIVERY_COUNT",
     "HEADER_PUBLISHER_GID",
     "HEADER_PUBLISHER_SEQUENCE_NUMBER",
     "HEADER_REQUEST_SEQUENCE_NUMBER",
@@ -83,6 +88,14 @@ HEADER_REQUEST_SEQUENCE_NUMBER: Final = "Request-Sequence-Number"
 HEADER_PUBLISHER_SEQUENCE_NUMBER: Final = "Publisher-Sequence-Number"
 # New in emailmw: the ROS type of a typed message (``std_msgs/msg/String``).
 HEADER_MESSAGE_TYPE: Final = "Message-Type"
+#: on a published message: the publisher asks for an acknowledgement
+HEADER_ACK_REQUEST: Final = "Ack-Request"
+#: on an acknowledgement: whose message it acknowledges, who acknowledges, how often it was
+#: handed out
+HEADER_ACK_PUBLISHER_GID: Final = "Ack-Publisher-GID"
+HEADER_ACK_SEQUENCE_NUMBER: Final = "Ack-Sequence-Number"
+HEADER_ACK_SUBSCRIBER: Final = "Ack-Subscriber"
+HEADER_DELIVERY_COUNT: Final = "Delivery-Count"
 
 # Headers with a field of their own in Email, or produced by the MIME layer here.
 _FIELD_HEADERS: Final = frozenset(

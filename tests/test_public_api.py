@@ -8,6 +8,7 @@ import emailmw
 
 # Changing this list is changing the public API: say so in the commit.
 PUBLIC = [
+    "Ack",
     "AuthenticationError",
     "Client",
     "ClosedError",

@@ -81,8 +81,42 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
     return condition()
 
 
-class DeliveryModeConformance:
-    """Topic, stateful and stateless delivery on one transport (see the module)."""
+class _Acknowledgements:
+    """``publish(..., ack=True)``, part of :class:`DeliveryModeConformance`."""
+
+    def test_acks_complete_once_the_message_was_processed(self, world: GroupWorld) -> None:
+        topic, group = uuid.uuid4().hex[:8], "a" + uuid.uuid4().hex[:8]
+        topic = f"/modes/ack{topic}"
+        members = [world.member() for _ in range(2)]
+        world.made.extend(members)
+        subs = [Subscription(topic, context=m, mode="stateless", group=group,
+                             group_settings=FAST) for m in members]  # fmt: skip
+        plain = [Subscription(f"{topic}/all", context=m) for m in members]
+        publisher = Publisher(topic, context=world.publisher)
+        future = publisher.publish("job", ack=True)
+        assert future is not None
+        assert wait_for(lambda: any(s.has_message() for s in subs))
+        assert not future.done()  # handed out, not processed yet
+        holder = next(s for s in subs if s.has_message())
+        assert holder.get_message() == "job"
+        ack = future.result(30)
+        assert ack.sequence_number == 0
+        assert ack.delivery_count == 1
+        assert ack.subscriber.endswith(f"member {holder.member}")
+        # topic mode: one acknowledgement per receiving context
+        every = Publisher(f"{topic}/all", context=world.publisher)
+        done = every.publish("all", ack=True)
+        assert done is not None
+        for sub in plain:
+            assert wait_for(sub.has_message)
+            assert sub.get_message() == "all"
+        assert wait_for(lambda: len(every.acks(0)) == 2)
+        assert done.result(0).publisher_gid == every.gid
+
+
+class DeliveryModeConformance(_Acknowledgements):
+    """Topic, stateful and stateless delivery on one transport, and acknowledgements (see
+    the module)."""
 
     @pytest.fixture
     def group_world(self) -> Any:

@@ -35,7 +35,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -89,8 +89,8 @@ class GroupSettings:
     expiry: float = 1.0
     ack_timeout: float = 30.0
     poll: float = 0.05
-    prefetch: int = 10
-    steal_after: float = 1.0
+    prefetch: int = 5
+    steal_after: float = 0.25
     reorder: float = 0.25
 
 
@@ -175,10 +175,12 @@ def plan(
         mine = [u for u in uids if owner(u, alive) == me]
         if mine:
             take[member] = mine
-    claim = [
-        uid for uid, waited in waiting if owner(uid, alive) == me or waited >= settings.steal_after
-    ]
-    return Plan(claim[:room], take)
+    # its own share first, in order; then, with room left, others' messages that waited
+    # too long, newest first (their owners claim from the oldest: fewer collisions)
+    mine = [uid for uid, _ in waiting if owner(uid, alive) == me]
+    stolen = [uid for uid, waited in reversed(waiting)
+              if owner(uid, alive) != me and waited >= settings.steal_after]  # fmt: skip
+    return Plan((mine + stolen)[:room], take)
 
 
 class GroupStore(abc.ABC):
@@ -207,8 +209,12 @@ class GroupStore(abc.ABC):
         """The Subject and Source-Timestamp (0 when absent or broken) of inbox ``uids``."""
 
     @abc.abstractmethod
-    def claim(self, uids: Sequence[int], member: str) -> None:
-        """Move ``uids`` from the inbox into ``member``'s claims (those still there)."""
+    def claim(self, uids: Sequence[int], member: str, *, reclaim: Collection[int] = ()) -> set[int]:
+        """Move ``uids`` from the inbox into ``member``'s claims (those still there and won
+        by this member: of several members claiming one message, exactly one gets it).
+        Returns those found won by another member and still in the inbox; ``reclaim``:
+        such messages to claim all the same (their winner died before moving them),
+        delivery count + 1."""
 
     @abc.abstractmethod
     def claimed(self, member: str) -> list[int]:
@@ -247,11 +253,15 @@ class GroupReceiver(EmailReceiver):
         parse: ParseRaw,
         settings: GroupSettings | None = None,
         quarantine: str | None = None,
+        settle_store: GroupStore | None = None,
     ) -> None:
         check_group(mode, group)
         if mode == "topic":
             raise ConfigError("a group receiver serves the stateful and stateless modes")
         self._store = store
+        # settling runs on the application's threads, on a connection of its own (or on
+        # the round's, taking turns)
+        self._settle_store = settle_store or store
         self._mode = mode
         self.group = group
         self._topic = topic
@@ -261,15 +271,33 @@ class GroupReceiver(EmailReceiver):
         self.member = _new_member()
         self._liveness = Liveness(self.settings.expiry)
         self._lock = threading.Lock()  # the settlement queue
-        self._store_lock = threading.RLock()  # the store's connection
+        self._store_lock = threading.RLock()  # the round's connection
+        self._settle_lock = self._store_lock if settle_store is None else threading.RLock()
+        self._settle_due = threading.Event()
+        self._settle_thread: threading.Thread | None = None
+        if settle_store is not None:
+            self._settle_thread = threading.Thread(
+                target=self._settle_loop, name=f"emailmw-group-{group}-settle", daemon=True
+            )
+            self._settle_thread.start()
         self._wake = threading.Event()
         self._closed = False
         self._settlements: deque[tuple[str, int, str]] = deque()
-        self._handed: dict[tuple[str, int], float] = {}  # (member, uid) -> when handed out
+        # (member, uid) -> when handed out; kept after settling (in _settled) until the
+        # round's own connection no longer lists it: another session's move may reach this
+        # session's view late, and a message must not be handed out twice
+        self._handed: dict[tuple[str, int], float] = {}
+        self._settled: set[tuple[str, int]] = set()
         self._seen_uid = 0
         # inbox UID of this topic -> (first seen, Source-Timestamp)
         self._waiting: dict[int, tuple[float, int]] = {}
+        # inbox UID -> when first found won by another member (still in the inbox)
+        self._won_elsewhere: dict[int, float] = {}
         self._last_beat = 0.0
+        self._last_members = -1e9
+        self._records: list[MemberRecord] = []
+        self._dead: list[str] = []
+        self._alive: list[str] = []
         self._joined = False
         self._healthy = True
         #: what this member did: processed (acknowledged), taken over, claimed, rejoined
@@ -286,28 +314,49 @@ class GroupReceiver(EmailReceiver):
     @property
     def holding(self) -> int:
         """Messages handed out and not settled yet."""
-        return len(self._handed) + len(self._settlements)
+        with self._lock:
+            return len(self._handed.keys() - self._settled) + len(self._settlements)
 
     # ---------------------------------------------------------------- settling
 
     def _settler(self, member: str, uid: int) -> Settle:
         def settle(outcome: str) -> None:
-            """Done with at once, on the caller's thread: once it returns, the message is
-            in the done folder (on a store error, at the next round)."""
+            """With a settling connection of its own, the message moves within
+            milliseconds, on the settling thread (the settlements of that moment in one
+            MOVE); else at once, on the caller's thread. On a store error, it is tried
+            again."""
             with self._lock:
                 self._settlements.append((member, uid, outcome))
+            if self._settle_thread is not None:
+                self._settle_due.set()
+                return
             try:
-                with self._store_lock:
+                with self._settle_lock:
                     if not self._closed:
                         self._apply_settlements()
             except Exception as exc:  # noqa: BLE001 - retried at the next round
                 _log.debug("group %s: settling failed (%s); retrying", self.group, exc)
-                self._wake.set()
+            self._wake.set()  # room for another claim: the next round now
 
         return settle
 
+    def _settle_loop(self) -> None:
+        while True:
+            self._settle_due.wait()
+            self._settle_due.clear()
+            if self._closed:
+                return
+            try:
+                with self._settle_lock:
+                    self._apply_settlements()
+            except Exception as exc:  # noqa: BLE001 - the thread retries
+                _log.debug("group %s: settling failed (%s); retrying", self.group, exc)
+                time.sleep(0.1)
+                self._settle_due.set()
+            self._wake.set()  # room for another claim: the next round now
+
     def _apply_settlements(self) -> None:
-        """Move what was settled on (call with ``_store_lock`` held)."""
+        """Move what was settled on (call with ``_settle_lock`` held)."""
         with self._lock:
             items = list(self._settlements)
             self._settlements.clear()
@@ -317,34 +366,22 @@ class GroupReceiver(EmailReceiver):
             by.setdefault((member, folder), []).append(uid)
         for (member, folder), uids in by.items():
             try:
-                self._store.settle(member, uids, folder)
+                self._settle_store.settle(member, uids, folder)
             except BaseException:
                 with self._lock:  # not moved: tried again
                     self._settlements.extend((member, u, "quarantine" if folder else "ack")
                                              for u in uids)  # fmt: skip
                 raise
-            for uid in uids:
-                self._handed.pop((member, uid), None)
-            self.counts["acked"] += len(uids)
+            with self._lock:
+                self._settled.update((member, uid) for uid in uids)
+                self.counts["acked"] += len(uids)
 
     # ---------------------------------------------------------------- one round
 
-    def _round(self, now: float) -> list[IncomingEmail]:
+    def _membership(self, now: float, healthy: bool) -> None:
+        """Read the members, join or heartbeat, and decide who is alive and dead (once per
+        heartbeat interval)."""
         store = self._store
-        self._apply_settlements()
-        oldest = min(self._handed.values(), default=now)
-        healthy = now - oldest < self.settings.ack_timeout
-        if not healthy and self._healthy:
-            _log.warning(
-                "group %s: member %s has held a message %.1f s (ack-timeout %.1f s): it "
-                "stops heartbeating, the others take its claims",
-                self.group, self.member, now - oldest, self.settings.ack_timeout,
-            )  # fmt: skip
-        if healthy and not self._healthy:
-            self.member = _new_member()  # back, under a new name at the end of the order
-            self._joined = False
-            self.counts["rejoined"] += 1
-        self._healthy = healthy
         records = store.members()
         if healthy and not any(r.member == self.member for r in records):
             if self._joined:  # removed as dead while alive: join again, at the back
@@ -358,8 +395,41 @@ class GroupReceiver(EmailReceiver):
             store.beat(self.member)
             self._last_beat = now
         self._liveness.update(records, now)
-        alive = self._liveness.alive(records, now)
-        dead = [r.member for r in records if r.member not in alive and r.member != self.member]
+        self._alive = self._liveness.alive(records, now)
+        self._dead = [
+            r.member for r in records if r.member not in self._alive and r.member != self.member
+        ]
+        self._last_members = now
+
+    def _round(self, now: float) -> list[IncomingEmail]:
+        store = self._store
+        if self._settlements:  # what failed to settle on the application's thread
+            with self._settle_lock:
+                self._apply_settlements()
+        with self._lock:
+            unsettled = [t for k, t in self._handed.items() if k not in self._settled]
+            oldest = min(unsettled, default=now)
+        healthy = now - oldest < self.settings.ack_timeout
+        if not healthy and self._healthy:
+            _log.warning(
+                "group %s: member %s has held a message %.1f s (ack-timeout %.1f s): it "
+                "stops heartbeating, the others take its claims",
+                self.group, self.member, now - oldest, self.settings.ack_timeout,
+            )  # fmt: skip
+        if healthy and not self._healthy:
+            self.member = _new_member()  # back, under a new name at the end of the order
+            self._joined = False
+            self.counts["rejoined"] += 1
+        self._healthy = healthy
+        refresh = now - self._last_members >= self.settings.heartbeat or not self._joined
+        if refresh:
+            self._membership(now, healthy)
+        alive, dead = self._alive, self._dead if refresh else []
+        with self._lock:
+            held = len(self._handed.keys() - self._settled)
+        standby = self._mode == "stateful" and (not alive or alive[0] != self.member)
+        if not dead and (held >= self.settings.prefetch or standby or not healthy):
+            return []  # nothing to claim or take this round: no IMAP command at all
         dead_claims = {member: store.claimed(member) for member in dead}
         inbox = store.inbox()
         new = [uid for uid in inbox if uid > self._seen_uid]
@@ -370,8 +440,7 @@ class GroupReceiver(EmailReceiver):
                     self._waiting[uid] = (now, stamp)
         present = set(inbox)
         self._waiting = {u: t for u, t in self._waiting.items() if u in present}
-        mine_before = store.claimed(self.member)
-        held = len(mine_before)
+        self._won_elsewhere = {u: t for u, t in self._won_elsewhere.items() if u in present}
         work = plan(
             self._mode,
             self.member,
@@ -389,18 +458,29 @@ class GroupReceiver(EmailReceiver):
                 self.group, self.member, len(uids), member, self.settings.expiry,
             )  # fmt: skip
         if work.claim:
-            store.claim(work.claim, self.member)
+            # a message won by another member and still in the inbox after twice the
+            # expiry: its winner died before moving it, it may be claimed again
+            stale = self.settings.expiry * 2
+            orphans = {u for u in work.claim if now - self._won_elsewhere.get(u, now) >= stale}
+            for uid in store.claim(work.claim, self.member, reclaim=orphans):
+                self._won_elsewhere.setdefault(uid, now)
         for member in dead:  # a dead member whose claims are all taken is forgotten
             if not store.claimed(member):
                 store.remove_member(member)
         mine = store.claimed(self.member)
         self.counts["claimed"] += max(0, len(mine) - held)
-        fresh = [uid for uid in mine if (self.member, uid) not in self._handed]
+        with self._lock:
+            listed = {(self.member, uid) for uid in mine}
+            for key in [k for k in self._handed if k not in listed and k in self._settled]:
+                del self._handed[key]  # settled and gone from this connection's view too
+                self._settled.discard(key)
+            fresh = [uid for uid in mine if (self.member, uid) not in self._handed]
         if not fresh:
             return []
         out = []
         for uid, (raw, count) in sorted(store.fetch(self.member, fresh).items()):
-            self._handed[(self.member, uid)] = now
+            with self._lock:
+                self._handed[(self.member, uid)] = now
             email = self._parse(raw, uid)
             settle = self._settler(self.member, uid)
             if email is None:  # not an email emailmw can read: settled at once
@@ -447,13 +527,16 @@ class GroupReceiver(EmailReceiver):
         if self._closed:
             return
         self._wake.set()
-        with self._store_lock:
+        with self._store_lock, self._settle_lock:
             self._closed = True
+            self._settle_due.set()  # the settling thread ends
             try:
                 self._apply_settlements()
             except Exception as exc:  # noqa: BLE001 - closing: logged
                 _log.warning("group %s: settling at close failed: %s", self.group, exc)
             self._store.close()
+            if self._settle_store is not self._store:
+                self._settle_store.close()
 
 
 def _stamp(email: Email) -> int:
@@ -503,6 +586,7 @@ class GroupConsumer:
         store = context.receiver.group_store(group)
         self.receiver = GroupReceiver(
             store,
+            settle_store=context.receiver.group_store(group),
             mode=mode,
             group=group,
             topic=topic,

@@ -66,7 +66,9 @@ def test_stateful_plans(
         ("a", ["a", "b"], {}, [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)], 0, Plan([2, 4])),
         ("b", ["a", "b"], {}, [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)], 0, Plan([1, 3])),
         # a message its owner left waiting past steal_after is anyone's
-        ("a", ["a", "b"], {}, [(1, 1.5), (2, 0.0)], 0, Plan([1, 2])),
+        ("a", ["a", "b"], {}, [(1, 1.5), (2, 0.0)], 0, Plan([2, 1])),
+        # its own share first, then others' that waited too long, newest first
+        ("a", ["a", "b"], {}, [(1, 2.0), (3, 1.5), (4, 0.0), (5, 0.1)], 0, Plan([4, 3, 1])),
         # prefetch bounds what a member holds
         ("a", ["a"], {}, [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)], 2, Plan([1])),
         # a dead member's claims are shared out by the same rule

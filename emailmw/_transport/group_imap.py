@@ -4,8 +4,11 @@ connection of the group's account, whichever transport the context uses.
 Folders of group ``g``: ``emailmw-g-members`` (one record per member: Subject = its name,
 liveness = the record's MODSEQ, changed by toggling the ``$Alive`` keyword),
 ``emailmw-g-claims-MEMBER`` (what that member holds), ``emailmw-g-done`` (processed).
-Claims and settlements are ``UID MOVE`` (RFC 6851, atomic); the delivery count is the
-keyword ``DeliveryN`` a taker sets (N >= 2). Backend errors become
+A claim is won by a conditional STORE (RFC 7162 ``UNCHANGEDSINCE``: of several sessions,
+exactly one changes a message) and then moved (``UID MOVE``, RFC 6851) by its winner
+alone: Dovecot's MOVE is a copy and an expunge, and two sessions moving one message at
+once can both copy it. The delivery count is the keyword ``DeliveryN`` a taker sets
+(N >= 2). Backend errors become
 :class:`~emailmw.ReceiveError` (and its kin) here; the connection is opened again on the
 next call after a failure.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import email.header
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 import imapclient
@@ -31,6 +34,7 @@ __all__ = ["ImapGroupStore"]
 T = TypeVar("T")
 _DELIVERY: Final = re.compile(rb"^Delivery(\d{1,3})$")
 _ALIVE: Final = "$Alive"
+_CLAIMED: Final = "$Claimed"
 
 
 def _count(flags: Sequence[bytes]) -> int:
@@ -109,7 +113,12 @@ class ImapGroupStore(GroupStore):
         return f"{self._prefix}claims-{member}"
 
     def _all(self, client: imapclient.IMAPClient, folder: str) -> list[int]:
-        self._select(client, folder)
+        """The UIDs in ``folder`` now: a folder selected already is brought up to date
+        first (NOOP), as a search does not report what other sessions moved away."""
+        if self._selected == folder:
+            client.noop()
+        else:
+            self._select(client, folder)
         return sorted(int(u) for u in client.search(["ALL"]))
 
     # ---------------------------------------------------------------- membership
@@ -196,13 +205,81 @@ class ImapGroupStore(GroupStore):
 
         return self._run("reading subjects", work)
 
-    def claim(self, uids: Sequence[int], member: str) -> None:
-        def work(client: imapclient.IMAPClient) -> None:
-            self._select(client, self._options.folder)
-            self._ensure(client, self._claims(member))
-            client.move(list(uids), self._claims(member))
+    def _move(self, client: imapclient.IMAPClient, uids: Sequence[int], target: str) -> None:
+        """``UID MOVE`` those of ``uids`` still in the selected folder. Dovecot refuses a
+        whole MOVE (``NO [EXPUNGEISSUED]``) when another session moved one of them first:
+        then this session catches up (NOOP) and moves what is left."""
+        self._ensure(client, target)
+        client.noop()  # a MOVE ignores UIDs this session has not been told of yet
+        wanted = list(uids)
+        for _ in range(5):
+            if not wanted:
+                return
+            try:
+                client.move(wanted, target)
+                return
+            except imapclient.exceptions.IMAPClientError as exc:
+                if "EXPUNGEISSUED" not in str(exc):
+                    raise
+            client.noop()
+            present = {int(u) for u in client.search(["UID", uid_set(wanted)])}
+            wanted = [u for u in wanted if u in present]
+        raise imapclient.exceptions.IMAPClientError("MOVE kept failing: messages moving away")
 
-        self._run("claiming", work)
+    def _win(
+        self,
+        client: imapclient.IMAPClient,
+        uids: Sequence[int],
+        reclaim: Collection[int],
+        bump: bool,
+    ) -> tuple[list[int], set[int]]:
+        """Of ``uids`` in the selected folder, those this session wins by a conditional
+        STORE (RFC 7162 ``UNCHANGEDSINCE``): it sets ``$Claimed`` on a message nobody
+        claimed (or ``DeliveryN+1`` on one somebody claimed and left, if in ``reclaim``;
+        ``bump``: ``DeliveryN+1`` always), unless the message changed since this session
+        read it. Of several sessions trying, exactly one changes each message. Also
+        returns the messages found claimed by another and not reclaimed."""
+        found = _uid_fetch(client, uid_set(list(uids)), "(UID MODSEQ FLAGS)")
+        batches: dict[str, list[tuple[int, int]]] = {}
+        others: set[int] = set()
+        for uid, item in found.items():
+            if uid not in uids:
+                continue
+            flags = item.get(b"FLAGS", ())
+            claimed = _CLAIMED.encode() in flags
+            if claimed and not bump and uid not in reclaim:
+                others.add(uid)
+                continue
+            flag = f"Delivery{_count(flags) + 1}" if claimed or bump else _CLAIMED
+            batches.setdefault(flag, []).append((uid, int(item.get(b"MODSEQ", (0,))[0])))
+        won: list[int] = []
+        for flag, items in batches.items():
+            since = max(modseq for _, modseq in items)
+            client._imap.untagged_responses.pop("MODIFIED", None)
+            typ, data = client._imap.uid(
+                "STORE",
+                uid_set(sorted(uid for uid, _ in items)),
+                f"(UNCHANGEDSINCE {since}) +FLAGS.SILENT ({flag})",
+            )
+            if typ != "OK":
+                raise imapclient.exceptions.IMAPClientError(f"conditional STORE: {data!r}")
+            # the messages that changed since: [MODIFIED uid-set] (the FETCH responses may
+            # also report other sessions' changes, so they do not say who won)
+            lost: set[int] = set()
+            for code in client._imap.untagged_responses.pop("MODIFIED", []):
+                lost |= _uids(code.decode("ascii", "replace"))
+            won += sorted(uid for uid, _ in items if uid not in lost)
+        return won, others
+
+    def claim(self, uids: Sequence[int], member: str, *, reclaim: Collection[int] = ()) -> set[int]:
+        def work(client: imapclient.IMAPClient) -> set[int]:
+            self._select(client, self._options.folder)
+            won, others = self._win(client, uids, reclaim, bump=False)
+            if won:
+                self._move(client, won, self._claims(member))
+            return others
+
+        return self._run("claiming", work)
 
     def claimed(self, member: str) -> list[int]:
         return self._run("reading claims", lambda c: self._all(c, self._claims(member)))
@@ -210,12 +287,9 @@ class ImapGroupStore(GroupStore):
     def take(self, uids: Sequence[int], dead: str, member: str) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._claims(dead))
-            flags = client.get_flags(list(uids))
-            for uid, found in flags.items():
-                count = _count(found)
-                client.add_flags([uid], [f"Delivery{count + 1}"], silent=True)
-            self._ensure(client, self._claims(member))
-            client.move(list(uids), self._claims(member))
+            won, _ = self._win(client, uids, (), bump=True)
+            if won:
+                self._move(client, won, self._claims(member))
 
         self._run("taking a dead member's claims", work)
 
@@ -236,13 +310,22 @@ class ImapGroupStore(GroupStore):
 
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._claims(member))
-            self._ensure(client, target)
-            client.move(list(uids), target)
+            self._move(client, uids, target)
 
         self._run("settling", work)
 
     def close(self) -> None:
         self._drop()
+
+
+def _uids(text: str) -> set[int]:
+    """The UIDs of an IMAP sequence set such as ``1:3,7``."""
+    found: set[int] = set()
+    for part in text.strip().split(","):
+        low, _, high = part.partition(":")
+        if low.isdigit() and (not high or high.isdigit()):
+            found.update(range(int(low), int(high or low) + 1))
+    return found
 
 
 def _decode(text: str) -> str:

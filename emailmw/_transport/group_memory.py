@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from .._groups import GroupStore, MemberRecord
@@ -103,8 +103,9 @@ class MemoryGroupStore(GroupStore):
             inbox = self._box.folders.get("INBOX", {})
             return {uid: (inbox[uid].subject, inbox[uid].stamp) for uid in uids if uid in inbox}
 
-    def claim(self, uids: Sequence[int], member: str) -> None:
+    def claim(self, uids: Sequence[int], member: str, *, reclaim: Collection[int] = ()) -> set[int]:
         self._box.move("INBOX", uids, self._claims(member))
+        return set()  # (a claim here is won and moved in one step: none is left half-way)
 
     def claimed(self, member: str) -> list[int]:
         with self._box.lock:

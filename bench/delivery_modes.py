@@ -66,7 +66,7 @@ def member(config: str, mode: str, hold: bool, work: float, start: str | None) -
             taken = sub._take()
             if taken is None:
                 continue
-            body, info, ticket = taken
+            _body, info, ticket = taken
             if work:
                 time.sleep(work)
             line = {"seq": info.sequence_number, "count": info.delivery_count,

@@ -149,3 +149,39 @@ def test_killing_every_stateless_member_and_restarting_loses_nothing(
     seen = Counter(line["seq"] for line in lines)
     for seq in [s for s, n in seen.items() if n > 1]:
         assert any(line["delivery_count"] >= 2 for line in lines if line["seq"] == seq)
+
+
+def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
+    mailserver: MailServer,
+) -> None:
+    """Three connections claim the same 120 messages at the same moment: each message ends
+    in exactly one member's claims (Dovecot's MOVE alone copies a message twice when two
+    sessions move it at once; the conditional STORE before it decides)."""
+    import threading
+
+    from emailmw._config import load_options
+    from emailmw._transport.group_imap import ImapGroupStore
+
+    options = load_options({"email": mailserver.config(mailserver.fresh_account())})
+    seed = ImapGroupStore(options, "race")
+    seed._run("seeding", lambda c: [c.append("INBOX", f"Subject: m{i}\r\n\r\nx".encode())
+                                    for i in range(120)])  # fmt: skip
+    uids = seed.inbox()
+    stores = [ImapGroupStore(options, "race") for _ in range(3)]
+    start = threading.Barrier(3)
+
+    def claim(k: int) -> None:
+        start.wait()
+        for i in range(0, len(uids), 4):
+            stores[k].claim(uids[i : i + 4], f"m{k}")
+
+    threads = [threading.Thread(target=claim, args=(k,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    claimed = [stores[k].claimed(f"m{k}") for k in range(3)]
+    assert sum(len(c) for c in claimed) == 120
+    assert seed.inbox() == []
+    for store in (seed, *stores):
+        store.close()

@@ -46,6 +46,7 @@ from ._executor import (
     spin_until_future_complete,
 )
 from ._gateway import Gateway, load_gateway
+from ._groups import GroupSettings
 from ._interfaces import (
     ServiceType,
     deserialize,
@@ -106,6 +107,7 @@ __all__ = [
     "Client",
     "Executor",
     "Gateway",
+    "GroupSettings",
     "Keystore",
     "Future",
     "MultiThreadedExecutor",

@@ -30,6 +30,7 @@ PUBLIC = [
     "Future",
     "Gateway",
     "Gid",
+    "GroupSettings",
     "GuardCondition",
     "GuardConditionAlreadyInUseError",
     "Headers",

@@ -386,8 +386,16 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         streams=streams,
         windowed=options.windowed,
     )
+    import pyarrow.compute as pc
+
+    from .groups import write_group_stats
+
+    groups = write_group_stats(out, {a.label: a.path for a in archives if a.kind == "maildir"})
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()
+    summary["group_members"] = groups.num_rows
+    summary["group_processed"] = pc.sum(groups["processed"]).as_py() or 0
+    summary["group_redelivered"] = pc.sum(groups["redelivered"]).as_py() or 0
     if request.topic_glob and not any(summary[k] for k in ("publish", "request", "response")):
         _no_topic(request)  # a merge: only Spark's tables could tell
     stopper = None
@@ -408,7 +416,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
 
             mark = time.monotonic()
             drawn = early.images() if early is not None else {}
-            report = write_report(overview, summary, out, **drawn)
+            report = write_report(overview, summary, out, groups=groups.to_pylist(), **drawn)
             phases["report"] = time.monotonic() - mark
             _say(f"report: {report}")
     finally:

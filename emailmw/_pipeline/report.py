@@ -259,10 +259,12 @@ def write_report(
     *,
     topic_images: list[tuple[str, str]] | None = None,
     loss_image: tuple[str, str] | None = None,
+    groups: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``out/report.html`` and ``out/plots/*.png``. ``topic_images`` and
     ``loss_image``: what :func:`topic_plots` and :func:`loss_plot` returned for these same
-    rows, drawn earlier into ``out/plots`` (each is drawn here when not given)."""
+    rows, drawn earlier into ``out/plots`` (each is drawn here when not given). ``groups``:
+    the ``group_stats`` rows, a section when there are any."""
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     stats = overview.topic_stats
@@ -333,6 +335,9 @@ def write_report(
         ),
         ("Rejected mail", _table(rejects, ["status", "reason", "emails"])),
     ]
+    if groups:  # delivery-mode groups (docs/delivery-modes.md): who processed what
+        table = _table(groups, ["group", "member", "processed", "redelivered"])
+        sections.insert(4, ("Delivery groups", table))
     body = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in sections)
     body += "".join(
         f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" '

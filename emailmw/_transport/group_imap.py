@@ -3,7 +3,8 @@ connection of the group's account, whichever transport the context uses.
 
 Folders of group ``g``: ``emailmw-g-members`` (one record per member: Subject = its name,
 liveness = the record's MODSEQ, changed by toggling the ``$Alive`` keyword),
-``emailmw-g-claims-MEMBER`` (what that member holds), ``emailmw-g-done`` (processed).
+``emailmw-g-claims-MEMBER`` (what that member holds), ``emailmw-g-done-MEMBER`` (what it
+processed: an archive says who processed what, ``emailmw analyze``'s ``group_stats``).
 A claim is won by a conditional STORE (RFC 7162 ``UNCHANGEDSINCE``: of several sessions,
 exactly one changes a message) and then moved (``UID MOVE``, RFC 6851) by its winner
 alone: Dovecot's MOVE is a copy and an expunge, and two sessions moving one message at
@@ -306,7 +307,7 @@ class ImapGroupStore(GroupStore):
         return self._run("fetching claims", work)
 
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
-        target = folder or f"{self._prefix}done"
+        target = folder or f"{self._prefix}done-{member}"
 
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._claims(member))

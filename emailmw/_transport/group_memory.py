@@ -120,4 +120,4 @@ class MemoryGroupStore(GroupStore):
             return {uid: (folder[uid].raw, folder[uid].count) for uid in uids if uid in folder}
 
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
-        self._box.move(self._claims(member), uids, folder or f"{self._prefix}done")
+        self._box.move(self._claims(member), uids, folder or f"{self._prefix}done-{member}")

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 import emailmw
+from emailmw._config import load_options
+from emailmw._transport.group_imap import ImapGroupStore
 from emailmw.testing import DeliveryModeConformance, GroupWorld
 from emailmw.testing.mailserver import MailServer
 from tests.email.helpers import Peer, write_config
@@ -70,9 +72,6 @@ def _all_lines(peers: list[Peer]) -> list[dict[str, Any]]:
 
 def _joined(config: Path, count: int) -> bool:
     """``count`` members have their record in group ``crew``'s members folder."""
-    from emailmw._config import load_options
-    from emailmw._transport.group_imap import ImapGroupStore
-
     store = ImapGroupStore(load_options(config), "crew")
     try:
         return len(store.members()) >= count
@@ -185,3 +184,49 @@ def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
     assert seed.inbox() == []
     for store in (seed, *stores):
         store.close()
+
+
+@pytest.mark.spark
+def test_the_archive_says_which_member_processed_what_and_what_was_redelivered(
+    mailserver: MailServer, group_setup: dict[str, Any], peers: list[Peer], tmp_path: Path
+) -> None:
+    """``emailmw analyze`` on the group account's Maildir: ``group_stats`` gives each
+    member's processed count, and the message the killed member held as redelivered."""
+    pytest.importorskip("pyspark")
+    from emailmw._pipeline.analyze import AnalyzeRequest, analyze
+
+    held = _member(group_setup["config"], "stateless", peers, "--take-every", "30")
+    assert _wait(lambda: _joined(group_setup["config"], 1))
+    publisher = emailmw.Publisher("/work", context=group_setup["publisher"])
+    publisher.publish("n: 0")  # the holder claims it and never takes it
+    assert _wait(lambda: _claims_held(group_setup["config"]) == 1)
+    other = _member(group_setup["config"], "stateless", peers)
+    held.kill()
+    for i in range(1, 12):
+        publisher.publish(f"n: {i}")
+    assert _wait(lambda: {line["seq"] for line in _lines(other)} == set(range(12)))
+    # the last acknowledgement is moved within milliseconds: wait until it is there
+    account = load_options(group_setup["config"]).recipients.from_
+    assert _wait(lambda: _done_count(mailserver, account) == 12)
+    summary = analyze(AnalyzeRequest([str(mailserver.maildir(account))], tmp_path / "out"))
+    assert summary["group_members"] == 1
+    assert summary["group_processed"] == 12
+    assert summary["group_redelivered"] == 1
+    assert "Delivery groups" in (tmp_path / "out" / "report.html").read_text()
+
+
+def _claims_held(config: Path) -> int:
+    store = ImapGroupStore(load_options(config), "crew")
+    try:
+        return sum(len(store.claimed(r.member)) for r in store.members())
+    finally:
+        store.close()
+
+
+def _done_count(server: MailServer, account: str) -> int:
+    root = server.maildir(account)
+    return sum(
+        len(list((folder / sub).iterdir()))
+        for folder in root.glob(".emailmw-crew-done-*")
+        for sub in ("new", "cur")
+    )

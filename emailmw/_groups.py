@@ -9,14 +9,16 @@ The protocol runs on the mail store itself, through a :class:`GroupStore` (IMAP:
   record's UID (everyone sees the same order), its liveness a token (IMAP: the record's
   MODSEQ) it changes every ``heartbeat`` seconds. A member whose token has not changed for
   ``expiry`` seconds, as an observer's own clock measures it, is dead to that observer;
-* **claiming**: a member claims a message by moving it (IMAP ``UID MOVE``, atomic) from the
-  inbox into its own claims folder: of several members trying, exactly one gets it. What is
-  in a member's claims folder is its own;
+* **claiming**: a member claims messages by moving them (IMAP ``UID MOVE``) from the inbox
+  into its own claims folder while it holds the group's claim lock (a folder it creates:
+  of several members creating it, exactly one succeeds; neither MOVE nor a conditional
+  STORE decides between Dovecot sessions). What is in a member's claims folder is its own;
 * **acknowledging**: once the application is done with it, the message moves on to the
   group's done folder; nothing is ever deleted;
-* **taking over**: a dead member's claims move into a live member's claims folder, with the
-  delivery count (a keyword) raised by one; the record and the empty folder of the dead
-  member are then removed;
+* **taking over**: a dead member's claims move into a live member's claims folder (under
+  the lock), with the delivery count (a keyword) raised by one; the record and the empty
+  folder of the dead member are then removed; a lock one taking held for an expiry is
+  broken by the first live member (its holder died holding it);
 * **hanging**: a member that holds an unacknowledged message longer than ``ack_timeout``
   stops heartbeating, so the others take its claims as from a dead member; once it is done
   it joins again under a new name, at the back of the order.
@@ -35,7 +37,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -89,7 +91,7 @@ class GroupSettings:
     expiry: float = 1.0
     ack_timeout: float = 30.0
     poll: float = 0.05
-    prefetch: int = 5
+    prefetch: int = 10
     steal_after: float = 0.25
     reorder: float = 0.25
 
@@ -175,6 +177,8 @@ def plan(
         mine = [u for u in uids if owner(u, alive) == me]
         if mine:
             take[member] = mine
+    if held and room < (settings.prefetch + 1) // 2:
+        return Plan([], take)  # claims go in batches: one claim lock for several messages
     # its own share first, in order; then, with room left, others' messages that waited
     # too long, newest first (their owners claim from the oldest: fewer collisions)
     mine = [uid for uid, _ in waiting if owner(uid, alive) == me]
@@ -209,12 +213,26 @@ class GroupStore(abc.ABC):
         """The Subject and Source-Timestamp (0 when absent or broken) of inbox ``uids``."""
 
     @abc.abstractmethod
-    def claim(self, uids: Sequence[int], member: str, *, reclaim: Collection[int] = ()) -> set[int]:
-        """Move ``uids`` from the inbox into ``member``'s claims (those still there and won
-        by this member: of several members claiming one message, exactly one gets it).
-        Returns those found won by another member and still in the inbox; ``reclaim``:
-        such messages to claim all the same (their winner died before moving them),
-        delivery count + 1."""
+    def try_lock(self, member: str) -> bool:
+        """Take the group's claim lock for ``member``: True for exactly one of several
+        members trying (until :meth:`unlock`)."""
+
+    @abc.abstractmethod
+    def unlock(self) -> None: ...
+
+    @abc.abstractmethod
+    def lock_id(self) -> int | None:
+        """Which taking of the claim lock holds it now (a new number each time it is
+        taken); None when it is free."""
+
+    @abc.abstractmethod
+    def break_lock(self) -> None:
+        """Release a lock its holder left (it died holding it)."""
+
+    @abc.abstractmethod
+    def claim(self, uids: Sequence[int], member: str) -> None:
+        """Move ``uids`` from the inbox into ``member``'s claims (those still there); call
+        with the claim lock held."""
 
     @abc.abstractmethod
     def claimed(self, member: str) -> list[int]:
@@ -222,7 +240,8 @@ class GroupStore(abc.ABC):
 
     @abc.abstractmethod
     def take(self, uids: Sequence[int], dead: str, member: str) -> None:
-        """Move ``uids`` from ``dead``'s claims into ``member``'s, delivery count + 1."""
+        """Move ``uids`` from ``dead``'s claims into ``member``'s, delivery count + 1;
+        call with the claim lock held."""
 
     @abc.abstractmethod
     def fetch(self, member: str, uids: Sequence[int]) -> dict[int, tuple[bytes, int]]:
@@ -291,8 +310,9 @@ class GroupReceiver(EmailReceiver):
         self._seen_uid = 0
         # inbox UID of this topic -> (first seen, Source-Timestamp)
         self._waiting: dict[int, tuple[float, int]] = {}
-        # inbox UID -> when first found won by another member (still in the inbox)
-        self._won_elsewhere: dict[int, float] = {}
+        # the claim lock as held by another: (its lock_id, when first seen)
+        self._lock_seen: tuple[int, float] | None = None
+        self._busy_since: float | None = None  # since when this member fails to take it
         self._last_beat = 0.0
         self._last_members = -1e9
         self._records: list[MemberRecord] = []
@@ -301,7 +321,9 @@ class GroupReceiver(EmailReceiver):
         self._joined = False
         self._healthy = True
         #: what this member did: processed (acknowledged), taken over, claimed, rejoined
-        self.counts: dict[str, int] = {"claimed": 0, "taken": 0, "acked": 0, "rejoined": 0}
+        self.counts: dict[str, int] = dict.fromkeys(
+            ("claimed", "taken", "acked", "rejoined", "locked", "lock_busy"), 0
+        )
 
     def __repr__(self) -> str:
         return f"<GroupReceiver {self._mode} {self.group}/{self.member}>"
@@ -440,7 +462,6 @@ class GroupReceiver(EmailReceiver):
                     self._waiting[uid] = (now, stamp)
         present = set(inbox)
         self._waiting = {u: t for u, t in self._waiting.items() if u in present}
-        self._won_elsewhere = {u: t for u, t in self._won_elsewhere.items() if u in present}
         work = plan(
             self._mode,
             self.member,
@@ -450,20 +471,8 @@ class GroupReceiver(EmailReceiver):
             held,
             self.settings,
         )
-        for member, uids in work.take.items():
-            store.take(uids, member, self.member)
-            self.counts["taken"] += len(uids)
-            _log.info(
-                "group %s: %s took %d claims of %s (not alive for %.1f s)",
-                self.group, self.member, len(uids), member, self.settings.expiry,
-            )  # fmt: skip
-        if work.claim:
-            # a message won by another member and still in the inbox after twice the
-            # expiry: its winner died before moving it, it may be claimed again
-            stale = self.settings.expiry * 2
-            orphans = {u for u in work.claim if now - self._won_elsewhere.get(u, now) >= stale}
-            for uid in store.claim(work.claim, self.member, reclaim=orphans):
-                self._won_elsewhere.setdefault(uid, now)
+        if (work.take or work.claim) and not self._claim_under_lock(work, now, alive):
+            return []
         for member in dead:  # a dead member whose claims are all taken is forgotten
             if not store.claimed(member):
                 store.remove_member(member)
@@ -492,6 +501,50 @@ class GroupReceiver(EmailReceiver):
         if self._mode == "stateful":  # a batch goes out in send order, the taken ones first
             out.sort(key=lambda item: (item.delivery_count == 1, _stamp(item.email)))
         return out
+
+    def _claim_under_lock(self, work: Plan, now: float, alive: Sequence[str]) -> bool:
+        """Carry ``work`` out holding the group's claim lock; False when another member
+        holds it (the first live member breaks a lock one taking held for an expiry)."""
+        store = self._store
+        if not store.try_lock(self.member):  # busy: the next round tries again
+            self.counts["lock_busy"] += 1
+            # one taking of the lock held for an expiry (a live holder keeps it for
+            # milliseconds): its holder died holding it; the first live member breaks it
+            self._busy_since = self._busy_since or now
+            if now - self._busy_since < self.settings.expiry / 2:
+                return False  # taken and given back all the time: nothing to look at yet
+            taking = store.lock_id()
+            if taking is None:
+                self._lock_seen = None
+                return False
+            if self._lock_seen is None or self._lock_seen[0] != taking:
+                self._lock_seen = (taking, now)
+            held = now - self._lock_seen[1]
+            if alive and alive[0] == self.member and held >= self.settings.expiry:
+                _log.warning(
+                    "group %s: one taking of the claim lock held %.1f s: its holder died "
+                    "holding it; breaking it",
+                    self.group, held,
+                )  # fmt: skip
+                store.break_lock()
+                self._lock_seen = None
+            return False
+        self._lock_seen = None
+        self._busy_since = None
+        self.counts["locked"] += 1
+        try:
+            for member, uids in work.take.items():
+                store.take(uids, member, self.member)
+                self.counts["taken"] += len(uids)
+                _log.info(
+                    "group %s: %s took %d claims of %s (not alive for %.1f s)",
+                    self.group, self.member, len(uids), member, self.settings.expiry,
+                )  # fmt: skip
+            if work.claim:
+                store.claim(work.claim, self.member)
+        finally:
+            store.unlock()
+        return True
 
     def _order(self, item: tuple[int, tuple[float, int]]) -> tuple[int, int]:
         """Stateful groups process in send order (Source-Timestamp), stateless in UID."""

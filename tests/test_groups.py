@@ -70,7 +70,9 @@ def test_stateful_plans(
         # its own share first, then others' that waited too long, newest first
         ("a", ["a", "b"], {}, [(1, 2.0), (3, 1.5), (4, 0.0), (5, 0.1)], 0, Plan([4, 3, 1])),
         # prefetch bounds what a member holds
-        ("a", ["a"], {}, [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)], 2, Plan([1])),
+        ("a", ["a"], {}, [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)], 1, Plan([1, 2])),
+        # holding some, too little room for a batch: it waits (one lock, several claims)
+        ("a", ["a"], {}, [(1, 0.0)], 2, Plan()),
         # a dead member's claims are shared out by the same rule
         ("a", ["a", "b"], {"c": [10, 11, 12]}, [], 0, Plan([], {"c": [10, 12]})),
         ("b", ["a", "b"], {"c": [10, 11, 12]}, [], 0, Plan([], {"c": [11]})),
@@ -110,3 +112,31 @@ def test_every_member_agrees_on_the_owner_of_each_message() -> None:
 def test_modes_and_group_names_are_checked(mode: str, group: str | None, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_group(mode, group)
+
+
+def test_a_lock_left_by_a_dead_member_is_broken_by_the_first_live_one() -> None:
+    """Rounds on a fake clock against the in-process store: a lock one taking has held for
+    an expiry (its holder died holding it) is broken by the first live member, and the
+    waiting message claimed."""
+    from emailmw._groups import GroupReceiver
+    from emailmw._transport.group_memory import MemoryGroupStore, MemoryMailbox
+    from emailmw._types import Email, Headers
+
+    box = MemoryMailbox()
+    store = MemoryGroupStore(box, "g")
+    store.join("ghost")
+    assert store.try_lock("ghost")  # and then it died
+    box.deliver(Email("/t", "job", "a@x", ("g@x",), headers=Headers({"Source-Timestamp": "1"})))
+    receiver = GroupReceiver(
+        store, mode="stateless", group="g", topic="/t",
+        parse=lambda raw, uid: Email("/t", "job", "a@x", ("g@x",)),
+        settings=GroupSettings(heartbeat=0.25, expiry=1.0),
+    )  # fmt: skip
+    got = []
+    for step in range(12):
+        got += receiver._round(100.0 + step * 0.25)
+        if got:
+            break
+    assert [incoming.email.body for incoming in got] == ["job"]
+    assert step * 0.25 <= 2.0  # seen held, then held an expiry more at most
+    assert store.lock_id() is None

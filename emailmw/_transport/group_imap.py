@@ -5,13 +5,16 @@ Folders of group ``g``: ``emailmw-g-members`` (one record per member: Subject = 
 liveness = the record's MODSEQ, changed by toggling the ``$Alive`` keyword),
 ``emailmw-g-claims-MEMBER`` (what that member holds), ``emailmw-g-done-MEMBER`` (what it
 processed: an archive says who processed what, ``emailmw analyze``'s ``group_stats``).
-A claim is won by a conditional STORE (RFC 7162 ``UNCHANGEDSINCE``: of several sessions,
-exactly one changes a message) and then moved (``UID MOVE``, RFC 6851) by its winner
-alone: Dovecot's MOVE is a copy and an expunge, and two sessions moving one message at
-once can both copy it. The delivery count is the keyword ``DeliveryN`` a taker sets
-(N >= 2). Backend errors become
-:class:`~emailmw.ReceiveError` (and its kin) here; the connection is opened again on the
-next call after a failure.
+Claims and takeovers are moves (``UID MOVE``, RFC 6851) made while holding the group's
+claim lock, the folder ``emailmw-g-lock``: creating a folder is atomic (of several sessions
+creating it, one succeeds; its UIDVALIDITY tells one taking of the lock from the next),
+while neither Dovecot's MOVE (a copy and an expunge: two sessions moving one message at
+once can both copy it) nor its conditional STORE (checked against each session's own view:
+two sessions racing can both pass) decides between
+sessions. The delivery count is the keyword ``DeliveryN`` a taker sets (N >= 2).
+
+Backend errors become :class:`~emailmw.ReceiveError` (and its kin) here; the connection is
+opened again on the next call after a failure.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import email.header
 import re
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 import imapclient
@@ -35,7 +38,6 @@ __all__ = ["ImapGroupStore"]
 T = TypeVar("T")
 _DELIVERY: Final = re.compile(rb"^Delivery(\d{1,3})$")
 _ALIVE: Final = "$Alive"
-_CLAIMED: Final = "$Claimed"
 
 
 def _count(flags: Sequence[bytes]) -> int:
@@ -53,6 +55,7 @@ class ImapGroupStore(GroupStore):
         self._server = options.user.imap.url
         self._ssl = ssl_context(options.tls, self._server)
         self._prefix = f"emailmw-{group}-"
+        self._lock_name = f"{self._prefix}lock"
         self._client: imapclient.IMAPClient | None = None
         self._selected: str | None = None
         self._folders: set[str] = set()
@@ -227,60 +230,45 @@ class ImapGroupStore(GroupStore):
             wanted = [u for u in wanted if u in present]
         raise imapclient.exceptions.IMAPClientError("MOVE kept failing: messages moving away")
 
-    def _win(
-        self,
-        client: imapclient.IMAPClient,
-        uids: Sequence[int],
-        reclaim: Collection[int],
-        bump: bool,
-    ) -> tuple[list[int], set[int]]:
-        """Of ``uids`` in the selected folder, those this session wins by a conditional
-        STORE (RFC 7162 ``UNCHANGEDSINCE``): it sets ``$Claimed`` on a message nobody
-        claimed (or ``DeliveryN+1`` on one somebody claimed and left, if in ``reclaim``;
-        ``bump``: ``DeliveryN+1`` always), unless the message changed since this session
-        read it. Of several sessions trying, exactly one changes each message. Also
-        returns the messages found claimed by another and not reclaimed."""
-        found = _uid_fetch(client, uid_set(list(uids)), "(UID MODSEQ FLAGS)")
-        batches: dict[str, list[tuple[int, int]]] = {}
-        others: set[int] = set()
-        for uid, item in found.items():
-            if uid not in uids:
-                continue
-            flags = item.get(b"FLAGS", ())
-            claimed = _CLAIMED.encode() in flags
-            if claimed and not bump and uid not in reclaim:
-                others.add(uid)
-                continue
-            flag = f"Delivery{_count(flags) + 1}" if claimed or bump else _CLAIMED
-            batches.setdefault(flag, []).append((uid, int(item.get(b"MODSEQ", (0,))[0])))
-        won: list[int] = []
-        for flag, items in batches.items():
-            since = max(modseq for _, modseq in items)
-            client._imap.untagged_responses.pop("MODIFIED", None)
-            typ, data = client._imap.uid(
-                "STORE",
-                uid_set(sorted(uid for uid, _ in items)),
-                f"(UNCHANGEDSINCE {since}) +FLAGS.SILENT ({flag})",
-            )
-            if typ != "OK":
-                raise imapclient.exceptions.IMAPClientError(f"conditional STORE: {data!r}")
-            # the messages that changed since: [MODIFIED uid-set] (the FETCH responses may
-            # also report other sessions' changes, so they do not say who won)
-            lost: set[int] = set()
-            for code in client._imap.untagged_responses.pop("MODIFIED", []):
-                lost |= _uids(code.decode("ascii", "replace"))
-            won += sorted(uid for uid, _ in items if uid not in lost)
-        return won, others
+    def try_lock(self, member: str) -> bool:
+        def work(client: imapclient.IMAPClient) -> bool:
+            try:
+                client.create_folder(self._lock_name)
+            except imapclient.exceptions.IMAPClientError as exc:
+                if "ALREADYEXISTS" in str(exc) or "exists" in str(exc).lower():
+                    return False
+                raise
+            return True
 
-    def claim(self, uids: Sequence[int], member: str, *, reclaim: Collection[int] = ()) -> set[int]:
-        def work(client: imapclient.IMAPClient) -> set[int]:
+        return self._run("taking the claim lock", work)
+
+    def unlock(self) -> None:
+        def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._options.folder)
-            won, others = self._win(client, uids, reclaim, bump=False)
-            if won:
-                self._move(client, won, self._claims(member))
-            return others
+            with contextlib.suppress(imapclient.exceptions.IMAPClientError):
+                client.delete_folder(self._lock_name)
 
-        return self._run("claiming", work)
+        self._run("releasing the claim lock", work)
+
+    def lock_id(self) -> int | None:
+        def work(client: imapclient.IMAPClient) -> int | None:
+            try:
+                status = client.folder_status(self._lock_name, [b"UIDVALIDITY"])
+            except imapclient.exceptions.IMAPClientError:
+                return None  # (gone: free)
+            return int(status[b"UIDVALIDITY"])
+
+        return self._run("reading the claim lock", work)
+
+    def break_lock(self) -> None:
+        self.unlock()
+
+    def claim(self, uids: Sequence[int], member: str) -> None:
+        def work(client: imapclient.IMAPClient) -> None:
+            self._select(client, self._options.folder)
+            self._move(client, uids, self._claims(member))
+
+        self._run("claiming", work)
 
     def claimed(self, member: str) -> list[int]:
         return self._run("reading claims", lambda c: self._all(c, self._claims(member)))
@@ -288,9 +276,10 @@ class ImapGroupStore(GroupStore):
     def take(self, uids: Sequence[int], dead: str, member: str) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._claims(dead))
-            won, _ = self._win(client, uids, (), bump=True)
-            if won:
-                self._move(client, won, self._claims(member))
+            client.noop()
+            for uid, flags in client.get_flags(list(uids)).items():
+                client.add_flags([uid], [f"Delivery{_count(flags) + 1}"], silent=True)
+            self._move(client, uids, self._claims(member))
 
         self._run("taking a dead member's claims", work)
 

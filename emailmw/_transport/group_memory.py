@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .._groups import GroupStore, MemberRecord
@@ -33,6 +33,7 @@ class MemoryMailbox:
     enabled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     folders: dict[str, dict[int, _Entry]] = field(default_factory=dict)
+    locks: dict[str, int] = field(default_factory=dict)
     _uids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def append(self, folder: str, entry: _Entry) -> int:
@@ -103,9 +104,26 @@ class MemoryGroupStore(GroupStore):
             inbox = self._box.folders.get("INBOX", {})
             return {uid: (inbox[uid].subject, inbox[uid].stamp) for uid in uids if uid in inbox}
 
-    def claim(self, uids: Sequence[int], member: str, *, reclaim: Collection[int] = ()) -> set[int]:
+    def try_lock(self, member: str) -> bool:
+        with self._box.lock:
+            if self._prefix in self._box.locks:
+                return False
+            self._box.locks[self._prefix] = next(self._box._uids)
+            return True
+
+    def unlock(self) -> None:
+        with self._box.lock:
+            self._box.locks.pop(self._prefix, None)
+
+    def lock_id(self) -> int | None:
+        with self._box.lock:
+            return self._box.locks.get(self._prefix)
+
+    def break_lock(self) -> None:
+        self.unlock()
+
+    def claim(self, uids: Sequence[int], member: str) -> None:
         self._box.move("INBOX", uids, self._claims(member))
-        return set()  # (a claim here is won and moved in one step: none is left half-way)
 
     def claimed(self, member: str) -> list[int]:
         with self._box.lock:

@@ -153,13 +153,11 @@ def test_killing_every_stateless_member_and_restarting_loses_nothing(
 def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
     mailserver: MailServer,
 ) -> None:
-    """Three connections claim the same 120 messages at the same moment: each message ends
-    in exactly one member's claims (Dovecot's MOVE alone copies a message twice when two
-    sessions move it at once; the conditional STORE before it decides)."""
+    """Three connections claim the same 120 messages at the same moment, each holding the
+    group's claim lock while it moves: each message ends in exactly one member's claims.
+    (Neither Dovecot's MOVE alone nor its conditional STORE decides between sessions: with
+    them, two sessions racing both got the same messages.)"""
     import threading
-
-    from emailmw._config import load_options
-    from emailmw._transport.group_imap import ImapGroupStore
 
     options = load_options({"email": mailserver.config(mailserver.fresh_account())})
     seed = ImapGroupStore(options, "race")
@@ -168,18 +166,31 @@ def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
     uids = seed.inbox()
     stores = [ImapGroupStore(options, "race") for _ in range(3)]
     start = threading.Barrier(3)
+    holders: list[int] = []
+    overlaps: list[int] = []
 
     def claim(k: int) -> None:
         start.wait()
-        for i in range(0, len(uids), 4):
-            stores[k].claim(uids[i : i + 4], f"m{k}")
+        batches = [uids[i : i + 4] for i in range(0, len(uids), 4)]
+        while batches:
+            if not stores[k].try_lock(f"m{k}"):
+                continue
+            holders.append(k)
+            if len(holders) > 1:
+                overlaps.append(k)
+            try:
+                stores[k].claim(batches.pop(0), f"m{k}")
+            finally:
+                holders.remove(k)
+                stores[k].unlock()
 
     threads = [threading.Thread(target=claim, args=(k,)) for k in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(60)
+        thread.join(120)
     claimed = [stores[k].claimed(f"m{k}") for k in range(3)]
+    assert overlaps == []  # never two holders of the lock at once
     assert sum(len(c) for c in claimed) == 120
     assert seed.inbox() == []
     for store in (seed, *stores):

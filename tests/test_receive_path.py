@@ -267,9 +267,9 @@ HEADER_TEXT = st.text(
 def test_no_bytes_stop_an_enforcing_receiver(
     enforcing_ctx: emailmw.Context, raw: bytes, signature: str, encryption: str, body: str
 ) -> None:
-    """Signature, encryption and routing headers of any text, on emailmw-shaped mail and
-    on any bytes, go through classification and the security decision; the next signed
-    email is delivered."""
+    """Signature, encryption, routing and acknowledgement headers of any text, on
+    emailmw-shaped mail and on any bytes, go through classification and the security
+    decision; the next signed email is delivered."""
     receiver = enforcing_ctx.receiver
     assert isinstance(receiver, IntraprocessReceiver)
     topic = f"/after/{uuid.uuid4().hex}"
@@ -283,11 +283,44 @@ def test_no_bytes_stop_an_enforcing_receiver(
         f"Message-ID: <{uuid.uuid4().hex}@x>\r\nRoute-To: {signature}\r\n"
         f"Route-From: {encryption}\r\nRoute-Hops: {body[:4]}\r\nRoute-Face: stem\r\n\r\n"
     ).encode()
+    acked = (
+        f"Subject: {topic}\r\nSource-Timestamp: {body[:20]}\r\nIn-Reply-To: <{signature}>\r\n"
+        f"Message-ID: <{uuid.uuid4().hex}@x>\r\nAck-Publisher-GID: {signature}\r\n"
+        f"Ack-Sequence-Number: {encryption}\r\nAck-Subscriber: {body}\r\n\r\n"
+    ).encode()
     with emailmw.Subscription(topic, context=enforcing_ctx) as sub:
         receiver.deliver_bytes(raw)
         receiver.deliver_bytes(shaped)
         receiver.deliver_bytes(routed)
+        receiver.deliver_bytes(acked)
         emailmw.Publisher(topic, context=enforcing_ctx).publish("still here")
         assert emailmw.wait_for_message(sub, 10) == "still here"
         assert sub.get_message() is None
     assert enforcing_ctx._polling.running
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seq=HEADER_TEXT, count=HEADER_TEXT, subscriber=HEADER_TEXT, stamp=HEADER_TEXT)
+def test_no_acknowledgement_stops_a_publisher_waiting_for_its_own(
+    seq: str, count: str, subscriber: str, stamp: str
+) -> None:
+    """Acknowledgements of any text for a publisher that waits for one reach the
+    acknowledgement handler (or are refused as malformed) without harm; the real one
+    completes the publisher's future."""
+    with emailmw.Context({"intraprocess": True}) as ctx:
+        receiver = ctx.receiver
+        assert isinstance(receiver, IntraprocessReceiver)
+        topic = f"/acked/{uuid.uuid4().hex}"
+        publisher = emailmw.Publisher(topic, context=ctx)
+        with emailmw.Subscription(topic, context=ctx) as sub:
+            for gid in (str(publisher.gid.value), seq):
+                receiver.deliver_bytes((
+                    f"Subject: {topic}\r\nSource-Timestamp: {stamp}\r\n"
+                    f"Message-ID: <{uuid.uuid4().hex}@x>\r\nAck-Publisher-GID: {gid}\r\n"
+                    f"Ack-Sequence-Number: {seq}\r\nAck-Subscriber: {subscriber}\r\n"
+                    f"Delivery-Count: {count}\r\n\r\n"
+                ).encode())  # fmt: skip
+            future = publisher.publish("real", ack=True)
+            assert future is not None
+            assert emailmw.wait_for_message(sub, 10) == "real"
+            assert future.result(10).sequence_number == 0

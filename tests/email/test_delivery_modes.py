@@ -235,9 +235,31 @@ def _claims_held(config: Path) -> int:
 
 
 def _done_count(server: MailServer, account: str) -> int:
+    """The emails in group ``crew``'s done folders of ``account`` (its Maildir files)."""
     root = server.maildir(account)
     return sum(
         len(list((folder / sub).iterdir()))
         for folder in root.glob(".emailmw-crew-done-*")
         for sub in ("new", "cur")
     )
+
+
+def test_no_email_stops_a_group_member(
+    mailserver: MailServer, group_setup: dict[str, Any], peers: list[Peer]
+) -> None:
+    """Mail of the group's topic that is malformed or not even parseable is claimed,
+    set aside (quarantined, else into the done folder: never deleted) and the member goes
+    on with the next message."""
+    from tests.email.helpers import inject
+
+    member = _member(group_setup["config"], "stateless", peers)
+    account = load_options(group_setup["config"]).recipients.from_
+    for raw in (
+        b"Subject: /work\r\nSource-Timestamp: 1\r\nPublisher-GID: not-a-gid\r\n\r\nx",
+        b'Subject: /work\r\nContent-Type: multipart/mixed; boundary="\xff"\r\n\r\n\xff\xfe',
+        b"Subject: /work\r\n" + bytes(range(256)) * 4,
+    ):
+        inject(mailserver, account, raw)
+    emailmw.Publisher("/work", context=group_setup["publisher"]).publish("n: 0")
+    assert _wait(lambda: [line["seq"] for line in _lines(member)] == [0])
+    assert _wait(lambda: _done_count(mailserver, account) == 4)  # all kept

@@ -146,9 +146,6 @@ class Router:
     def unregister(self, face: str, name: str, target: str, sink: RoutedSink) -> None:
         self._sinks.remove((face, name, target), sink)
 
-    def has_endpoint(self, face: str, name: str, target: str = "") -> bool:
-        return (face, name, target) in self._sinks
-
     def _decide(self, envelope: Envelope) -> Deliver | Forward | Drop:
         routes = self._routes
         sinks = self._sinks
@@ -197,10 +194,6 @@ class Router:
             email = email.with_message_id(message_id)
         hop.outlet.sender.send(email)
         return email
-
-    def send_to(self, address: str, email: Email) -> None:
-        """Send an already built routed email to mail address ``address`` from this hub."""
-        self.outlet.sender.send(email.replace(to=(address,), from_=self.outlet.from_))
 
     # ------------------------------------------------------------------ the handler
 

@@ -70,6 +70,14 @@ def _all_lines(peers: list[Peer]) -> list[dict[str, Any]]:
     return [line for peer in peers for line in _lines(peer)]
 
 
+def _assert_repeats_flagged(lines: list[dict[str, Any]]) -> None:
+    """A message processed more than once was so only because a killed member had printed
+    it without acknowledging it: a later copy carries a raised delivery count."""
+    seen = Counter(line["seq"] for line in lines)
+    for seq in [s for s, n in seen.items() if n > 1]:
+        assert any(line["delivery_count"] >= 2 for line in lines if line["seq"] == seq), seq
+
+
 def _joined(config: Path, count: int) -> bool:
     """``count`` members have their record in group ``crew``'s members folder."""
     store = ImapGroupStore(load_options(config), "crew")
@@ -119,12 +127,7 @@ def test_killing_one_of_three_stateless_members_holding_claims_loses_nothing(
     assert _wait(lambda: len(_lines(members[0])) >= 3)
     members[0].kill()  # it holds claims it has not taken yet
     assert _wait(lambda: {line["seq"] for line in _all_lines(peers)} == set(range(60)))
-    seen = Counter(line["seq"] for line in _all_lines(peers))
-    repeated = [seq for seq, n in seen.items() if n > 1]
-    # a repeat only of what the killed member printed but had not acknowledged, flagged
-    for seq in repeated:
-        copies = [line for line in _all_lines(peers) if line["seq"] == seq]
-        assert any(line["delivery_count"] >= 2 for line in copies)
+    _assert_repeats_flagged(_all_lines(peers))
     redelivered = [line for line in _all_lines(members[1:]) if line["delivery_count"] >= 2]
     assert redelivered  # the killed member's claims were processed by the others
 
@@ -144,10 +147,7 @@ def test_killing_every_stateless_member_and_restarting_loses_nothing(
         publisher.publish(f"n: {i}")
     [_member(group_setup["config"], "stateless", peers) for _ in range(3)]
     assert _wait(lambda: {line["seq"] for line in _all_lines(peers)} == set(range(80)), 90)
-    lines = _all_lines(peers)
-    seen = Counter(line["seq"] for line in lines)
-    for seq in [s for s, n in seen.items() if n > 1]:
-        assert any(line["delivery_count"] >= 2 for line in lines if line["seq"] == seq)
+    _assert_repeats_flagged(_all_lines(peers))
 
 
 def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(

@@ -1,0 +1,64 @@
+"""``emailmw analyze`` on a Spark standalone cluster on loopback (a master and a worker
+started from the pyspark package) gives the same tables as the local run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from emailmw.testing.archive import generate
+from emailmw.testing.sparkcluster import SparkCluster
+
+pytestmark = pytest.mark.spark
+
+TABLES = ("messages", "topic_stats", "service_calls", "publisher_health", "rejects", "group_stats")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    with SparkCluster(tmp_path_factory.mktemp("spark"), workers=1, cores=1) as running:
+        yield running
+
+
+def _analyze(source: Path, out: Path, master: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "emailmw", "analyze", str(source), "--out", str(out),
+         "--master", master, "--no-report"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _rows(out: Path, name: str) -> list[Any]:
+    table = pq.read_table(out / name)
+    columns = sorted(table.column_names)
+    rows = [tuple(repr(row[c]) for c in columns) for row in table.to_pylist()]
+    return [columns, sorted(rows)]
+
+
+@pytest.mark.parametrize("form", ["maildir", "mbox"])
+def test_a_cluster_run_gives_the_local_run_s_tables(
+    cluster: SparkCluster, tmp_path: Path, form: str
+) -> None:
+    archive = generate(subsecond=form == "maildir")
+    source = tmp_path / form
+    if form == "maildir":
+        archive.write_maildir(source)
+    else:
+        archive.write_mbox(source)
+    local_out, cluster_out = tmp_path / "local", tmp_path / "cluster"
+    local = _analyze(source, local_out, "local[2]")
+    remote = _analyze(source, cluster_out, cluster.url)
+    assert (
+        remote.replace(str(cluster_out), "OUT").split("\n")[:-2]
+        == local.replace(str(local_out), "OUT").split("\n")[:-2]
+    )  # the printed summary, but for the time line
+    for name in TABLES:
+        assert _rows(cluster_out, name) == _rows(local_out, name), name

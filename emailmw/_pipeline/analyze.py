@@ -174,6 +174,13 @@ def _preflight(master: str) -> None:
                 ) from exc
 
 
+def _when(ns: int | None) -> str:
+    """A time filter as the report states it (UTC); ``-`` for none."""
+    if ns is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _kept(tally: Any) -> int:
     return sum(n for key, n in tally.items() if key[0] == "kind")
 
@@ -416,7 +423,18 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
 
             mark = time.monotonic()
             drawn = early.images() if early is not None else {}
-            report = write_report(overview, summary, out, groups=groups.to_pylist(), **drawn)
+            run = {
+                "sources": ", ".join(request.sources),
+                "master": request.master,
+                "since": _when(request.since_ns),
+                "until": _when(request.until_ns),
+                "topics": request.topic_glob or "all",
+                "emailmw's own topics": "included" if request.include_internal else "left out",
+                "signatures checked against": request.keystore or "no keystore",
+            }
+            report = write_report(
+                overview, summary, out, groups=groups.to_pylist(), run=run, **drawn
+            )
             phases["report"] = time.monotonic() - mark
             _say(f"report: {report}")
     finally:

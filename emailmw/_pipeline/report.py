@@ -260,11 +260,13 @@ def write_report(
     topic_images: list[tuple[str, str]] | None = None,
     loss_image: tuple[str, str] | None = None,
     groups: list[dict[str, Any]] | None = None,
+    run: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``out/report.html`` and ``out/plots/*.png``. ``topic_images`` and
     ``loss_image``: what :func:`topic_plots` and :func:`loss_plot` returned for these same
     rows, drawn earlier into ``out/plots`` (each is drawn here when not given). ``groups``:
-    the ``group_stats`` rows, a section when there are any."""
+    the ``group_stats`` rows, a section when there are any. ``run``: what made the report
+    (sources, master, filters), shown first with the time range of the messages."""
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     stats = overview.topic_stats
@@ -283,7 +285,12 @@ def write_report(
     rejects = overview.rejects
 
     summary_rows = [{"figure": k.replace("_", " "), "value": v} for k, v in summary.items()]
+    span = [t for stat in stats for t in (stat.get("first"), stat.get("last")) if t is not None]
+    run_rows = [{"setting": k, "value": v} for k, v in (run or {}).items()]
+    if span:
+        run_rows.append({"setting": "messages delivered", "value": f"{min(span)} to {max(span)}"})
     sections = [
+        ("Run", _table(run_rows, ["setting", "value"])),
         ("Summary", _table(summary_rows, ["figure", "value"])),
         (
             "Topics",
@@ -337,7 +344,7 @@ def write_report(
     ]
     if groups:  # delivery-mode groups (docs/delivery-modes.md): who processed what
         table = _table(groups, ["group", "member", "processed", "redelivered"])
-        sections.insert(4, ("Delivery groups", table))
+        sections.insert(5, ("Delivery groups", table))
     body = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in sections)
     body += "".join(
         f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" '

@@ -230,6 +230,11 @@ def test_report_is_written(analyzed: tuple[Path, dict[str, Any]]) -> None:
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 4
     assert "/sensors/t0" in page
+    # it says what made it: the sources, the master, the filters, the time range
+    assert "<h2>Run</h2>" in page
+    assert f"<td>{out.parent / 'maildirs'}</td>" in page
+    assert "<td>local[*]</td>" in page
+    assert "<td>messages delivered</td>" in page
     for plot in ("rate", "latency_cdf", "round_trips", "loss"):
         assert (out / "plots" / f"{plot}.png").stat().st_size > 1000
 

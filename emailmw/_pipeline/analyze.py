@@ -311,11 +311,21 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             session["spark"] = build_session(
                 request.master, request.conf, expected_messages=expected
             )
+            if request.master.startswith("spark://"):
+                from .job import require_executors
+
+                require_executors(session["spark"], request.master)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
             session["error"] = exc
 
     spark_thread = threading.Thread(target=start_spark, name="spark-start", daemon=True)
     spark_thread.start()
+    if request.master.startswith("spark://"):
+        # a cluster is checked before the archives are read: a master that gives no
+        # executor is said within seconds, not after the landing
+        spark_thread.join()
+        if "error" in session:
+            raise session["error"]
 
     landing = out / "_landing"
     # a plain run's landing writes the messages and rejects tables itself; a merge leaves

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from .._exceptions import ConfigError
 from .jvm import driver_java_options
 from .landing import (
     INTERNAL_TOPIC_PREFIX,
@@ -140,6 +142,24 @@ def build_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def require_executors(session: SparkSession, master: str, timeout: float = 7.0) -> None:
+    """Raise :class:`~emailmw.ConfigError` (one line) unless the cluster gives this job an
+    executor within ``timeout`` seconds: a standalone master without a worker with free
+    cores would otherwise leave every job waiting for ever."""
+    tracker = session.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout
+    while len(tracker.getExecutorInfos()) < 2:  # the driver is one of them
+        if time.monotonic() > deadline:
+            session.stop()
+            raise ConfigError(
+                f"the Spark master at {master} gave this job no executor within "
+                f"{timeout:.0f} s: start a worker with free cores (or one that can reach "
+                "this machine), or use --master local[*]",
+                source="--master",
+            )
+        time.sleep(0.1)
 
 
 # The columns of ``messages`` as SQL expressions over the landed rows: a few py4j calls for

@@ -62,3 +62,30 @@ def test_a_cluster_run_gives_the_local_run_s_tables(
     )  # the printed summary, but for the time line
     for name in TABLES:
         assert _rows(cluster_out, name) == _rows(local_out, name), name
+
+
+def test_a_master_without_workers_is_one_line_within_seconds(tmp_path: Path) -> None:
+    """A standalone master that gives the job no executor (no worker) would leave every
+    job waiting for ever: it is said, in one line, before the archive is read."""
+    import time
+
+    archive = generate()
+    archive.write_maildir(tmp_path / "m")
+    with SparkCluster(tmp_path / "spark", workers=0) as empty:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "emailmw", "analyze", str(tmp_path / "m"),
+             "--out", str(tmp_path / "out"), "--master", empty.url],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        took = time.monotonic() - started
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("emailmw: error:")]
+    assert errors == [
+        f"emailmw: error: --master: the Spark master at {empty.url} gave this job no "
+        "executor within 7 s: start a worker with free cores (or one that can reach this "
+        "machine), or use --master local[*]"
+    ]
+    assert "Traceback" not in done.stderr
+    assert took < 15  # the JVM's start and the wait, not a minute of retries
+    assert not (tmp_path / "out" / "messages").exists()  # nothing was read

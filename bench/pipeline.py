@@ -18,12 +18,19 @@ Generates an N-message archive (cached under /tmp/emailmw-bench-archives), then 
 Targets (issue #4): 200k Maildir analyze_s <= 2.5x baseline_s; 2M mbox <= 2x with peak
 memory under 6 GiB. ``--repeat N`` runs baseline and analyze N times, alternating, and
 reports medians (every run is in the JSON's ``runs``; ``peak_rss_mb`` is the highest).
+``--cluster`` (issue #27) also starts a Spark standalone master with one, then two, 1-core
+workers on loopback (``emailmw.testing.sparkcluster``) and runs the same archive there:
+``cluster_analyze_s`` (one worker) and ``cluster_over_local``; ``driver_parse_cpu_s`` (the
+CPU seconds of the driver's Python processes, where the archive is parsed today),
+``driver_jvm_cpu_s``, ``executor_cpu_s`` (the processes the workers started);
+``speedup_2_executors`` (one worker's time over two workers').
 Prints a table, writes JSON, exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import email.utils
 import json
 import os
@@ -186,17 +193,41 @@ def baseline(path: Path) -> float:
     return time.monotonic() - start
 
 
-def run_analyze(path: Path, out: Path) -> tuple[float, float, str]:
+CPU: dict[str, float] = {}
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def run_analyze(
+    path: Path, out: Path, master: str | None = None, executors_under: list[int] | None = None
+) -> tuple[float, float, str]:
+    """One ``emailmw analyze`` run: its seconds, peak RSS (MB) and output. ``CPU`` gets the
+    CPU seconds of the driver's Python processes (the parsing, today), of its JVM, and of
+    the executors (the processes under the cluster's workers ``executors_under``)."""
     shutil.rmtree(out, ignore_errors=True)
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "emailmw", "analyze", str(path), "--out", str(out)],
+        [sys.executable, "-m", "emailmw", "analyze", str(path), "--out", str(out),
+         *(["--master", master] if master else [])],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
+    )  # fmt: skip
     peak = 0.0
     stop = threading.Event()
+    seen: dict[tuple[str, int], float] = {}  # (side, pid) -> CPU seconds, as last sampled
+
+    def sample(side: str, processes: list[psutil.Process]) -> None:
+        for process in processes:
+            try:
+                java = process.name().startswith("java")
+                kind = f"{side}_jvm" if java and side == "driver" else side
+                seen[(kind, process.pid)] = _cpu(process)
+            except psutil.Error:
+                pass
 
     def watch() -> None:
         nonlocal peak
@@ -205,8 +236,12 @@ def run_analyze(path: Path, out: Path) -> tuple[float, float, str]:
             try:
                 tree = [parent, *parent.children(recursive=True)]
                 peak = max(peak, sum(p.memory_info().rss for p in tree) / 2**20)
+                sample("driver", tree)
             except psutil.Error:
                 pass
+            for pid in executors_under or ():  # what the workers started for this job
+                with contextlib.suppress(psutil.Error):
+                    sample("executor", psutil.Process(pid).children(recursive=True))
             stop.wait(0.2)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -215,6 +250,9 @@ def run_analyze(path: Path, out: Path) -> tuple[float, float, str]:
     elapsed = time.monotonic() - start
     stop.set()
     watcher.join()
+    CPU.clear()
+    for (kind, _), seconds in seen.items():
+        CPU[kind] = CPU.get(kind, 0.0) + seconds
     if proc.returncode != 0:
         raise SystemExit(f"analyze failed ({proc.returncode})")
     times = [line for line in errors.splitlines() if line.startswith("[analyze] time:")]
@@ -226,6 +264,11 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--format", choices=["maildir", "mbox"], default="maildir")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also run on a standalone master with one and with two 1-core workers",
+    )
     parser.add_argument(
         "--repeat",
         type=int,
@@ -268,6 +311,8 @@ def main() -> int:
         "cds_archive": cds,
         "runs": runs,
     }
+    if args.cluster:
+        results.update(cluster_figures(archive, args.format, args.messages, analyze_s))
     target = 2.5 if args.format == "maildir" else 2.0
     print(output.strip())
     print(f"{'figure':<22}{'value':>14}")
@@ -284,10 +329,42 @@ def main() -> int:
             else ""
         )
     )
+    for key in ("cluster_analyze_s", "cluster_over_local", "driver_parse_cpu_s",
+                "driver_jvm_cpu_s", "executor_cpu_s", "speedup_2_executors"):  # fmt: skip
+        if key in results:
+            print(f"{key:<22}{results[key]:>14}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def cluster_figures(archive: Path, form: str, messages: int, local_s: float) -> dict[str, float]:
+    """The same archive on a standalone cluster on loopback: with one 1-core worker (time
+    and where the CPU went) and with two (the speed-up)."""
+    from emailmw.testing.sparkcluster import SparkCluster
+
+    out = CACHE / f"out-cluster-{form}-{messages}"
+    found: dict[str, float] = {}
+    for workers in (1, 2):
+        with SparkCluster(CACHE / f"spark-{workers}", workers=workers, cores=1,
+                          memory="2g") as cluster:  # fmt: skip
+            pids = [p.pid for p in cluster._processes[1:]]
+            took, _, _ = run_analyze(archive, out, cluster.url, executors_under=pids)
+        found[f"cluster_{workers}_s"] = took
+        if workers == 1:
+            found["driver_parse_cpu_s"] = CPU.get("driver", 0.0)
+            found["driver_jvm_cpu_s"] = CPU.get("driver_jvm", 0.0)
+            found["executor_cpu_s"] = CPU.get("executor", 0.0)
+        print(f"cluster with {workers} worker(s): {took:.2f} s", flush=True)
+    return {
+        "cluster_analyze_s": round(found["cluster_1_s"], 2),
+        "cluster_over_local": round(found["cluster_1_s"] / local_s, 3),
+        "driver_parse_cpu_s": round(found["driver_parse_cpu_s"], 2),
+        "driver_jvm_cpu_s": round(found["driver_jvm_cpu_s"], 2),
+        "executor_cpu_s": round(found["executor_cpu_s"], 2),
+        "speedup_2_executors": round(found["cluster_1_s"] / found["cluster_2_s"], 3),
+    }
 
 
 if __name__ == "__main__":

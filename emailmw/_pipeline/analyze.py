@@ -407,7 +407,11 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
 
     from .groups import write_group_stats
 
-    groups = write_group_stats(out, {a.label: a.path for a in archives if a.kind == "maildir"})
+    groups = write_group_stats(
+        out,
+        {a.label: a.path for a in archives if a.kind == "maildir"},
+        None if streams is None else streams["mailbox"],
+    )
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()
     summary["group_members"] = groups.num_rows

@@ -17,8 +17,8 @@ The protocol runs on the mail store itself, through a :class:`GroupStore` (IMAP:
   group's done folder; nothing is ever deleted;
 * **taking over**: a dead member's claims move into a live member's claims folder (under
   the lock), with the delivery count (a keyword) raised by one; the record and the empty
-  folder of the dead member are then removed; a lock one taking held for an expiry is
-  broken by the first live member (its holder died holding it);
+  folder of the dead member are then removed; a lock one taking held for three expiries
+  is broken by the first live member (its holder died holding it);
 * **hanging**: a member that holds an unacknowledged message longer than ``ack_timeout``
   stops heartbeating, so the others take its claims as from a dead member; once it is done
   it joins again under a new name, at the back of the order.
@@ -446,7 +446,9 @@ class GroupReceiver(EmailReceiver):
         refresh = now - self._last_members >= self.settings.heartbeat or not self._joined
         if refresh:
             self._membership(now, healthy)
-        alive, dead = self._alive, self._dead if refresh else []
+        # the dead stay dead (and their claims to take) until removed: a stateful
+        # standby that became active must take them before it claims from the inbox
+        alive, dead = self._alive, list(self._dead)
         with self._lock:
             held = len(self._handed.keys() - self._settled)
         standby = self._mode == "stateful" and (not alive or alive[0] != self.member)
@@ -476,6 +478,7 @@ class GroupReceiver(EmailReceiver):
         for member in dead:  # a dead member whose claims are all taken is forgotten
             if not store.claimed(member):
                 store.remove_member(member)
+                self._dead.remove(member)
         mine = store.claimed(self.member)
         self.counts["claimed"] += max(0, len(mine) - held)
         with self._lock:
@@ -504,12 +507,13 @@ class GroupReceiver(EmailReceiver):
 
     def _claim_under_lock(self, work: Plan, now: float, alive: Sequence[str]) -> bool:
         """Carry ``work`` out holding the group's claim lock; False when another member
-        holds it (the first live member breaks a lock one taking held for an expiry)."""
+        holds it (the first live member breaks a lock one taking held for three expiries)."""
         store = self._store
         if not store.try_lock(self.member):  # busy: the next round tries again
             self.counts["lock_busy"] += 1
-            # one taking of the lock held for an expiry (a live holder keeps it for
-            # milliseconds): its holder died holding it; the first live member breaks it
+            # one taking of the lock held for three expiries (a live holder keeps it for
+            # milliseconds, a slow server may stretch that to tenths of a second): its
+            # holder died holding it; the first live member breaks it
             self._busy_since = self._busy_since or now
             if now - self._busy_since < self.settings.expiry / 2:
                 return False  # taken and given back all the time: nothing to look at yet
@@ -520,7 +524,7 @@ class GroupReceiver(EmailReceiver):
             if self._lock_seen is None or self._lock_seen[0] != taking:
                 self._lock_seen = (taking, now)
             held = now - self._lock_seen[1]
-            if alive and alive[0] == self.member and held >= self.settings.expiry:
+            if alive and alive[0] == self.member and held >= 3 * self.settings.expiry:
                 _log.warning(
                     "group %s: one taking of the claim lock held %.1f s: its holder died "
                     "holding it; breaking it",

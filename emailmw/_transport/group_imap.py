@@ -91,6 +91,7 @@ class ImapGroupStore(GroupStore):
             return work(self._client)
 
     def _drop(self) -> None:
+        self._folders = set()  # (another member may have removed one meanwhile)
         client, self._client, self._selected = self._client, None, None
         if client is not None:
             with contextlib.suppress(Exception):
@@ -271,7 +272,14 @@ class ImapGroupStore(GroupStore):
         self._run("claiming", work)
 
     def claimed(self, member: str) -> list[int]:
-        return self._run("reading claims", lambda c: self._all(c, self._claims(member)))
+        folder = self._claims(member)
+
+        def work(client: imapclient.IMAPClient) -> list[int]:
+            if folder not in self._folders and not client.folder_exists(folder):
+                return []  # (a removed member's: not made again by looking)
+            return self._all(client, folder)
+
+        return self._run("reading claims", work)
 
     def take(self, uids: Sequence[int], dead: str, member: str) -> None:
         def work(client: imapclient.IMAPClient) -> None:

@@ -217,9 +217,14 @@ class DeliveryModeConformance(_Acknowledgements):
         got: list[Any] = []
         hung = Taker(self._subscribe(world, topic, "stateless", group, ack_timeout=1.0), got)
         hung.hold.set()  # alive, heartbeating, never done with what it holds
-        other = Taker(self._subscribe(world, topic, "stateless", group, ack_timeout=1.0), got)
         publisher = Publisher(topic, context=world.publisher)
-        for i in range(20):
+        for i in range(5):
+            publisher.publish(str(i))
+        consumer = hung.sub._consumer
+        assert consumer is not None
+        assert wait_for(lambda: consumer.receiver.holding > 0)  # it holds claims
+        other = Taker(self._subscribe(world, topic, "stateless", group, ack_timeout=1.0), got)
+        for i in range(5, 20):
             publisher.publish(str(i))
         assert wait_for(lambda: len(got) >= 20)
         assert sorted(int(b) for b, _, _ in got) == list(range(20))

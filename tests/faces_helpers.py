@@ -6,13 +6,13 @@ server); the topologies below only use that, so the same scenario runs on both."
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import emailmw
 from emailmw import floctrl, stem
+from emailmw.testing._modes import wait_for
 
 MakeHub = Callable[[str, str, dict[str, str]], emailmw.Context]
 
@@ -62,12 +62,8 @@ class Recording(stem.Cell):
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
+    """``condition`` holds within ``timeout`` seconds (the mode suite's deadline poll)."""
+    return wait_for(condition, timeout)
 
 
 # ------------------------------------------------------------------------------ floctrl

@@ -15,6 +15,7 @@ import emailmw
 from emailmw._config import load_options
 from emailmw._transport.group_imap import ImapGroupStore
 from emailmw.testing import DeliveryModeConformance, GroupWorld
+from emailmw.testing._modes import wait_for
 from emailmw.testing.mailserver import MailServer
 from tests.email.helpers import Peer, write_config
 
@@ -88,8 +89,6 @@ def _joined(config: Path, count: int) -> bool:
 
 
 def _wait(condition: Any, timeout: float = 60.0) -> bool:
-    from emailmw.testing._modes import wait_for
-
     return wait_for(condition, timeout)
 
 

@@ -11,19 +11,22 @@ Generates an N-message archive (cached under /tmp/emailmw-bench-archives), then 
 * baseline: one Python process, a hand-written header-only parser into pandas computing
   topic_stats and publisher_health;
 * analyze: ``python -m emailmw analyze ARCHIVE --out DIR`` (report and Spark start-up
-  included), with the peak RSS of its whole process tree (Python, landing workers, JVM).
+  included), with the peak RSS of its whole process tree (Python, JVM, Spark's Python
+  workers, which parse the archive).
   Measured as users run it after their first run: when the driver's class-data archive
   (see emailmw/_pipeline/jvm.py) does not exist yet, a 1,000-message run creates it first
   and the JSON says so (``cds_archive``).
-Targets (issue #4): 200k Maildir analyze_s <= 2.5x baseline_s; 2M mbox <= 2x with peak
+Targets (issue #27): 200k Maildir analyze_s <= 3x baseline_s; 2M mbox <= 2.5x with peak
 memory under 6 GiB. ``--repeat N`` runs baseline and analyze N times, alternating, and
 reports medians (every run is in the JSON's ``runs``; ``peak_rss_mb`` is the highest).
-``--cluster`` (issue #27) also starts a Spark standalone master with one, then two, 1-core
-workers on loopback (``emailmw.testing.sparkcluster``) and runs the same archive there:
-``cluster_analyze_s`` (one worker) and ``cluster_over_local``; ``driver_parse_cpu_s`` (the
-CPU seconds of the driver's Python processes, where the archive is parsed today),
-``driver_jvm_cpu_s``, ``executor_cpu_s`` (the processes the workers started);
-``speedup_2_executors`` (one worker's time over two workers').
+``--cluster`` also starts a Spark standalone master with one, then two, 1-core workers on
+loopback (``emailmw.testing.sparkcluster``) and runs the same archive there:
+``cluster_analyze_s`` (two workers: the cores local[*] has here) and ``cluster_over_local``;
+``driver_parse_cpu_s`` (the CPU seconds of the Python processes of the driver's tree: the
+command itself, which lists the archive; an upper bound of its parsing) and
+``executor_parse_cpu_s`` (those of the Python processes the workers' executors started:
+Spark's Python workers, which parse), with one worker; ``driver_jvm_cpu_s`` and
+``executor_jvm_cpu_s``; ``speedup_2_executors`` (one worker's time over two workers').
 Prints a table, writes JSON, exits 0.
 """
 
@@ -205,8 +208,9 @@ def run_analyze(
     path: Path, out: Path, master: str | None = None, executors_under: list[int] | None = None
 ) -> tuple[float, float, str]:
     """One ``emailmw analyze`` run: its seconds, peak RSS (MB) and output. ``CPU`` gets the
-    CPU seconds of the driver's Python processes (the parsing, today), of its JVM, and of
-    the executors (the processes under the cluster's workers ``executors_under``)."""
+    CPU seconds of the Python processes and of the JVMs, on the driver's side (its process
+    tree) and on the executors' (the processes under the cluster's workers
+    ``executors_under``)."""
     shutil.rmtree(out, ignore_errors=True)
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -224,8 +228,7 @@ def run_analyze(
         for process in processes:
             try:
                 java = process.name().startswith("java")
-                kind = f"{side}_jvm" if java and side == "driver" else side
-                seen[(kind, process.pid)] = _cpu(process)
+                seen[(f"{side}_{'jvm' if java else 'python'}", process.pid)] = _cpu(process)
             except psutil.Error:
                 pass
 
@@ -313,7 +316,7 @@ def main() -> int:
     }
     if args.cluster:
         results.update(cluster_figures(archive, args.format, args.messages, analyze_s))
-    target = 2.5 if args.format == "maildir" else 2.0
+    target = 3.0 if args.format == "maildir" else 2.5
     print(output.strip())
     print(f"{'figure':<22}{'value':>14}")
     figures = ("analyze_s", "baseline_s", "floor_read_s", "first_read_s", "analyze_msgs_per_s")
@@ -329,8 +332,7 @@ def main() -> int:
             else ""
         )
     )
-    for key in ("cluster_analyze_s", "cluster_over_local", "driver_parse_cpu_s",
-                "driver_jvm_cpu_s", "executor_cpu_s", "speedup_2_executors"):  # fmt: skip
+    for key in CLUSTER_KEYS:
         if key in results:
             print(f"{key:<22}{results[key]:>14}")
     if args.json:
@@ -339,9 +341,15 @@ def main() -> int:
     return 0
 
 
+CLUSTER_KEYS = (
+    "cluster_analyze_s", "cluster_over_local", "driver_parse_cpu_s", "executor_parse_cpu_s",
+    "parse_cpu_share", "driver_jvm_cpu_s", "executor_jvm_cpu_s", "speedup_2_executors",
+)  # fmt: skip
+
+
 def cluster_figures(archive: Path, form: str, messages: int, local_s: float) -> dict[str, float]:
-    """The same archive on a standalone cluster on loopback: with one 1-core worker (time
-    and where the CPU went) and with two (the speed-up)."""
+    """The same archive on a standalone cluster on loopback: with one 1-core worker (where
+    the CPU went) and with two (the time, and the speed-up)."""
     from emailmw.testing.sparkcluster import SparkCluster
 
     out = CACHE / f"out-cluster-{form}-{messages}"
@@ -353,16 +361,20 @@ def cluster_figures(archive: Path, form: str, messages: int, local_s: float) -> 
             took, _, _ = run_analyze(archive, out, cluster.url, executors_under=pids)
         found[f"cluster_{workers}_s"] = took
         if workers == 1:
-            found["driver_parse_cpu_s"] = CPU.get("driver", 0.0)
-            found["driver_jvm_cpu_s"] = CPU.get("driver_jvm", 0.0)
-            found["executor_cpu_s"] = CPU.get("executor", 0.0)
+            found.update({f"{kind}_cpu_s": seconds for kind, seconds in CPU.items()})
         print(f"cluster with {workers} worker(s): {took:.2f} s", flush=True)
+    driver, executor = (
+        found.get("driver_python_cpu_s", 0.0),
+        found.get("executor_python_cpu_s", 0.0),
+    )
     return {
-        "cluster_analyze_s": round(found["cluster_1_s"], 2),
-        "cluster_over_local": round(found["cluster_1_s"] / local_s, 3),
-        "driver_parse_cpu_s": round(found["driver_parse_cpu_s"], 2),
-        "driver_jvm_cpu_s": round(found["driver_jvm_cpu_s"], 2),
-        "executor_cpu_s": round(found["executor_cpu_s"], 2),
+        "cluster_analyze_s": round(found["cluster_2_s"], 2),
+        "cluster_over_local": round(found["cluster_2_s"] / local_s, 3),
+        "driver_parse_cpu_s": round(driver, 2),
+        "executor_parse_cpu_s": round(executor, 2),
+        "parse_cpu_share": round(driver / executor, 3) if executor else float("inf"),
+        "driver_jvm_cpu_s": round(found.get("driver_jvm_cpu_s", 0.0), 2),
+        "executor_jvm_cpu_s": round(found.get("executor_jvm_cpu_s", 0.0), 2),
         "speedup_2_executors": round(found["cluster_1_s"] / found["cluster_2_s"], 3),
     }
 

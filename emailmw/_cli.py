@@ -67,7 +67,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K=V",
         help="Spark configuration (repeatable)",
     )
-    analyze.add_argument("--workers", type=int, help="processes reading the archives")
     analyze.add_argument(
         "--keystore",
         metavar="DIR",
@@ -130,7 +129,9 @@ def _analyze(args: argparse.Namespace) -> int:
     try:
         from ._pipeline.analyze import AnalyzeRequest, analyze, parse_time
 
-        missing = None if importlib.util.find_spec("pyspark") else "pyspark"
+        # what the spark extra installs, and Spark's Arrow path needs on driver and executors
+        wanted = ("pyspark", "pyarrow", "pandas", "numpy", "matplotlib", "bokeh")
+        missing = next((name for name in wanted if importlib.util.find_spec(name) is None), None)
     except ImportError as exc:
         missing = exc.name or str(exc)
     if missing:
@@ -154,7 +155,6 @@ def _analyze(args: argparse.Namespace) -> int:
         include_internal=args.include_internal,
         conf=dict(args.conf),
         config=args.config,
-        workers=args.workers,
         report=not args.no_report,
         release_spark=True,
         keystore=args.keystore,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import ConfigError
-from .landing import Source, TableSink, land, maildirs, start_workers
+from .landing import Source, list_units, maildirs
 
 __all__ = ["AnalyzeRequest", "analyze", "parse_time"]
 
@@ -58,7 +58,6 @@ class AnalyzeRequest:
     include_internal: bool = False
     conf: dict[str, str] = field(default_factory=dict)
     config: str | None = None
-    workers: int | None = None
     report: bool = True
     # stop Spark and its JVM once the tables are written (the command line's choice): the
     # report needs no session, so the JVM's shutdown overlaps it
@@ -181,10 +180,6 @@ def _when(ns: int | None) -> str:
     return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _kept(tally: Any) -> int:
-    return sum(n for key, n in tally.items() if key[0] == "kind")
-
-
 def _no_topic(request: AnalyzeRequest) -> None:
     raise ConfigError(
         f"no message's topic matches {request.topic_glob!r} (a glob matches the whole topic, "
@@ -231,9 +226,8 @@ def _import_report() -> None:
 class _EarlyPlots:
     """The report's plots of ``topic_stats`` and of ``publisher_health``, each drawn as soon
     as its table is on the driver, while Spark may still compute the other (its last stages
-    often leave a core idle), rather than after the job; in a plain run the rate plot even
-    before the job, from the landing's counts (:meth:`rates`), while Spark plans it. Any
-    failure here only means the report draws them itself, where a real error shows. One
+    often leave a core idle), rather than after the job. Any failure here only means the
+    report draws them itself, where a real error shows. One
     drawing at a time (matplotlib does not promise that two figures can be drawn at once),
     and write_report draws only after :meth:`images` has waited for all of them.
     """
@@ -243,29 +237,15 @@ class _EarlyPlots:
         self._drawing = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._drawn: dict[str, Any] = {}  # write_report's keyword -> what it was drawn as
-        self._rate: tuple[str, str] | None = None  # the rate plot, if rates() drew it
 
     def _start(self, target: Callable[..., None], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name="report-plot", daemon=True)
         self._threads.append(thread)
         thread.start()
 
-    def rates(self, rows: list[dict[str, Any]]) -> None:
-        """Draw the rate plot from ``topic_stats``' topics and series, as
-        :func:`~emailmw._pipeline.job.series_rows` gives them before the job."""
-        if rows:
-            self._start(self._draw_rates, rows)
-
     def collected(self, name: str, table: Any) -> None:  # run_job's on_collected
         if name in ("topic_stats", "publisher_health"):
             self._start(self._draw, name, table)
-
-    def _draw_rates(self, rows: list[dict[str, Any]]) -> None:
-        with self._drawing, contextlib.suppress(Exception):
-            from .report import rate_plot
-
-            self._plots.mkdir(parents=True, exist_ok=True)
-            self._rate = rate_plot(rows, self._plots)
 
     def _draw(self, name: str, table: Any) -> None:
         with self._drawing, contextlib.suppress(Exception):
@@ -275,7 +255,7 @@ class _EarlyPlots:
             self._plots.mkdir(parents=True, exist_ok=True)
             if name == "topic_stats":
                 stats = topic_rows(table)
-                self._drawn["topic_images"] = topic_plots(stats, self._plots, rate=self._rate)
+                self._drawn["topic_images"] = topic_plots(stats, self._plots)
             elif (loss := loss_plot(health_rows(table), self._plots)) is not None:
                 self._drawn["loss_image"] = loss
 
@@ -296,11 +276,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         raise ConfigError("not a directory", source=f"--out {request.out}") from exc
     _preflight(request.master)
     archives, earlier = _classify(request)
-    if archives:
-        start_workers()  # their imports overlap the count and the JVM's start
-
-    # The JVM starts while the archives land (with the class-data archive of jvm.py). No
-    # warm-up job runs meanwhile: on few cores it would take the landing's CPU.
+    # The JVM starts (with the class-data archive of jvm.py) while the archives are listed.
     session: dict[str, Any] = {}
     expected = _estimate(archives, earlier)  # before landing replaces any directory
 
@@ -327,29 +303,20 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         if "error" in session:
             raise session["error"]
 
+    # the driver's share of the landing, while the JVM starts: the archives listed into
+    # units of work (cheap: no email is read); the executors parse them
+    units = list_units(archives)
+    spark_thread.join()
+    if "error" in session:
+        raise session["error"]
+    phases = {"start": time.monotonic() - started}  # listing and Spark's start
+    from .job import JobOptions, compute, land, run_job
+
+    spark = session["spark"]
     landing = out / "_landing"
-    # a plain run's landing writes the messages and rejects tables itself; a merge leaves
-    # them to Spark, which drops the emails landed twice
-    sink = (
-        None
-        if earlier
-        else TableSink(
-            out, request.since_ns, request.until_ns, request.topic_glob, request.include_internal
-        )
-    )
-    landed = (
-        land(
-            archives,
-            landing,
-            workers=request.workers,
-            progress=_progress("reading archives"),
-            sink=sink,
-            keystore=request.keystore,
-        )
-        if archives
-        else []
-    )
-    dirs = list(landed)
+    mark = time.monotonic()
+    _say(f"landing {len(request.sources)} source(s) in {units.num_rows} unit(s) of work")
+    dirs = land(spark, archives, units, landing, keystore=request.keystore) if archives else []
     for earlier_dir in earlier:
         # keep the output self-contained: an earlier run's landed data is linked in
         target = landing / earlier_dir.name
@@ -364,61 +331,31 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             shutil.rmtree(stale, ignore_errors=True)
     if not dirs:
         raise ConfigError("nothing to analyze", source=" ".join(request.sources))
-    if sink is not None and request.topic_glob and not _kept(sink.tally):
-        spark_thread.join()  # the JVM's start-up lines before the error, not after it
-        _no_topic(request)
-    phases = {"landing": time.monotonic() - started}
+    phases["landing"] = time.monotonic() - mark
 
-    mark = time.monotonic()
-    spark_thread.join()
-    if "error" in session:
-        raise session["error"]
-    from .job import JobOptions, landed_messages, run_job, series_rows, write_landed
-
-    phases["spark_start"] = time.monotonic() - mark
     early = _EarlyPlots(out) if request.report else None
     if request.report:  # matplotlib takes a second to import: do it while Spark works
         threading.Thread(target=_import_report, name="report-import", daemon=True).start()
     mark = time.monotonic()
     _say("computing tables with Spark")
-    # the landing's counts (a plain run): topic_stats' rate series and publisher_health's
-    # stream names, instead of Spark computing them
-    per_minute = None if sink is None else sink.per_minute()
-    streams = None if sink is None else sink.streams()
-    if early is not None and per_minute is not None:  # drawn while Spark analyses and plans
-        early.rates(series_rows(per_minute))
     options = JobOptions(
         request.since_ns, request.until_ns, request.topic_glob, request.include_internal
     )
-    if sink is None:  # a merge: Spark writes the tables, dropping emails landed twice
-        write_landed(session["spark"], dirs, out, options, deduplicate=True)
-    _, overview = run_job(
-        session["spark"],
-        out,
-        None if sink is None else sink.tally,
-        on_collected=None if early is None else early.collected,
-        # a plain run's rows come straight from its landed parts (fewer files to open)
-        messages=None if sink is None else landed_messages(session["spark"], dirs, options),
-        per_minute=per_minute,
-        streams=streams,
-        windowed=options.windowed,
-    )
+    # merged runs may hold the same stored email twice
+    tables = compute(spark, dirs, options, deduplicate=bool(earlier))
+    overview = run_job(spark, out, tables, on_collected=None if early is None else early.collected)
     import pyarrow.compute as pc
 
     from .groups import write_group_stats
 
-    groups = write_group_stats(
-        out,
-        {a.label: a.path for a in archives if a.kind == "maildir"},
-        None if streams is None else streams["mailbox"],
-    )
+    groups = write_group_stats(out, {a.label: a.path for a in archives if a.kind == "maildir"})
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()
     summary["group_members"] = groups.num_rows
     summary["group_processed"] = pc.sum(groups["processed"]).as_py() or 0
     summary["group_redelivered"] = pc.sum(groups["redelivered"]).as_py() or 0
     if request.topic_glob and not any(summary[k] for k in ("publish", "request", "response")):
-        _no_topic(request)  # a merge: only Spark's tables could tell
+        _no_topic(request)
     stopper = None
     if request.release_spark:
         from .jvm import stop_session

@@ -40,7 +40,6 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any, Final
 
@@ -139,7 +138,6 @@ def stop_session(spark: Any = None, *, exit_jvm: bool = False) -> None:
     if spark is None:
         spark = SparkContext._active_spark_context
     if spark is not None:
-        _stop_accumulator_server(getattr(spark, "sparkContext", spark))
         spark.stop()
     pending, _pending = _pending, None
     if pending is None and not exit_jvm:
@@ -167,20 +165,3 @@ def stop_session(spark: Any = None, *, exit_jvm: bool = False) -> None:
             os.replace(temp, final)
         else:
             temp.unlink(missing_ok=True)
-
-
-def _stop_accumulator_server(context: Any) -> None:
-    """Stop PySpark's accumulator server in the background instead of in ``stop()``.
-
-    The server is a ``socketserver`` loop that polls every 0.5 s, and ``shutdown()`` waits
-    for the next poll, so ``SparkContext.stop()`` would sit idle up to half a second before
-    the command line exits. The server only collects the
-    accumulator updates of Python workers, which the job has none of (no Python UDF), and
-    its thread is a daemon: the stop completes on its own within half a second, or ends with
-    the process.
-    """
-    server = getattr(context, "_accumulatorServer", None)
-    if server is None:
-        return
-    context._accumulatorServer = None  # stop() skips what it no longer has
-    threading.Thread(target=server.shutdown, name="accumulator-server-stop", daemon=True).start()

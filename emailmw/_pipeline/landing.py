@@ -1,43 +1,33 @@
-"""Landing: mail archives -> Parquet, one typed row per stored email. Plain Python + pyarrow.
+"""Landing: mail archives -> typed rows, one per stored email, parsed where Spark runs.
 
-Spark pays dearly for many small files (listing 200k Maildir files takes it ~7 s and every
-file is a task input), so archives are read here instead: ``os.scandir`` over Maildirs, a
-streaming split of mbox files, each message parsed once with emailmw's own wire format
-(:func:`emailmw._wire.parse_head`, which is :func:`~emailmw._wire.parse` without the body)
-and classified with its own protocol (:func:`emailmw._protocol.read_metadata`, what
-``classify`` reads). Worker processes each write their own Parquet part (zstd), so memory
-stays bounded by one batch whatever the archive's size. In a plain run they also write the
-``messages`` and ``rejects`` tables (:class:`TableSink`); Spark then reads only these
-compact files.
+The driver lists each archive into units of work (:func:`list_units`: batches of Maildir file
+names, byte ranges of mbox files cut at message boundaries; an IMAP folder is staged as a
+Maildir first), which is cheap: ``os.scandir`` and a few searches, no email read. The
+executors land the units (:func:`land_units`, run by ``DataFrame.mapInArrow``): each
+message read and parsed once with emailmw's own wire format (:func:`emailmw._wire.parse_head`,
+which is :func:`~emailmw._wire.parse` without the body) and classified with its own protocol
+(:func:`emailmw._protocol.read_metadata`, what ``classify`` reads), as Arrow batches. Spark
+writes them, and everything computed from them (see ``job.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import email.utils
-import fnmatch
 import functools
 import gc
 import hashlib
 import itertools
 import mmap
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import re
-import shutil
-from collections import Counter
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .._exceptions import ForeignEmailError, MalformedEmailError
 from .._protocol import Unroutable, read_metadata
@@ -48,23 +38,18 @@ __all__ = [
     "INTERNAL_TOPIC_PREFIX",
     "LANDING_SCHEMA",
     "LATENCY_RESOLUTION_NS",
-    "MESSAGES_SCHEMA",
-    "MINUTES_SCHEMA",
-    "STREAMS_SCHEMA",
     "REJECTS_COLUMNS",
     "Source",
-    "TableSink",
-    "Tally",
-    "Written",
+    "LANDED_SCHEMA",
+    "UNIT_SCHEMA",
     "describe",
+    "land_unit",
+    "land_units",
+    "list_units",
     "QUARANTINE_SQL",
     "is_quarantine",
     "signature_status",
-    "land",
     "maildirs",
-    "partition_dir",
-    "start_workers",
-    "wanted_topic",
 ]
 
 LANDING_SCHEMA: Final = pa.schema(
@@ -100,40 +85,7 @@ LANDING_SCHEMA: Final = pa.schema(
         ("offset", pa.int64()),
     ]
 )
-# The ``messages`` table: one row per emailmw email, hive-partitioned by topic and day (those
-# two columns live in the directory names, not in the files), exactly as Spark writes it.
-MESSAGES_SCHEMA: Final = pa.schema(
-    [
-        *(LANDING_SCHEMA.field(name) for name in LANDING_SCHEMA.names[5:16]),
-        # null where delivered_res_ns is coarser than LATENCY_RESOLUTION_NS
-        ("latency_ms", pa.float64()),
-        *(LANDING_SCHEMA.field(name) for name in ("size", "from_addr", "to_addr", "security")),
-        *(LANDING_SCHEMA.field(name) for name in ("mailbox", "source", "key")),
-        ("day", pa.date32()),
-    ]
-)
-# Publishes per topic and minute of delivery, as the landing counts the rows it writes: the
-# per-minute rate series of ``topic_stats`` in a plain run (see :meth:`TableSink.per_minute`).
-# An empty topic is null, as in the ``messages`` table.
-MINUTES_SCHEMA: Final = pa.schema(
-    [("topic", pa.string()), ("minute", pa.int64()), ("messages", pa.int64())]
-)
-# The publishers' streams among the rows the landing writes (publishes with a sequence
-# number; an empty topic is null, as in the ``messages`` table): the names of
-# ``publisher_health``'s streams in a plain run (see :meth:`TableSink.streams`).
-STREAMS_SCHEMA: Final = pa.schema(
-    [("publisher_gid", pa.int64()), ("topic", pa.string()), ("mailbox", pa.string())]
-)
-# the columns of a messages file (topic and day are in its directory names)
-_MESSAGE_FILE_COLUMNS: Final = [n for n in MESSAGES_SCHEMA.names if n not in ("topic", "day")]
 REJECTS_COLUMNS: Final = ("source", "mailbox", "key", "status", "reason", "topic", "size")
-# Parquet dictionary encoding only where values repeat: on unique columns (message_id, key,
-# the timestamps) pyarrow would build a dictionary, give up and write plain anyway.
-_DICTIONARY_COLUMNS: Final = [
-    "source", "mailbox", "status", "reason", "kind", "topic", "from_addr", "to_addr",
-    "publisher_gid", "client_gid", "delivered_res_ns", "security",
-]  # fmt: skip
-_BATCH: Final = 20_000
 _READ_CHUNK: Final = 1 << 16
 _DOVECOT_NAME: Final = re.compile(r"^(\d+)\.M(\d+)P")
 _MBOXRD_QUOTED: Final = re.compile(rb"(?m)^>(>*From )")
@@ -158,21 +110,6 @@ QUARANTINE_SQL: Final = (
 #: topics emailmw itself publishes on (the graph announcements): left out of the tables
 #: unless a run includes them
 INTERNAL_TOPIC_PREFIX: Final = "/_emailmw/"
-
-
-@functools.lru_cache(maxsize=4096)
-def wanted_topic(topic: str | None, glob: str | None, include_internal: bool) -> bool:
-    """Whether a run keeps a message of ``topic``: it matches ``glob`` (whole, when there is
-    one; a null topic never does), and is not emailmw's own unless ``include_internal``.
-    Spark's filter in ``job._messages`` is the same rule."""
-    if glob is not None and (topic is None or not re.fullmatch(fnmatch.translate(glob), topic)):
-        return False
-    return include_internal or topic is None or not topic.startswith(INTERNAL_TOPIC_PREFIX)
-
-
-def _write_parquet(table: pa.Table, path: Path | str) -> None:
-    """Every Parquet file the landing writes: zstd, dictionaries where values repeat."""
-    pq.write_table(table, path, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -320,7 +257,8 @@ class _Columns:
         self.keys.append(key)
         self.rows.append(row)
 
-    def write(self, path: Path, sink: TableSink | None = None) -> Written | None:
+    def table(self) -> pa.Table:
+        """The rows as one table (LANDING_SCHEMA)."""
         count = len(self.rows)
         described = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(_DESCRIBED)
         string = pa.string()
@@ -338,248 +276,7 @@ class _Columns:
             for column, field in zip(described, list(LANDING_SCHEMA)[3:-1], strict=True)
         ]
         arrays.append(offsets)
-        table = pa.Table.from_arrays(arrays, schema=LANDING_SCHEMA)
-        _write_parquet(table, path)
-        if sink is None:
-            return None
-        return sink.write(table, f"{path.parent.name.removeprefix('src=')}-{path.stem}")
-
-
-# ----------------------------------------------------------------------------- tables
-
-_HIVE_NULL: Final = "__HIVE_DEFAULT_PARTITION__"
-# What Spark escapes in a partition directory name (ExternalCatalogUtils.escapePathName,
-# on a POSIX file system): control characters, '"#%'*/:=?\', DEL, '{', '[', ']', '^'.
-_ESCAPED: Final = frozenset([*map(chr, range(1, 32)), *"\"#%'*/:=?\\", "\x7f", "{", "[", "]", "^"])
-_EPOCH: Final = dt.date(1970, 1, 1)
-_DAY_US: Final = 86_400_000_000
-
-
-def partition_dir(column: str, value: object) -> str:
-    """``column=value`` as Spark names a partition directory: the same escaping, and
-    ``__HIVE_DEFAULT_PARTITION__`` for null or empty (read back as null)."""
-    text = "" if value is None else str(value)
-    if not text:
-        return f"{column}={_HIVE_NULL}"
-    if any(c in _ESCAPED for c in text):
-        text = "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in text)
-    return f"{column}={text}"
-
-
-# ("kind", kind) and ("reject", status, reason) -> emails
-Tally = Counter[tuple[str | None, ...]]
-
-
-class Written(NamedTuple):
-    """What a worker wrote of one landed part, as counted for the calling process."""
-
-    tally: Tally
-    minutes: pa.Table  # MINUTES_SCHEMA, one row per topic and minute among the publishes
-    streams: pa.Table  # STREAMS_SCHEMA, each stream once
-
-
-# the parts' minute counts and stream lists are merged into one table each once this many
-# have come in (memory stays bounded by the distinct topics and minutes, and streams,
-# however many parts an archive has)
-_MERGE_EVERY: Final = 64
-
-
-def _distinct_streams(tables: list[pa.Table]) -> pa.Table:
-    combined = pa.concat_tables(tables) if tables else STREAMS_SCHEMA.empty_table()
-    keys = STREAMS_SCHEMA.names
-    return combined.group_by(keys, use_threads=False).aggregate([]).select(keys)
-
-
-def _sum_minutes(tables: list[pa.Table]) -> pa.Table:
-    combined = pa.concat_tables(tables) if tables else MINUTES_SCHEMA.empty_table()
-    summed = combined.group_by(["topic", "minute"], use_threads=False).aggregate(
-        [("messages", "sum")]
-    )
-    return summed.rename_columns(["topic", "minute", "messages"]).cast(MINUTES_SCHEMA)
-
-
-@dataclass
-class TableSink:
-    """The run's ``messages`` and ``rejects`` tables, written by the landing workers as they
-    go (one file per part and topic-day), with the run's filters applied.
-
-    Spark then only reads them instead of writing every row a second time from the landed
-    parts:
-    9-11 s. The layout and the values are Spark's own (a test writes the same rows with
-    Spark and compares), so the tables read the same whoever wrote them.
-
-    ``tally`` counts what was written, by kind and by reject reason, :meth:`per_minute` the
-    publishes per topic and minute, and :meth:`streams` lists the publisher streams; all
-    are filled in the calling process as parts finish (:meth:`add`), so that the summary
-    needs no Spark job, ``topic_stats`` no second scan of the archive for its rate series
-    and ``publisher_health`` no aggregation to name its streams.
-    """
-
-    out: Path
-    since_ns: int | None = None
-    until_ns: int | None = None
-    topic_glob: str | None = None
-    include_internal: bool = False
-    tally: Tally = field(default_factory=Counter, compare=False)
-    _minutes: list[pa.Table] = field(default_factory=list, init=False, compare=False, repr=False)
-    _streams: list[pa.Table] = field(default_factory=list, init=False, compare=False, repr=False)
-
-    def __getstate__(self) -> dict[str, Any]:  # workers get the settings, not the counts
-        return {**self.__dict__, "tally": Counter(), "_minutes": [], "_streams": []}
-
-    def prepare(self) -> None:
-        self.tally.clear()
-        self._minutes.clear()
-        self._streams.clear()
-        for name in ("messages", "rejects"):
-            shutil.rmtree(self.out / name, ignore_errors=True)
-            (self.out / name).mkdir(parents=True)
-
-    def finish(self) -> None:
-        for name in ("messages", "rejects"):
-            (self.out / name / "_SUCCESS").touch()
-
-    def add(self, written: Written) -> None:
-        """Count a part's :meth:`write` (the calling process's side)."""
-        self.tally.update(written.tally)
-        self._minutes.append(written.minutes)
-        self._streams.append(written.streams)
-        if len(self._minutes) >= _MERGE_EVERY:
-            self._minutes[:] = [_sum_minutes(self._minutes)]
-            self._streams[:] = [_distinct_streams(self._streams)]
-
-    def per_minute(self) -> pa.Table:
-        """Publishes written per topic and minute of delivery (MINUTES_SCHEMA), exactly as
-        ``topic_stats``' SQL counts them from the ``messages`` table: the minute is
-        ``CAST(delivered_ns / 60000000000 AS BIGINT)`` (null without a delivery time), and
-        an empty topic is null, as in that table (whose series the SQL leaves null: its
-        join does not match a null topic)."""
-        self._minutes[:] = [_sum_minutes(self._minutes)]
-        return self._minutes[0]
-
-    def streams(self) -> pa.Table:
-        """Every publisher stream written (STREAMS_SCHEMA, each once): the publishes with a
-        sequence number, by publisher GID, topic (null when empty, as in the ``messages``
-        table) and mailbox, the rows ``publisher_health`` is computed from."""
-        self._streams[:] = [_distinct_streams(self._streams)]
-        return self._streams[0]
-
-    def write(self, landed: pa.Table, name: str) -> Written:
-        """Write the rows of one landed part that pass the filters (a worker's call)."""
-        tally: Tally = Counter()
-        delivered = landed["delivered_ns"]
-        keep = None
-        if self.since_ns is not None:
-            keep = pc.greater_equal(delivered, self.since_ns)
-        if self.until_ns is not None:
-            below = pc.less(delivered, self.until_ns)
-            keep = below if keep is None else pc.and_kleene(keep, below)
-        if keep is not None:  # null delivery time: dropped, as SQL's comparison drops it
-            landed = landed.filter(keep)
-        ok = pc.equal(landed["status"], "ok")
-        rejects = landed.filter(pc.invert(ok)).select(list(REJECTS_COLUMNS))
-        reasons = zip(rejects["status"].to_pylist(), rejects["reason"].to_pylist(), strict=True)
-        tally.update(("reject", status, reason) for status, reason in reasons)
-        if rejects.num_rows:
-            _write_parquet(rejects, self.out / "rejects" / f"part-{name}.zstd.parquet")
-        messages = landed.filter(ok)
-        if self.topic_glob is not None or not self.include_internal:
-            topics = pc.unique(messages["topic"]).to_pylist()
-            wanted = [t for t in topics if wanted_topic(t, self.topic_glob, self.include_internal)]
-            if len(wanted) < len(topics):  # (a null in ``wanted`` matches the null topic)
-                wanted_array = pa.array(wanted, pa.string())
-                messages = messages.filter(pc.is_in(messages["topic"], wanted_array))
-        minutes, streams = MINUTES_SCHEMA.empty_table(), STREAMS_SCHEMA.empty_table()
-        for mailbox in pc.value_counts(landed["mailbox"]).to_pylist():
-            if is_quarantine(mailbox["values"]):
-                tally[("quarantined",)] += mailbox["counts"]
-        if messages.num_rows:
-            self._write_messages(messages, name)
-            kinds = pc.value_counts(messages["kind"]).to_pylist()
-            tally.update({("kind", kind["values"]): kind["counts"] for kind in kinds})
-            marks = pc.value_counts(messages["security"]).to_pylist()
-            tally.update({("security", mark["values"]): mark["counts"] for mark in marks})
-            publishes = messages.filter(pc.equal(messages["kind"], "publish"))
-            minutes, streams = _minute_counts(publishes), _streams(publishes)
-        return Written(tally, minutes, streams)
-
-    def _write_messages(self, messages: pa.Table, name: str) -> None:
-        delivered = messages["delivered_ns"]
-        # Spark's own arithmetic: (delivered - source) as double / 1e6 where the delivery
-        # time's resolution allows, and the day of timestamp_micros(cast(delivered / 1000 as
-        # long)) in UTC
-        latency = pc.if_else(
-            pc.less_equal(messages["delivered_res_ns"], LATENCY_RESOLUTION_NS),
-            pc.divide(
-                pc.cast(pc.subtract(delivered, messages["source_ns"]), pa.float64(), safe=False),
-                1e6,
-            ),
-            pa.scalar(None, pa.float64()),
-        )
-        micros = _long_quotient(delivered, 1000.0)
-        # the day, floored as Spark floors it (also before 1970); null where micros is null
-        days = pa.array(
-            np.floor_divide(micros.fill_null(0).to_numpy(), _DAY_US),
-            pa.int64(),
-            mask=pc.is_null(micros).to_numpy(zero_copy_only=False),
-        )
-        table = pa.table(
-            {
-                column: latency if column == "latency_ms" else messages[column]
-                for column in _MESSAGE_FILE_COLUMNS
-            }
-        )
-        # the rows of each topic-day, in their order (a single-threaded group_by keeps it)
-        keyed = pa.table(
-            {"topic": messages["topic"], "day": days, "row": np.arange(len(days), dtype=np.int64)}
-        )
-        grouped = keyed.group_by(["topic", "day"], use_threads=False).aggregate([("row", "list")])
-        for topic, day, rows in zip(
-            grouped["topic"].to_pylist(),
-            grouped["day"].to_pylist(),
-            grouped["row_list"].combine_chunks(),
-            strict=True,
-        ):
-            when = None if day is None else _EPOCH + dt.timedelta(days=day)
-            directory = (
-                self.out / "messages" / partition_dir("topic", topic) / partition_dir("day", when)
-            )
-            directory.mkdir(parents=True, exist_ok=True)
-            _write_parquet(table.take(rows.values), directory / f"part-{name}.zstd.parquet")
-
-
-def _long_quotient(values: pa.ChunkedArray, divisor: float) -> pa.ChunkedArray:
-    """``CAST(values / divisor AS BIGINT)`` as Spark computes it: a double division,
-    truncated toward zero; null stays null."""
-    quotient = pc.divide(pc.cast(values, pa.float64(), safe=False), divisor)
-    return pc.cast(pc.trunc(quotient), pa.int64(), safe=False)
-
-
-def _topic_or_null(topic: pa.ChunkedArray) -> pa.ChunkedArray:
-    """An empty topic as null, as the ``messages`` table reads it back."""
-    return pc.if_else(pc.equal(topic, ""), pa.scalar(None, pa.string()), topic)
-
-
-def _streams(publishes: pa.Table) -> pa.Table:
-    """The distinct streams of ``publishes`` with a sequence number (STREAMS_SCHEMA)."""
-    publishes = publishes.filter(pc.is_valid(publishes["publisher_seq"]))
-    named = pa.table(
-        {
-            "publisher_gid": publishes["publisher_gid"],
-            "topic": _topic_or_null(publishes["topic"]),
-            "mailbox": publishes["mailbox"],
-        }
-    )
-    return _distinct_streams([named.cast(STREAMS_SCHEMA)])
-
-
-def _minute_counts(publishes: pa.Table) -> pa.Table:
-    """``publishes`` per topic and minute (MINUTES_SCHEMA), with Spark's arithmetic for the
-    minute (``CAST(delivered_ns / 60000000000 AS BIGINT)``) and an empty topic as null."""
-    minute = _long_quotient(publishes["delivered_ns"], 6e10)
-    keyed = pa.table({"topic": _topic_or_null(publishes["topic"]), "minute": minute})
-    counted = keyed.group_by(["topic", "minute"], use_threads=False).aggregate([([], "count_all")])
-    return counted.rename_columns(["topic", "minute", "messages"]).cast(MINUTES_SCHEMA)
+        return pa.Table.from_arrays(arrays, schema=LANDING_SCHEMA)
 
 
 # ----------------------------------------------------------------------------- sources
@@ -641,54 +338,132 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-# A Maildir part: (source label, [(directory, mailbox, file names)], part path, sink). Names
-# only, not paths: the walk and the hand-over to a worker (pickled through a pipe) cost
-# 0.5 CPU-seconds at 200k files with a full path and a tuple per file, 0.25 like this.
-_FilesTask = tuple[str, list[tuple[str, str, list[str]]], str, TableSink | None]
-# ... and the keystore to verify signatures against (None: not verified)
-_KeyedFilesTask = tuple[str, list[tuple[str, str, list[str]]], str, TableSink | None, str | None]
+# ----------------------------------------------------------------------------- units of work
+
+#: One unit of landing work, as the driver lists it (:func:`list_units`) and an executor
+#: lands it (:func:`land_units`): Maildir file names, a batch from one or more directories
+#: (``groups``), or a byte range of an mbox file cut at a message boundary (``path``,
+#: ``start``, ``end``). ``src`` is the source's digest, the ``src=`` directory Spark writes
+#: its landed rows under.
+UNIT_SCHEMA: Final = pa.schema(
+    [
+        ("src", pa.string()),
+        ("kind", pa.string()),  # maildir | mbox
+        ("source", pa.string()),  # the source's label
+        (
+            "groups",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("directory", pa.string()),
+                        ("mailbox", pa.string()),
+                        ("names", pa.list_(pa.string())),
+                    ]
+                )
+            ),
+        ),
+        ("path", pa.string()),
+        ("mailbox", pa.string()),
+        ("start", pa.int64()),
+        ("end", pa.int64()),
+    ]
+)
+#: the landed rows as the executors hand them to Spark: every landing column and ``src``
+LANDED_SCHEMA: Final = LANDING_SCHEMA.append(pa.field("src", pa.string()))
+# Files in a Maildir unit, bytes in an mbox unit: ~2.5 s of one core's parsing each, many
+# units a core for an even spread, and few enough that a task's fixed cost (~10 ms) stays
+# small against its work.
+MAILDIR_UNIT_FILES: Final = 5_000
+MBOX_UNIT_BYTES: Final = 16 << 20
 
 
-def _land_files(task: _KeyedFilesTask) -> Written | None:
-    source, groups, out, sink, keystore = task
-    columns = _Columns(source)
-    with _gc_paused():
-        for directory, mailbox, names in groups:
-            try:
-                dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            except FileNotFoundError:
-                continue  # removed while we walked, and its files with it
-            try:
-                for name in names:
-                    try:
-                        raw = _read_file(name, dir_fd)
-                    except FileNotFoundError:
-                        continue  # moved or expunged while we walked
-                    key = name.partition(":2,")[0]
-                    columns.add(mailbox, key, _row(raw, maildir_name_ns(name), keystore))
-            finally:
-                os.close(dir_fd)
-        return columns.write(Path(out), sink)
-
-
-def _maildir_tasks(source: Source, out_dir: Path, sink: TableSink | None) -> Iterator[_FilesTask]:
-    groups: list[tuple[str, str, list[str]]] = []
-    size = part = 0
+def _maildir_units(source: Source) -> Iterator[dict[str, Any]]:
+    groups: list[dict[str, Any]] = []
+    size = 0
     for maildir, mailbox in maildirs(source.path):
         for sub in ("cur", "new"):
             directory = str(maildir / sub)
             with os.scandir(directory) as entries:
-                while read := list(itertools.islice(entries, _BATCH - size)):
-                    chunk = [entry.name for entry in read if entry.is_file()]
-                    if not chunk:
+                while read := list(itertools.islice(entries, MAILDIR_UNIT_FILES - size)):
+                    names = [entry.name for entry in read if entry.is_file()]
+                    if not names:
                         continue
-                    groups.append((directory, mailbox, chunk))
-                    size += len(chunk)
-                    if size >= _BATCH:
-                        yield source.label, groups, str(out_dir / f"part-{part:05d}.parquet"), sink
-                        groups, size, part = [], 0, part + 1
-    if groups or part == 0:
-        yield source.label, groups, str(out_dir / f"part-{part:05d}.parquet"), sink
+                    groups.append({"directory": directory, "mailbox": mailbox, "names": names})
+                    size += len(names)
+                    if size >= MAILDIR_UNIT_FILES:
+                        yield {"kind": "maildir", "groups": groups}
+                        groups, size = [], 0
+    if groups:
+        yield {"kind": "maildir", "groups": groups}
+
+
+def _mbox_units(source: Source) -> Iterator[dict[str, Any]]:
+    pieces = max(1, -(-source.path.stat().st_size // MBOX_UNIT_BYTES))
+    for start, end in _mbox_ranges(source.path, pieces):
+        yield {
+            "kind": "mbox",
+            "path": str(source.path),
+            "mailbox": source.path.name,
+            "start": start,
+            "end": end,
+        }
+
+
+def list_units(sources: Iterable[Source]) -> pa.Table:
+    """The units of work that land ``sources`` (UNIT_SCHEMA): the driver's share of the
+    landing, a directory walk (``os.scandir``: 0.2 s at 200k files) and a few searches for
+    mbox message boundaries; no email is read."""
+    rows: list[dict[str, Any]] = []
+    for source in sources:
+        make = _maildir_units if source.kind == "maildir" else _mbox_units
+        for unit in make(source):
+            rows.append({"src": source.digest, "source": source.label, **unit})
+    return pa.Table.from_pylist(rows, schema=UNIT_SCHEMA)
+
+
+def land_unit(unit: dict[str, Any], keystore: str | None = None) -> pa.Table:
+    """The landed rows (LANDING_SCHEMA) of one unit of :func:`list_units`: every email it
+    names read and parsed with emailmw's wire format. A file or directory gone since the
+    listing is skipped (moved or expunged meanwhile)."""
+    if unit["kind"] == "maildir":
+        return _land_files(unit["source"], unit["groups"], keystore)
+    return _land_mbox_range(
+        unit["source"], unit["path"], unit["mailbox"], unit["start"], unit["end"], keystore
+    )
+
+
+def land_units(
+    batches: Iterable[pa.RecordBatch], keystore: str | None = None
+) -> Iterator[pa.RecordBatch]:
+    """What an executor runs (``DataFrame.mapInArrow``): units of :func:`list_units` in,
+    their landed rows out (LANDED_SCHEMA), a batch per unit."""
+    for batch in batches:
+        for unit in batch.to_pylist():
+            landed = land_unit(unit, keystore)
+            src = pa.array([unit["src"]] * landed.num_rows, pa.string())
+            yield from landed.append_column("src", src).to_batches()
+
+
+def _land_files(source: str, groups: list[dict[str, Any]], keystore: str | None) -> pa.Table:
+    columns = _Columns(source)
+    with _gc_paused():
+        for group in groups:
+            mailbox = group["mailbox"]
+            try:
+                dir_fd = os.open(group["directory"], os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                continue  # removed since the listing, and its files with it
+            try:
+                for name in group["names"]:
+                    try:
+                        raw = _read_file(name, dir_fd)
+                    except FileNotFoundError:
+                        continue  # moved or expunged since the listing
+                    key = name.partition(":2,")[0]
+                    columns.add(mailbox, key, _row(raw, maildir_name_ns(name), keystore))
+            finally:
+                os.close(dir_fd)
+        return columns.table()
 
 
 def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
@@ -708,12 +483,11 @@ def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
 
 
 def _land_mbox_range(
-    task: tuple[str, str, str, int, int, str, TableSink | None, str | None],
-) -> Written | None:
-    source, path, mailbox, start, end, out, sink, keystore = task
+    source: str, path: str, mailbox: str, start: int, end: int, keystore: str | None
+) -> pa.Table:
     columns = _Columns(source, mailbox)
-    if end <= start:  # an empty mbox (which mmap refuses): an empty part
-        return columns.write(Path(out), sink)
+    if end <= start:  # an empty mbox (which mmap refuses): no rows
+        return columns.table()
     offsets, rows = columns.offsets, columns.rows
     with (
         _gc_paused(),
@@ -747,105 +521,4 @@ def _land_mbox_range(
                 offsets.append(pos)
                 rows.append(_row(raw, None, keystore))
             pos = stop
-        return columns.write(Path(out), sink)
-
-
-def _task_size(task: tuple[Any, ...], kind: str) -> int:
-    """Files in a Maildir task, bytes in an mbox task: the unit of the progress display."""
-    if kind == "maildir":
-        return sum(len(names) for _, _, names in task[1])
-    return int(task[4]) - int(task[3])
-
-
-def _source_dir(landing: Path, source: Source) -> Path:
-    """Where ``source`` lands under the ``landing`` directory."""
-    return landing / f"src={source.digest}"
-
-
-def _tasks(
-    sources: Iterable[Source],
-    landing: Path,
-    workers: int,
-    sink: TableSink | None,
-    keystore: str | None = None,
-) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    """(kind, task) for every part of every source, as the sources are walked; each
-    source's landing directory is emptied first."""
-    for source in sources:
-        out_dir = _source_dir(landing, source)
-        shutil.rmtree(out_dir, ignore_errors=True)
-        out_dir.mkdir(parents=True)
-        if source.kind == "maildir":
-            for task in _maildir_tasks(source, out_dir, sink):
-                yield "maildir", (*task, keystore)
-            continue
-        # ~64 MB pieces, as many as a multiple of the workers: with 15 pieces on 2 workers
-        # the last one ran alone, one core idle for its whole length
-        rounds = -(-source.path.stat().st_size // ((64 << 20) * workers))
-        ranges = _mbox_ranges(source.path, max(1, rounds) * workers)
-        for part, (start, end) in enumerate(ranges or [(0, 0)]):
-            out = str(out_dir / f"part-{part:05d}.parquet")
-            yield "mbox", (
-                source.label, str(source.path), source.path.name, start, end, out, sink, keystore
-            )  # fmt: skip
-
-
-def _workers_context() -> multiprocessing.context.ForkServerContext:
-    # Workers come from a fork server, never a fork of this process: the Spark driver starts
-    # in another thread meanwhile, and a fork taken while that thread holds a lock (imports,
-    # the JVM launch) can leave a worker hung for ever. The server imports this module once
-    # and forks ready workers. It imports pandas too: pyarrow imports it on the first
-    # ``pa.array`` of a list (to ask whether that is a pandas object), so that every worker
-    # would otherwise import it again.
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__, "pandas"])
-    return context
-
-
-def start_workers() -> None:
-    """Start the landing's fork server now, so that its imports (~0.5 s of a core) overlap
-    the caller's work instead of delaying the first worker of :func:`land`. Optional and
-    idempotent; the server lives as long as this process."""
-    _workers_context()
-    multiprocessing.forkserver.ensure_running()
-
-
-def land(
-    sources: list[Source],
-    landing: Path,
-    *,
-    workers: int | None = None,
-    progress: Any = None,
-    sink: TableSink | None = None,
-    keystore: str | None = None,
-) -> list[Path]:
-    """Land every source under ``landing/src=<digest>/`` (replacing an earlier landing of the
-    same source) and return those directories. ``progress(done, total)`` is called as parts
-    finish. With a ``sink``, the run's ``messages`` and ``rejects`` tables are written too
-    (replacing earlier ones). With a ``keystore``, signed mail is verified against its
-    trusted keys (the ``security`` column)."""
-    if sink is not None:
-        sink.prepare()
-    workers = workers or max(1, os.cpu_count() or 1)
-    unique: dict[str, Source] = {}  # a source named twice lands once
-    for source in sources:
-        unique.setdefault(source.digest, source)
-    submitted: list[tuple[Future[Written | None], int]] = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_workers_context()) as pool:
-        # each part is handed out as soon as the walk has made it: the first Maildir part
-        # starts after 20,000 directory entries, not after the whole directory
-        for kind, task in _tasks(unique.values(), landing, workers, sink, keystore):
-            work = _land_files if kind == "maildir" else _land_mbox_range
-            submitted.append((pool.submit(work, task), _task_size(task, kind)))
-        total = sum(size for _, size in submitted)
-        done = 0
-        for future, size in submitted:
-            written = future.result()
-            if sink is not None and written is not None:
-                sink.add(written)
-            done += size
-            if progress is not None:
-                progress(done, total)
-    if sink is not None:
-        sink.finish()
-    return [_source_dir(landing, source) for source in unique.values()]
+        return columns.table()

@@ -1,4 +1,6 @@
-"""``report.html``: one self-contained page (tables and PNG plots inlined) plus the PNGs.
+"""The report: ``report.html``, interactive (Bokeh, see ``explore.py``), and
+``report-static.html`` with ``plots/*.png`` for non-interactive use; each page
+self-contained (BokehJS or the PNGs inlined) and working offline.
 
 Everything plotted is an aggregate computed by Spark and collected in the
 :class:`~emailmw._pipeline.job.Overview` (the per-topic latency CDF and per-minute counts in
@@ -103,8 +105,23 @@ def measured(
     return "not measurable at this resolution"
 
 
+def resolution(measured_rows: int, total: int) -> str:
+    """How well the latencies of a topic (or the round trips of a service) are known: a
+    latency is computed only where the delivery time is known to 1 ms or better (a Dovecot
+    Maildir file name says the microsecond); a ``Received:`` or ``Date:`` header says the
+    second, which gives bounds only."""
+    if total == 0:
+        return "n/a"
+    if measured_rows == total:
+        return "<= 1 ms (all)"
+    if measured_rows == 0:
+        return "1 s (bounds only)"
+    return f"<= 1 ms for {measured_rows:,}; 1 s for {total - measured_rows:,}"
+
+
 def _topic_display(stat: dict[str, Any]) -> dict[str, Any]:
     row = dict(stat)
+    row["latency_resolution"] = resolution(stat["latency_measured"], stat["messages"])
     row["mean_rate_per_s"] = (
         "n/a (one instant)" if stat["mean_rate_per_s"] is None else stat["mean_rate_per_s"]
     )
@@ -117,6 +134,7 @@ def _topic_display(stat: dict[str, Any]) -> dict[str, Any]:
 
 def _service_display(service: dict[str, Any]) -> dict[str, Any]:
     row = dict(service)
+    row["round_trip_resolution"] = resolution(service["round_trip_measured"], service["answered"])
     row["round_trip_p50_ms"] = measured(
         service["round_trip_p50_ms"], service["round_trip_measured"], service["answered"],
         service["round_trip_p50_low_ms"], service["round_trip_p50_high_ms"],
@@ -125,8 +143,9 @@ def _service_display(service: dict[str, Any]) -> dict[str, Any]:
 
 
 def rate_figure(stats: list[dict[str, Any]]) -> Figure:
-    """Messages per minute over time, a line per topic. The time axis spans the traffic
-    (padded by 5 %, at least a minute each side) in UTC, also when it lasted a minute:
+    """Messages per second over time (each minute's mean), a line per topic. The time axis
+    spans the traffic (padded by 5 %, at least a minute each side) in UTC, also when it
+    lasted a minute:
     left to itself, matplotlib spreads a single point over four years. Publishes without a
     delivery time (a null minute in the series) have no place on it and are left out; the
     topic's count in the tables includes them."""
@@ -137,7 +156,8 @@ def rate_figure(stats: list[dict[str, Any]]) -> Figure:
         series = [point for point in stat["per_minute"] or () if point["minute"] is not None]
         minutes: Any = [dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in series]
         span += minutes
-        ax.plot(minutes, [p["messages"] for p in series], marker=".", label=_label(stat["topic"]))
+        rates = [p["messages"] / 60 for p in series]
+        ax.plot(minutes, rates, marker=".", label=_label(stat["topic"]))
     if span:
         first, last = min(span), max(span)
         pad = max((last - first) * 0.05, dt.timedelta(minutes=1))
@@ -146,20 +166,17 @@ def rate_figure(stats: list[dict[str, Any]]) -> Figure:
     ax.xaxis.set_major_locator(locator)
     formatter = mdates.ConciseDateFormatter(locator, tz=dt.UTC)  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_formatter(formatter)
-    ax.set(title="Message rate per topic", xlabel="time (UTC)", ylabel="messages per minute")
+    ax.set(title="Message rate per topic", xlabel="time (UTC)", ylabel="messages per second")
     ax.legend(fontsize="small")
     return fig
 
 
-def topic_plots(
-    stats: list[dict[str, Any]], plots: Path, *, rate: tuple[str, str] | None = None
-) -> list[tuple[str, str]]:
+def topic_plots(stats: list[dict[str, Any]], plots: Path) -> list[tuple[str, str]]:
     """The per-topic plots (message rate over time, latency CDF) of ``topic_stats`` rows,
-    written to ``plots`` (which must exist): ``(title, base64 PNG)`` in report order.
-    ``rate``: the rate plot of these rows, drawn already (see :func:`rate_plot`)."""
+    written to ``plots`` (which must exist): ``(title, base64 PNG)`` in report order."""
     if not stats:
         return []
-    return [rate or rate_plot(stats, plots), latency_plot(stats, plots)]
+    return [rate_plot(stats, plots), latency_plot(stats, plots)]
 
 
 def rate_plot(stats: list[dict[str, Any]], plots: Path) -> tuple[str, str]:
@@ -169,9 +186,16 @@ def rate_plot(stats: list[dict[str, Any]], plots: Path) -> tuple[str, str]:
 
 
 def latency_plot(stats: list[dict[str, Any]], plots: Path) -> tuple[str, str]:
-    """The second of :func:`topic_plots`."""
+    """The second of :func:`topic_plots`: on a log-scaled latency axis (a linear one puts
+    99 % of the messages on one line; symmetric-log when some latency is not positive, as
+    a skewed clock makes it)."""
     fig = Figure(figsize=(9, 4))
     ax = fig.subplots()
+    lowest = min((min(s["latency_cdf_ms"]) for s in stats if s["latency_cdf_ms"]), default=1.0)
+    if lowest > 0:
+        ax.set_xscale("log")
+    else:
+        ax.set_xscale("symlog", linthresh=1.0)
     for stat in stats:
         if stat["latency_cdf_ms"]:
             points = [q * 100 for q in CDF_POINTS]
@@ -307,6 +331,7 @@ def write_report(
                     "latency_p90_ms",
                     "latency_p99_ms",
                     "latency_max_ms",
+                    "latency_resolution",
                 ],
             ),
         ),
@@ -321,6 +346,7 @@ def write_report(
                     "duplicate_responses",
                     "round_trip_p50_ms",
                     "round_trip_max_ms",
+                    "round_trip_resolution",
                 ],
             ),
         ),
@@ -345,20 +371,34 @@ def write_report(
     if groups:  # delivery-mode groups (docs/delivery-modes.md): who processed what
         table = _table(groups, ["group", "member", "processed", "redelivered"])
         sections.insert(5, ("Delivery groups", table))
-    body = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in sections)
-    body += "".join(
+    tables = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in sections)
+    pngs = "".join(
         f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" '
         f'src="data:image/png;base64,{data}">'
         for title, data in images
     )
-    page = (
+    (out / "report-static.html").write_text(_page("", tables + pngs), encoding="utf-8")
+    from .explore import interactive_plots
+
+    resources, script, plots_div = interactive_plots(overview)
+    # the run and the summary first, then the plots, then the tables
+    first, rest = sections[:2], sections[2:]
+    body = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in first)
+    if plots_div:
+        body += f"<h2>Plots</h2>{plots_div}"
+    body += "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in rest)
+    body += "<p>The same report without scripts: report-static.html, plots/*.png.</p>"
+    path = out / "report.html"
+    path.write_text(_page(resources + script, body), encoding="utf-8")
+    return path
+
+
+def _page(head: str, body: str) -> str:
+    return (
         "<!doctype html><html><head><meta charset='utf-8'><title>emailmw traffic report"
-        "</title><style>body{font-family:sans-serif;margin:2em;max-width:70em}"
+        "</title><style>body{font-family:sans-serif;margin:2em;max-width:75em}"
         "table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px solid #ccc;"
         "padding:.25em .6em;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
-        "</style></head><body><h1>emailmw traffic report</h1>"
+        f"</style>{head}</head><body><h1>emailmw traffic report</h1>"
         f"<p>Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}.</p>{body}</body></html>"
     )
-    path = out / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return path

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import socketserver
-import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from pyspark import SparkContext
@@ -62,27 +59,3 @@ def test_a_collector_the_user_names_replaces_ours(no_running_jvm: Path) -> None:
     mine = jvm.driver_java_options("-XX:+UseG1GC -Xmx1g") or ""
     assert "UseParallelGC" not in mine
     assert mine.endswith("-XX:+UseG1GC -Xmx1g")
-
-
-def test_the_accumulator_server_is_detached_and_still_stopped() -> None:
-    # SparkContext.stop() waits up to half a second for this server's next poll; the
-    # session's stop leaves that wait to a background thread, which must still end it
-    server = socketserver.TCPServer(("127.0.0.1", 0), socketserver.BaseRequestHandler)
-    serving = threading.Thread(target=server.serve_forever, daemon=True)
-    serving.start()
-    context = SimpleNamespace(_accumulatorServer=server)
-
-    jvm._stop_accumulator_server(context)
-
-    assert context._accumulatorServer is None  # stop() has nothing left to wait for
-    serving.join(timeout=10)
-    assert not serving.is_alive()
-    jvm._stop_accumulator_server(context)  # nothing to stop: a no-op
-
-
-def test_c1_keeps_the_default_code_cache_size(no_running_jvm: Path) -> None:
-    # C1 alone reserves 48 MB of code cache instead of 240 MB; a long session filled it
-    # ("CodeCache is full. Compiler has been disabled", then Spark INTERNAL_ERRORs)
-    options = (jvm.driver_java_options(None) or "").split()
-    assert "-XX:TieredStopAtLevel=1" in options
-    assert "-XX:ReservedCodeCacheSize=240m" in options

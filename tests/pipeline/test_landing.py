@@ -1,26 +1,25 @@
-"""Landing is plain Python over emailmw's wire format: tested without Spark."""
+"""Landing is plain Python over emailmw's wire format (the driver lists units of work, an
+executor lands each): tested without Spark."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from emailmw._exceptions import ConfigError
 from emailmw._pipeline import landing
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
 from emailmw._pipeline.landing import (
-    MINUTES_SCHEMA,
-    STREAMS_SCHEMA,
+    LANDED_SCHEMA,
+    LANDING_SCHEMA,
     Source,
-    TableSink,
-    Written,
     delivery_time,
     describe,
-    land,
+    land_unit,
+    land_units,
+    list_units,
     maildir_name_ns,
 )
 from emailmw._protocol import Recipients, publish_email, request_email, response_email
@@ -96,12 +95,18 @@ def test_an_output_path_that_is_a_file_is_an_error(tmp_path: Path) -> None:
     assert (tmp_path / "taken").read_text() == "not a directory"  # left as it was
 
 
-def test_every_maildir_file_lands_once_across_part_boundaries(
+def _land_all(units: pa.Table) -> pa.Table:
+    """What the executors make of ``units``, one unit at a time as Spark hands them out."""
+    batches = [b for unit in units.to_batches(max_chunksize=1) for b in land_units([unit])]
+    return pa.Table.from_batches(batches, schema=LANDED_SCHEMA)
+
+
+def test_every_maildir_file_lands_once_across_unit_boundaries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Parts are cut every two files, across cur/ and new/ and across the Maildirs of a tree;
+    """Units are cut every two files, across cur/ and new/ and across the Maildirs of a tree;
     directories among the files are skipped, not read, and do not end a listing early."""
-    monkeypatch.setattr(landing, "_BATCH", 2)
+    monkeypatch.setattr(landing, "MAILDIR_UNIT_FILES", 2)
     expected = set()
     for box, counts in (("INBOX", (4, 2)), (".Archive", (0, 5))):
         for sub, count in zip(("cur", "new"), counts, strict=True):
@@ -117,19 +122,19 @@ def test_every_maildir_file_lands_once_across_part_boundaries(
                 expected.add(name)
             for i in range(3 if count else 0):
                 (directory / f"sub{i}").mkdir()  # not a file: never read
-    (landed,) = land(
-        [Source("maildir", tmp_path / "root", "root")], tmp_path / "_landing", workers=1
-    )
-    parts = sorted(landed.glob("*.parquet"))
-    keys = [key for part in parts for key in pq.read_table(part)["key"].to_pylist()]
-    assert sorted(keys) == sorted(expected)  # each file once, none missed
-    # only an mbox message has an offset
-    assert {o for part in parts for o in pq.read_table(part)["offset"].to_pylist()} == {None}
-    assert len(parts) == 6  # 11 files in parts of 2
+    source = Source("maildir", tmp_path / "root", "root")
+    units = list_units([source])
+    assert units.num_rows == 6  # 11 files in units of 2
+    landed = _land_all(units)
+    assert sorted(landed["key"].to_pylist()) == sorted(expected)  # each file once, none missed
+    assert set(landed["src"].to_pylist()) == {source.digest}
+    assert set(landed["offset"].to_pylist()) == {None}  # only an mbox message has an offset
 
 
-def test_mbox_pieces_undo_mboxrd_quoting_and_record_offsets(tmp_path: Path) -> None:
-    """Each message lands once, from any cut of the file into pieces: keyed by the offset
+def test_mbox_pieces_undo_mboxrd_quoting_and_record_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each message lands once, from any cut of the file into units: keyed by the offset
     of its ``From `` line (also kept as a number), and with mboxrd's quoting undone, which
     its size shows (each quoted line is one byte longer in the file)."""
     bodies = [
@@ -157,50 +162,22 @@ def test_mbox_pieces_undo_mboxrd_quoting_and_record_offsets(tmp_path: Path) -> N
             out.write(b"\n")
     data = mbox.read_bytes()
     assert data.count(b">From ") == 4  # the quoting is there to undo
-    for pieces in (1, 2, 3, 5):
-        rows = []
-        for i, (start, end) in enumerate(landing._mbox_ranges(mbox, pieces)):
-            part = tmp_path / f"part-{pieces}-{i}.parquet"
-            landing._land_mbox_range(("s", str(mbox), "box", start, end, str(part), None, None))
-            rows += pq.read_table(part).to_pylist()
-        assert [r["offset"] for r in rows] == offsets, pieces
+    for unit_bytes in (len(data), len(data) // 2, len(data) // 3, len(data) // 5):
+        monkeypatch.setattr(landing, "MBOX_UNIT_BYTES", unit_bytes)
+        units = list_units([Source("mbox", mbox, "s")])
+        rows = _land_all(units).to_pylist()
+        assert [r["offset"] for r in rows] == offsets, unit_bytes
         assert all(data[r["offset"] :].startswith(b"From ") for r in rows)
         assert [r["key"] for r in rows] == [f"{o:016d}" for o in offsets]
-        assert [r["size"] for r in rows] == [len(raw) for raw in originals], pieces
+        assert [r["size"] for r in rows] == [len(raw) for raw in originals], unit_bytes
         assert {r["status"] for r in rows} == {"ok"}
+        assert {r["mailbox"] for r in rows} == {"archive.mbox"}
 
 
-def test_counts_of_many_parts_add_up(tmp_path: Path) -> None:
-    """The calling process sums the parts' publishes per topic and minute and lists their
-    streams, merging as it goes (every 64 parts): each (topic, minute) once with its total,
-    each stream once."""
-    sink = TableSink(tmp_path)
-    sink.prepare()
-    for part in range(150):
-        minutes = pa.table(
-            {"topic": ["/a", "/b", "/a"], "minute": [1, 1, None], "messages": [1, part, 2]},
-            schema=MINUTES_SCHEMA,
-        )
-        streams = pa.table(
-            {"publisher_gid": [1, part % 3], "topic": ["/a", None], "mailbox": ["m", "m"]},
-            schema=STREAMS_SCHEMA,
-        )
-        sink.add(Written(Counter({("kind", "publish"): 4}), minutes, streams))
-        assert len(sink._minutes) < 64  # merged as they come, not kept part by part
-        assert len(sink._streams) < 64
-    got = {(r["topic"], r["minute"]): r["messages"] for r in sink.per_minute().to_pylist()}
-    assert got == {("/a", 1): 150, ("/b", 1): sum(range(150)), ("/a", None): 300}
-    assert sink.per_minute().num_rows == 3
-    listed = {tuple(r.values()) for r in sink.streams().to_pylist()}
-    assert listed == {(0, None, "m"), (1, "/a", "m"), (1, None, "m"), (2, None, "m")}
-    assert sink.streams().num_rows == 4
-    assert sink.tally == Counter({("kind", "publish"): 600})
-
-
-def test_files_and_directories_gone_since_the_walk_are_skipped(tmp_path: Path) -> None:
-    """A Maildir changes while it is read: a file the walk listed and the server has since
-    expunged (or moved), or a whole directory removed, is skipped; the rest of the part
-    lands."""
+def test_files_and_directories_gone_since_the_listing_are_skipped(tmp_path: Path) -> None:
+    """A Maildir changes between the listing and the landing: a file the driver listed and
+    the server has since expunged (or moved), or a whole directory removed, is skipped; the
+    rest of the unit lands."""
     cur = tmp_path / "box" / "cur"
     cur.mkdir(parents=True)
     names = []
@@ -211,19 +188,22 @@ def test_files_and_directories_gone_since_the_walk_are_skipped(tmp_path: Path) -
         names.append(name)
     (cur / names[1]).unlink()
     groups = [
-        (str(tmp_path / "gone" / "cur"), "gone", ["1700000000.M0P1.host:2,S"]),
-        (str(cur), "box", names),
-    ]
-    landing._land_files(("s", groups, str(tmp_path / "part.parquet"), None, None))
-    keys = pq.read_table(tmp_path / "part.parquet")["key"].to_pylist()
+        {"directory": str(tmp_path / "gone" / "cur"), "mailbox": "gone",
+         "names": ["1700000000.M0P1.host:2,S"]},
+        {"directory": str(cur), "mailbox": "box", "names": names},
+    ]  # fmt: skip
+    landed = land_unit({"kind": "maildir", "source": "s", "groups": groups})
+    keys = landed["key"].to_pylist()
     assert keys == [names[0].partition(":2,")[0], names[2].partition(":2,")[0]]
 
 
 def test_an_empty_mbox_lands_as_no_mail(tmp_path: Path) -> None:
     """An empty mbox file (a folder with nothing in it yet) is an archive of no mail, not an
-    error: mmap refuses an empty file, so its one piece is not mapped."""
+    error: it has no unit of work (mmap refuses an empty file), and a unit of no bytes lands
+    no row."""
     (tmp_path / "empty.mbox").touch()
-    sink = TableSink(tmp_path / "out")
-    dirs = land([Source("mbox", tmp_path / "empty.mbox", "e")], tmp_path / "landing", sink=sink)
-    assert [pq.read_table(part).num_rows for part in dirs[0].glob("*.parquet")] == [0]
-    assert sink.tally == Counter()
+    assert list_units([Source("mbox", tmp_path / "empty.mbox", "e")]).num_rows == 0
+    unit = {"kind": "mbox", "source": "e", "path": str(tmp_path / "empty.mbox"),
+            "mailbox": "empty.mbox", "start": 0, "end": 0}  # fmt: skip
+    assert land_unit(unit).schema == LANDING_SCHEMA
+    assert land_unit(unit).num_rows == 0

@@ -17,21 +17,17 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from emailmw._exceptions import ConfigError
-from emailmw._pipeline import job
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
 from emailmw._pipeline.job import (
-    MESSAGES_DDL,
-    REJECTS_DDL,
     RTT_BINS,
     JobOptions,
     Overview,
     compute,
     health_rows,
     run_job,
-    series_rows,
 )
-from emailmw._pipeline.landing import LANDING_SCHEMA, Source, TableSink, land
-from emailmw._pipeline.report import loss_plot, rate_plot, topic_plots, write_report
+from emailmw._pipeline.landing import LANDING_SCHEMA
+from emailmw._pipeline.report import loss_plot, topic_plots, write_report
 from emailmw.testing.archive import Archive, generate
 
 pytestmark = pytest.mark.spark
@@ -39,7 +35,7 @@ pytestmark = pytest.mark.spark
 
 def _run(spark: SparkSession, sources: list[Path], out: Path, **kw: Any) -> dict[str, Any]:
     del spark  # the session fixture started the JVM; analyze() reuses it
-    return analyze(AnalyzeRequest([str(s) for s in sources], out, workers=2, **kw))
+    return analyze(AnalyzeRequest([str(s) for s in sources], out, **kw))
 
 
 def _table(spark: SparkSession, out: Path, name: str) -> list[dict[str, Any]]:
@@ -93,59 +89,6 @@ def test_publisher_health_is_exact(
     assert _health(spark, out) == archive.expected["publisher_health"]
 
 
-def test_publisher_health_stays_exact_when_streams_share_a_key(
-    spark: SparkSession, archive: Archive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The job keys streams by a 64-bit hash; were two to collide, the table must not
-    merge them. Forced here: every stream gets the same key, in Spark and where the
-    landing's list of streams is named."""
-    monkeypatch.setattr(job, "_STREAM_KEY", "0L")
-    monkeypatch.setattr(job, "_stream_key", lambda *names: 0)
-    mbox = archive.write_mbox(tmp_path / "archive.mbox")
-    _run(spark, [mbox], tmp_path / "out", report=False)
-    assert _health(spark, tmp_path / "out") == archive.expected["publisher_health"]
-
-
-def test_a_plain_run_names_streams_from_the_landing(
-    spark: SparkSession, archive: Archive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With no two streams sharing a key, a plain run names them from the landing's list
-    and never falls back to the exact form (which would be right, but slower)."""
-
-    def refuse(*args: Any) -> Any:
-        raise AssertionError("fell back to the exact form")
-
-    named: list[bool] = []  # for each naming from the landing's list: did it name them all
-    landing_names = job._named_streams
-
-    def recorded(table: pa.Table, streams: pa.Table) -> pa.Table | None:
-        result = landing_names(table, streams)
-        named.append(result is not None)
-        return result
-
-    monkeypatch.setattr(job, "_exact_publisher_health", refuse)
-    monkeypatch.setattr(job, "_named_streams", recorded)
-    mbox = archive.write_mbox(tmp_path / "archive.mbox")
-    _run(spark, [mbox], tmp_path / "out", report=False)
-    assert named == [True]  # named from the landing's list, not by Spark
-    assert _health(spark, tmp_path / "out") == archive.expected["publisher_health"]
-
-
-def test_streams_are_keyed_as_spark_keys_them(spark: SparkSession) -> None:
-    """A plain run names publisher_health's streams from the landing's list, keyed in Python
-    as Spark's xxhash64 keys them: the same key for nulls, negative and large GIDs, empty,
-    long (past XXH64's 32-byte stripes) and non-ASCII names."""
-    rows = [
-        (gid, topic, mailbox)
-        for gid in (None, 0, 1, -1, 2**63 - 1, -(2**63), 1062888327)
-        for topic in (None, "", "/t", "/a b/caf\u00e9/\u20ac\U0001f600", "/" + "x" * 70)
-        for mailbox in (None, "INBOX", "\u00fcber/" * 9)
-    ]
-    frame = spark.createDataFrame(rows, "publisher_gid long, topic string, mailbox string")
-    keys = [r[0] for r in frame.selectExpr(job._STREAM_KEY).collect()]
-    assert keys == [job._stream_key(*row) for row in rows]
-
-
 def test_topic_latency_percentiles_are_exact(
     spark: SparkSession, analyzed: tuple[Path, dict[str, Any]], archive: Archive
 ) -> None:
@@ -180,9 +123,14 @@ def test_service_calls_join_requests_to_responses(
 
 
 @pytest.fixture(scope="module")
-def overview(spark: SparkSession, analyzed: tuple[Path, dict[str, Any]]) -> Overview:
+def overview(
+    spark: SparkSession,
+    analyzed: tuple[Path, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Overview:
     out, _ = analyzed
-    return run_job(spark, out)[1]
+    tables = compute(spark, (out / "_landing").glob("src=*"), JobOptions(), deduplicate=False)
+    return run_job(spark, tmp_path_factory.mktemp("again"), tables)
 
 
 def test_overview_holds_the_small_tables_in_order(
@@ -227,14 +175,19 @@ def test_round_trip_histogram_counts_every_answered_call(
 
 def test_report_is_written(analyzed: tuple[Path, dict[str, Any]]) -> None:
     out, _ = analyzed
+    static = (out / "report-static.html").read_text()
+    assert static.count("data:image/png;base64,") == 4
+    assert "<script" not in static
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 4
-    assert "/sensors/t0" in page
-    # it says what made it: the sources, the master, the filters, the time range
-    assert "<h2>Run</h2>" in page
-    assert f"<td>{out.parent / 'maildirs'}</td>" in page
-    assert "<td>local[*]</td>" in page
-    assert "<td>messages delivered</td>" in page
+    for text in (page, static):
+        assert "/sensors/t0" in text
+        # it says what made it: the sources, the master, the filters, the time range, and
+        # how well each latency is known (this Maildir's file names: the microsecond)
+        assert "<h2>Run</h2>" in text
+        assert f"<td>{out.parent / 'maildirs'}</td>" in text
+        assert "<td>local[*]</td>" in text
+        assert "<td>messages delivered</td>" in text
+        assert "<td>&lt;= 1 ms (all)</td>" in text
     for plot in ("rate", "latency_cdf", "round_trips", "loss"):
         assert (out / "plots" / f"{plot}.png").stat().st_size > 1000
 
@@ -256,7 +209,7 @@ def test_plots_drawn_while_spark_works_make_the_same_report(
     write_report(overview, summary, late)
 
     def page(out: Path) -> str:  # all but the generation time
-        return re.sub(r"<p>Generated [^<]*</p>", "", (out / "report.html").read_text())
+        return re.sub(r"<p>Generated [^<]*</p>", "", (out / "report-static.html").read_text())
 
     assert "data:image/png" in page(early)
     assert page(early) == page(late)
@@ -345,19 +298,12 @@ def test_transforms_on_a_handmade_landing(spark: SparkSession, tmp_path: Path) -
     )
     tables = compute(spark, [path], JobOptions(), deduplicate=False)
     assertDataFrameEqual(tables.publisher_health, expected)
-    # the job's own form (a 64-bit stream key) gives the same table
-    out = tmp_path / "out"
-    (out / "rejects").mkdir(parents=True)
-    messages = job.landed_messages(spark, [path], JobOptions())
-    written, _ = run_job(spark, out, messages=messages)
-    assertDataFrameEqual(written.publisher_health, expected)
     # this version lands an mbox message's offset as a number too, which orders it the same
     for r in rows:
         r["offset"] = int(r["key"]) if r["key"].isdigit() else None
     pq.write_table(pa.Table.from_pylist(rows, schema=LANDING_SCHEMA), path / "part.parquet")
-    messages = job.landed_messages(spark, [path], JobOptions())
-    written, _ = run_job(spark, tmp_path / "out", messages=messages)
-    assertDataFrameEqual(written.publisher_health, expected)
+    tables = compute(spark, [path], JobOptions(), deduplicate=False)
+    assertDataFrameEqual(tables.publisher_health, expected)
 
 
 def test_since_until_and_topic_filters(
@@ -417,13 +363,11 @@ def _odd_topics() -> list[bytes]:
     return mails
 
 
-def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: Path) -> None:
-    """A plain run's landing writes messages and rejects itself and counts the publishes per
-    topic and minute (topic_stats' rate series), and its aggregates read the landed parts;
-    a merge has Spark write both tables from the landed parts and aggregate the table it
-    wrote, series included. Both must give the same directories and the same rows in every
-    table, filters included, whatever the topic names (an empty one too) and delivery times
-    (none, or before 1970)."""
+def test_a_merge_of_a_run_gives_the_run_s_tables(spark: SparkSession, tmp_path: Path) -> None:
+    """A plain run lands the archive and computes its tables; a merge reads an earlier run's
+    landed rows (dropping emails landed twice). Both must give the same directories and the
+    same rows in every table, filters included, whatever the topic names (an empty one too,
+    and ones Spark escapes in a directory name) and delivery times (none, or before 1970)."""
     archive = generate(topics=2, services=1, seed=5)
     mbox = archive.write_mbox(tmp_path / "a.mbox")
     with open(mbox, "ab") as out:
@@ -436,25 +380,16 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
     ]
     for i, filters in enumerate(runs):
         landed = _run(spark, [mbox], tmp_path / f"landed{i}", report=False, **filters)
-        # the unfiltered run's landed parts, re-read by Spark with the same filters
+        # the unfiltered run's landed rows, re-read with the same filters
         merged = _run(
-            spark, [tmp_path / "landed0"], tmp_path / f"spark{i}", report=False, **filters
+            spark, [tmp_path / "landed0"], tmp_path / f"merged{i}", report=False, **filters
         )
         assert landed == merged | {"seconds": landed["seconds"], "phases": landed["phases"]}
-        a, b = tmp_path / f"landed{i}", tmp_path / f"spark{i}"
-        for name, ddl in (("messages", MESSAGES_DDL), ("rejects", REJECTS_DDL)):
-            assertDataFrameEqual(
-                spark.read.schema(ddl).parquet(str(a / name)),
-                spark.read.schema(ddl).parquet(str(b / name)),
-            )
-        for name in ("topic_stats", "service_calls", "publisher_health"):
+        a, b = tmp_path / f"landed{i}", tmp_path / f"merged{i}"
+        for name in ("messages", "rejects", "topic_stats", "service_calls", "publisher_health"):
             assertDataFrameEqual(
                 spark.read.parquet(str(a / name)), spark.read.parquet(str(b / name))
             )
-            # typed alike too, down to which columns may hold nulls
-            assert pq.read_schema(next((a / name).glob("*.parquet"))) == pq.read_schema(
-                next((b / name).glob("*.parquet"))
-            ), name
         dirs = [
             sorted(str(p.relative_to(root / "messages")) for p in (root / "messages").glob("*/*"))
             for root in (a, b)
@@ -465,7 +400,7 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
     assert (everything / "topic=__HIVE_DEFAULT_PARTITION__").is_dir()
     assert (everything / "topic=%2Fundated" / "day=__HIVE_DEFAULT_PARTITION__").is_dir()
     assert (everything / "topic=%2Fold" / "day=1969-12-31").is_dir()
-    rows = spark.read.schema(MESSAGES_DDL).parquet(str(everything)).collect()
+    rows = spark.read.parquet(str(everything)).collect()
     assert {r["topic"] for r in rows} >= {"/a b/caf\u00e9/\u20ac\U0001f600", "/tab\there", None}
     # a glob matches whole topics, not their ends: this one matches none, on either path
     for source in (mbox, tmp_path / "landed0"):
@@ -473,66 +408,28 @@ def test_landing_writes_the_tables_spark_writes(spark: SparkSession, tmp_path: P
             _run(spark, [source], tmp_path / "nothing", report=False, topic_glob="sensors/t1")
 
 
-def test_the_rate_plot_drawn_from_the_landing_is_the_tables_own(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    """A plain run draws the rate plot from the landing's per-minute counts before Spark has
-    computed topic_stats: the topics and series must be the table's, down to the empty
-    topic (null, without a series) and publishes without a delivery time (a null minute
-    first), and the plot the same file."""
-    archive = generate(topics=2, services=0, seed=7)
-    mbox = archive.write_mbox(tmp_path / "a.mbox")
-    with open(mbox, "ab") as out:
-        for raw in _odd_topics():
-            out.write(b"From x@example.test Thu Jan  1 00:00:00 2026\n" + raw + b"\n")
-    sink = TableSink(tmp_path / "out")
-    land([Source("mbox", mbox, "a")], tmp_path / "out" / "_landing", sink=sink)
-    _, overview = run_job(spark, tmp_path / "out")  # the series from Spark's own query
-    table = [{"topic": r["topic"], "per_minute": r["per_minute"]} for r in overview.topic_stats]
-    landed = series_rows(sink.per_minute())
-    assert landed == table
-    assert landed[0] == {"topic": None, "per_minute": None}
-    assert any(p["minute"] is None for r in landed[1:] for p in r["per_minute"])
-    for name, rows in (("landing", landed), ("table", overview.topic_stats)):
-        (tmp_path / name).mkdir()
-        rate_plot(rows, tmp_path / name)
-    assert (tmp_path / "landing" / "rate.png").read_bytes() == (
-        tmp_path / "table" / "rate.png"
-    ).read_bytes()
-
-
-def test_the_landing_tally_counts_what_spark_counts(
-    spark: SparkSession, archive: Archive, tmp_path: Path
-) -> None:
-    """The summary's kind and reject counts come from the landing's tally; Spark's own count
-    of the written tables must agree, row for row and in the same order."""
-    archive.write_maildir(tmp_path / "maildirs")
-    sink = TableSink(tmp_path / "out", since_ns=archive.stored[10].delivered_ns)
-    land([Source("maildir", tmp_path / "maildirs", "m")], tmp_path / "out" / "_landing", sink=sink)
-    assert sum(n for key, n in sink.tally.items() if key[0] == "reject") > 0
-    _, counted = run_job(spark, tmp_path / "out")
-    _, tallied = run_job(spark, tmp_path / "out", sink.tally)
-    assert tallied.kinds == counted.kinds
-    assert tallied.rejects == counted.rejects
-    assert tallied.summary() == counted.summary()
-
-
 def test_an_archive_without_services_gets_an_empty_service_calls_table(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """No request landed, so no job computes service_calls: the table is still there, empty,
-    with the columns and types Spark's own job writes."""
+    """No request landed: the service_calls table is still there, empty, with its columns."""
     generate(topics=2, services=0).write_mbox(tmp_path / "a.mbox")
     summary = _run(spark, [tmp_path / "a.mbox"], tmp_path / "out", report=False)
     assert summary["calls"] == 0
-    skipped = spark.read.parquet(str(tmp_path / "out" / "service_calls"))
-    assert skipped.count() == 0
-    run_job(spark, tmp_path / "out")  # no tally: Spark computes and writes it
-    computed = spark.read.parquet(str(tmp_path / "out" / "service_calls"))
-    assert computed.count() == 0
-    columns = [(f.name, f.dataType) for f in computed.schema]
-    assert [(f.name, f.dataType) for f in skipped.schema] == columns
-    assert "round_trip_ms" in computed.columns
+    table = spark.read.parquet(str(tmp_path / "out" / "service_calls"))
+    assert table.count() == 0
+    assert "round_trip_ms" in table.columns
+
+
+def test_an_empty_archive_lands_as_no_mail(spark: SparkSession, tmp_path: Path) -> None:
+    """An empty mbox (a folder with nothing in it yet) has no unit of work: it is analysed
+    as an archive of no mail, and merged later as one."""
+    (tmp_path / "empty.mbox").touch()
+    summary = _run(spark, [tmp_path / "empty.mbox"], tmp_path / "out", report=False)
+    assert (summary["publish"], summary["foreign"]) == (0, 0)
+    (landed,) = (tmp_path / "out" / "_landing").glob("src=*")
+    assert landed.is_dir()
+    again = _run(spark, [tmp_path / "out"], tmp_path / "again", report=False)
+    assert again["publish"] == 0
 
 
 def test_command_line(tmp_path: Path) -> None:
@@ -616,6 +513,7 @@ def test_delivery_times_known_to_the_second_give_bounds_never_negative_latencies
             assert row["response_delivered_res_ns"] == 10**9
     page = (out / "report.html").read_text()
     assert "(delivery times known to the second)" in page
+    assert "<td>1 s (bounds only)</td>" in page
     assert not re.search(r"<td>-[0-9]", page)  # no negative figure anywhere
     assert "<td>None</td>" not in page
 

@@ -64,7 +64,7 @@ def test_the_summary_counts_each_kind_of_signature(
     root, store = mail
     out = root / f"out-{keyed}"
     keystore = str(store.path) if keyed else None
-    summary = analyze(AnalyzeRequest([str(root / "maildir")], out, workers=2, keystore=keystore))
+    summary = analyze(AnalyzeRequest([str(root / "maildir")], out, keystore=keystore))
     expected: dict[str, Any] = {"unsigned": 2, "quarantined": 1}
     if keyed:
         expected |= {"verified": 4, "invalid": 1, "untrusted": 1, "signed": 0, "replayed": 1}
@@ -72,7 +72,7 @@ def test_the_summary_counts_each_kind_of_signature(
         expected |= {"verified": 0, "invalid": 0, "untrusted": 0, "signed": 6, "replayed": 2}
     assert {k: summary[k] for k in expected} == expected
     # the same counts from Spark: a run that merges the first one's output
-    merged = analyze(AnalyzeRequest([str(out)], root / f"merged-{keyed}", workers=2))
+    merged = analyze(AnalyzeRequest([str(out)], root / f"merged-{keyed}"))
     assert {k: merged[k] for k in expected} == expected
 
 
@@ -81,7 +81,7 @@ def test_the_messages_table_has_the_security_column(
 ) -> None:
     root, store = mail
     out = root / "out-column"
-    analyze(AnalyzeRequest([str(root / "maildir")], out, workers=2, keystore=str(store.path)))
+    analyze(AnalyzeRequest([str(root / "maildir")], out, keystore=str(store.path)))
     rows = spark.read.parquet(str(out / "messages")).select("security").collect()
     marks = sorted(r["security"] for r in rows)
     assert marks == sorted(["verified"] * 4 + ["invalid", "untrusted", "unsigned", "unsigned"])

@@ -31,7 +31,7 @@ from typing import Any, Final, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from .._exceptions import ConfigError
@@ -460,15 +460,24 @@ def health_rows(table: pa.Table) -> list[dict[str, Any]]:
 
 
 # The overview's counts in one job: emailmw mail by kind and security mark, rejects by status
-# and reason, and both by whether they lie in a quarantine folder.
+# and reason, and both by whether they lie in a quarantine folder (a test of each mailbox's
+# name, made once per mailbox rather than per message).
 _COUNTS_SQL = """
-SELECT 'ok' AS status, CAST(NULL AS STRING) AS reason, kind, security,
-  QUARANTINE AS quarantined, count(1) AS n
-FROM {messages} GROUP BY ALL
-UNION ALL
-SELECT status, reason, CAST(NULL AS STRING), CAST(NULL AS STRING), QUARANTINE, count(1)
-FROM {rejects} GROUP BY ALL
+SELECT status, reason, kind, security, QUARANTINE AS quarantined, sum(n) AS n FROM (
+  SELECT 'ok' AS status, CAST(NULL AS STRING) AS reason, kind, security, mailbox,
+    count(1) AS n
+  FROM {messages} GROUP BY ALL
+  UNION ALL
+  SELECT status, reason, CAST(NULL AS STRING), CAST(NULL AS STRING), mailbox, count(1)
+  FROM {rejects} GROUP BY ALL)
+GROUP BY ALL
 """.replace("QUARANTINE", QUARANTINE_SQL)
+
+
+def _counts(tables: Tables) -> list[Row]:
+    """The rows of :data:`_COUNTS_SQL` for ``tables``."""
+    spark = tables.messages.sparkSession
+    return spark.sql(_COUNTS_SQL, messages=tables.messages, rejects=tables.rejects).collect()
 
 _SERVICES_SQL = """
 SELECT *, round_trip_p50_low_ms + CAST(unmeasured_res_ns AS DOUBLE) / 1.0E6D
@@ -491,11 +500,17 @@ ORDER BY service
 """
 
 
-def overview(tables: Tables, *, collected: dict[str, pa.Table] | None = None) -> Overview:
+def overview(
+    tables: Tables,
+    *,
+    collected: dict[str, pa.Table] | None = None,
+    counted: list[Row] | None = None,
+) -> Overview:
     """Collect the per-topic, per-publisher, per-service and per-reason rows (small: they
     grow with topics, publishers and services, never with messages) and the counts.
     ``collected`` holds ``topic_stats`` or ``publisher_health`` already on the driver (as
-    Arrow); what it lacks is collected here. Timestamps are UTC-aware."""
+    Arrow), ``counted`` the counts (:func:`_counts`); what they lack is collected here.
+    Timestamps are UTC-aware."""
     spark = tables.messages.sparkSession
 
     def small(name: str) -> pa.Table:
@@ -503,7 +518,8 @@ def overview(tables: Tables, *, collected: dict[str, pa.Table] | None = None) ->
         return getattr(tables, name).toArrow() if table is None else table
 
     services = [r.asDict() for r in spark.sql(_SERVICES_SQL, calls=tables.service_calls).collect()]
-    counted = spark.sql(_COUNTS_SQL, messages=tables.messages, rejects=tables.rejects).collect()
+    if counted is None:
+        counted = _counts(tables)
     kinds: dict[str, int] = {}
     security: dict[str, int] = {"quarantined": 0}
     reasons: dict[tuple[str, str | None], int] = {}

@@ -22,10 +22,11 @@ reports medians (every run is in the JSON's ``runs``; ``peak_rss_mb`` is the hig
 ``--cluster`` also starts a Spark standalone master with one, then two, 1-core workers on
 loopback (``emailmw.testing.sparkcluster``) and runs the same archive there:
 ``cluster_analyze_s`` (two workers: the cores local[*] has here) and ``cluster_over_local``;
-``driver_parse_cpu_s`` (the CPU seconds of the Python processes of the driver's tree: the
-command itself, which lists the archive; an upper bound of its parsing) and
-``executor_parse_cpu_s`` (those of the Python processes the workers' executors started:
-Spark's Python workers, which parse), with one worker; ``driver_jvm_cpu_s`` and
+``driver_parse_cpu_s`` (the CPU seconds of the Python processes in the driver's tree other
+than the command itself: Spark's Python workers, which parse, when they run beside the
+driver) and ``executor_parse_cpu_s`` (those of the Python processes the workers' executors
+started), with one worker; ``driver_main_cpu_s`` (the command itself: it lists the archive,
+plans the queries and draws the report, and reads no email), ``driver_jvm_cpu_s`` and
 ``executor_jvm_cpu_s``; ``speedup_2_executors`` (one worker's time over two workers').
 Prints a table, writes JSON, exits 0.
 """
@@ -228,7 +229,8 @@ def run_analyze(
         for process in processes:
             try:
                 java = process.name().startswith("java")
-                seen[(f"{side}_{'jvm' if java else 'python'}", process.pid)] = _cpu(process)
+                kind = "main" if process.pid == proc.pid else "jvm" if java else "python"
+                seen[(f"{side}_{kind}", process.pid)] = _cpu(process)
             except psutil.Error:
                 pass
 
@@ -343,7 +345,8 @@ def main() -> int:
 
 CLUSTER_KEYS = (
     "cluster_analyze_s", "cluster_over_local", "driver_parse_cpu_s", "executor_parse_cpu_s",
-    "parse_cpu_share", "driver_jvm_cpu_s", "executor_jvm_cpu_s", "speedup_2_executors",
+    "parse_cpu_share", "driver_main_cpu_s", "driver_jvm_cpu_s", "executor_jvm_cpu_s",
+    "speedup_2_executors",
 )  # fmt: skip
 
 
@@ -373,6 +376,7 @@ def cluster_figures(archive: Path, form: str, messages: int, local_s: float) -> 
         "driver_parse_cpu_s": round(driver, 2),
         "executor_parse_cpu_s": round(executor, 2),
         "parse_cpu_share": round(driver / executor, 3) if executor else float("inf"),
+        "driver_main_cpu_s": round(found.get("driver_main_cpu_s", 0.0), 2),
         "driver_jvm_cpu_s": round(found.get("driver_jvm_cpu_s", 0.0), 2),
         "executor_jvm_cpu_s": round(found.get("executor_jvm_cpu_s", 0.0), 2),
         "speedup_2_executors": round(found["cluster_1_s"] / found["cluster_2_s"], 3),

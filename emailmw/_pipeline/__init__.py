@@ -1,4 +1,5 @@
-"""The archive pipeline (``emailmw analyze``): landing in Python, analytics on Spark.
+"""The archive pipeline (``emailmw analyze``): archives listed on the driver, parsed and
+analysed by Spark (``job.py``), and a report.
 
-Needs the ``spark`` extra (pyspark, pyarrow, pandas, matplotlib) and Java 17.
+Needs the ``spark`` extra (pyspark, pyarrow, pandas, numpy, matplotlib, bokeh) and Java 17.
 """

@@ -105,19 +105,11 @@ def group_stats(messages: pa.Table, roots: dict[str, Path]) -> pa.Table:
     return pa.Table.from_pylist(out, schema=GROUP_STATS_SCHEMA)
 
 
-def write_group_stats(
-    out: Path, roots: dict[str, Path], mailboxes: pa.Array | None = None
-) -> pa.Table:
-    """Compute ``group_stats`` from ``out/messages`` and write it to ``out/group_stats``.
-    ``mailboxes``: the mailboxes the messages come from, when the caller knows them (a
-    plain run's landing does): without a group's done folder among them nothing is read."""
+def write_group_stats(out: Path, roots: dict[str, Path]) -> pa.Table:
+    """Compute ``group_stats`` from ``out/messages`` and write it to ``out/group_stats``."""
     directory = out / "messages"
     table = GROUP_STATS_SCHEMA.empty_table()
-    has_group = (
-        mailboxes is None
-        or pc.any(pc.fill_null(pc.match_substring(mailboxes, "-done-"), False)).as_py()
-    )
-    if has_group and directory.is_dir() and any(directory.rglob("*.parquet")):
+    if directory.is_dir() and any(directory.rglob("*.parquet")):
         # the mailbox column alone first (dictionary-encoded: cheap); the rest only when
         # some group's done folder is among them
         labels = pq.read_table(directory, columns=["mailbox"])["mailbox"].unique()

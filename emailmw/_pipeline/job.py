@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from .._exceptions import ConfigError
-from .jvm import driver_java_options
+from .jvm import driver_java_options, executor_java_options
 from .landing import (
     INTERNAL_TOPIC_PREFIX,
     LANDED_SCHEMA,
@@ -141,12 +141,18 @@ def build_session(
     # unless PYSPARK_PYTHON names another (a cluster's machines may need that): PySpark
     # reads the variable when the context starts, and otherwise runs "python3" from PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    short_job = expected_messages is None or expected_messages < SHORT_JOB_MESSAGES
     java_options = driver_java_options(
-        settings.get("spark.driver.extraJavaOptions"),
-        short_job=expected_messages is None or expected_messages < SHORT_JOB_MESSAGES,
+        settings.get("spark.driver.extraJavaOptions"), short_job=short_job
     )
     if java_options:
         settings["spark.driver.extraJavaOptions"] = java_options
+    if not master.startswith("local"):
+        executor_options = executor_java_options(
+            settings.get("spark.executor.extraJavaOptions"), short_job=short_job
+        )
+        if executor_options:
+            settings["spark.executor.extraJavaOptions"] = executor_options
     builder = SparkSession.builder.master(master).appName("emailmw analyze")
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -478,6 +484,7 @@ def _counts(tables: Tables) -> list[Row]:
     """The rows of :data:`_COUNTS_SQL` for ``tables``."""
     spark = tables.messages.sparkSession
     return spark.sql(_COUNTS_SQL, messages=tables.messages, rejects=tables.rejects).collect()
+
 
 _SERVICES_SQL = """
 SELECT *, round_trip_p50_low_ms + CAST(unmeasured_res_ns AS DOUBLE) / 1.0E6D

@@ -47,7 +47,6 @@ __all__ = [
     "land_units",
     "list_units",
     "QUARANTINE_SQL",
-    "is_quarantine",
     "signature_status",
     "maildirs",
 ]
@@ -91,17 +90,9 @@ _DOVECOT_NAME: Final = re.compile(r"^(\d+)\.M(\d+)P")
 _MBOXRD_QUOTED: Final = re.compile(rb"(?m)^>(>*From )")
 
 
-def is_quarantine(mailbox: str | None) -> bool:
-    """Whether a mailbox label (a Maildir folder such as ``u/Maildir/.Quarantine``, an mbox
-    file's name such as ``Quarantine.mbox``) is a quarantine folder: its last name is
-    ``Quarantine`` (any case), the folder ``verify: enforce`` moves refused mail to.
-    :data:`QUARANTINE_SQL` is the same rule in Spark SQL."""
-    if not mailbox:
-        return False
-    last = mailbox.rpartition("/")[2].removesuffix(".mbox")
-    return last.rpartition(".")[2].lower() == "quarantine"
-
-
+#: Whether a mailbox label (a Maildir folder such as ``u/Maildir/.Quarantine``, an mbox
+#: file's name such as ``Quarantine.mbox``) is a quarantine folder: its last name is
+#: ``Quarantine`` (any case), the folder ``verify: enforce`` moves refused mail to.
 QUARANTINE_SQL: Final = (
     "lower(regexp_extract(regexp_replace(mailbox, '[.]mbox$', ''), '([^/.]*)$', 1)) = 'quarantine'"
 )

@@ -59,3 +59,20 @@ def test_a_collector_the_user_names_replaces_ours(no_running_jvm: Path) -> None:
     mine = jvm.driver_java_options("-XX:+UseG1GC -Xmx1g") or ""
     assert "UseParallelGC" not in mine
     assert mine.endswith("-XX:+UseG1GC -Xmx1g")
+
+
+def test_executors_get_the_driver_s_jit_and_collector_but_the_user_s_options_win(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("EMAILMW_SPARK_CDS", raising=False)
+    options = jvm.executor_java_options(None) or ""
+    assert "-XX:TieredStopAtLevel=1" in options
+    assert "-XX:+UseParallelGC" in options
+    assert "SharedArchiveFile" not in options
+    assert "ArchiveClassesAtExit" not in options
+    assert "TieredStopAtLevel" not in (jvm.executor_java_options(None, short_job=False) or "")
+    mine = jvm.executor_java_options("-XX:+UseG1GC -Xss4m") or ""
+    assert "UseParallelGC" not in mine  # two collectors named: the JVM would not start
+    assert mine.endswith("-XX:+UseG1GC -Xss4m")
+    monkeypatch.setenv("EMAILMW_SPARK_CDS", "off")
+    assert jvm.executor_java_options("-Xss4m") == "-Xss4m"

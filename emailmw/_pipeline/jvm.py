@@ -10,7 +10,7 @@ These JVM options remove most of that without changing a result:
   waits for) under ``$EMAILMW_CACHE_DIR`` (default ``~/.cache/emailmw``), keyed by the
   Java binary and the PySpark installation. A stale or damaged archive is ignored by the
   JVM (``-Xshare:auto``), never fatal.
-* ``-XX:TieredStopAtLevel=1`` (C1 only) for jobs up to a few million messages, which do
+* ``-XX:TieredStopAtLevel=1`` (C1 only) for jobs up to a million messages, which do
   not reach C2's pay-off. C1 also halves the JVM's start-up CPU, which the landing shares
   the cores with. Larger jobs keep tiered compilation, where C2 pays off in
   ``publisher_health``'s window sort. C1 alone shrinks the JVM's default code cache from

@@ -13,8 +13,9 @@ These JVM options remove most of that without changing a result:
 * ``-XX:TieredStopAtLevel=1`` (C1 only) for jobs up to a million messages, which do
   not reach C2's pay-off. C1 also halves the JVM's start-up CPU, which Spark's Python
   workers share the cores with. Larger jobs keep tiered compilation, where C2 pays off in
-  the Parquet writers and ``publisher_health``'s window sort. C1 alone shrinks the JVM's default code cache from
-  240 MB to 48 MB, which a long session (the test suite's, a long ``analyze``) can fill:
+  the Parquet writers and ``publisher_health``'s window sort. C1 alone shrinks the JVM's
+  default code cache from 240 MB to 48 MB, which a long session (the test suite's, a long
+  ``analyze``) can fill:
   the JIT is then disabled and Spark fails with ``Out of space in CodeCache``.
   ``-XX:ReservedCodeCacheSize=240m`` keeps the tiered default's size (a reservation of
   address space, not memory taken).

@@ -11,7 +11,7 @@ PNG plots it draws only the overview's aggregates.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 from bokeh.embed import components
 from bokeh.layouts import column
@@ -74,18 +74,28 @@ def _color(index: int) -> str:
     return str(Category20_20[index % len(Category20_20)])
 
 
-def _rates(stats: list[dict[str, Any]]) -> tuple[Any, Any] | None:
-    """Messages per second over time (each minute's mean), a line per topic."""
-    ranked = sorted(stats, key=lambda s: -s["messages"])
-    plot = figure(
-        title="Message rate per topic (each minute's mean)",
-        x_axis_type="datetime",
-        x_axis_label="time (UTC)",
-        y_axis_label="messages per second",
+def _figure(
+    title: str, x_axis_type: Literal["linear", "log", "datetime"], x_label: str, y_label: str
+) -> Any:
+    """A plot of the report's width, with zoom and pan."""
+    return figure(
+        title=title,
+        x_axis_type=x_axis_type,
+        x_axis_label=x_label,
+        y_axis_label=y_label,
         width=_WIDTH,
         height=380,
         tools="pan,wheel_zoom,box_zoom,reset,save",
     )
+
+
+def _rates(stats: list[dict[str, Any]]) -> tuple[Any, Any] | None:
+    """Messages per second over time (each minute's mean), a line per topic."""
+    ranked = sorted(stats, key=lambda s: -s["messages"])
+    plot = _figure(
+        "Message rate per topic (each minute's mean)", "datetime", "time (UTC)",
+        "messages per second",
+    )  # fmt: skip
     lines: dict[str, list[Any]] = {}
     for index, stat in enumerate(ranked):
         points = [p for p in stat["per_minute"] or () if p["minute"] is not None]
@@ -120,16 +130,11 @@ def _latency(stats: list[dict[str, Any]]) -> tuple[Any, Any] | None:
     if not measured:
         return None
     lowest = min(min(s["latency_cdf_ms"]) for s in measured)
-    plot = figure(
-        title="Latency CDF per topic (delivery - source timestamp; rows whose delivery "
-        "time is known to 1 ms or better)",
-        x_axis_type="log" if lowest > 0 else "linear",
-        x_axis_label="latency (ms)",
-        y_axis_label="% of messages",
-        width=_WIDTH,
-        height=380,
-        tools="pan,wheel_zoom,box_zoom,reset,save",
-    )
+    plot = _figure(
+        "Latency CDF per topic (delivery - source timestamp; rows whose delivery time is "
+        "known to 1 ms or better)",
+        "log" if lowest > 0 else "linear", "latency (ms)", "% of messages",
+    )  # fmt: skip
     lines: dict[str, list[Any]] = {}
     percent = [q * 100 for q in CDF_POINTS]
     for index, stat in enumerate(measured):
@@ -156,15 +161,10 @@ def _round_trips(overview: Overview) -> tuple[Any, Any] | None:
         return None
     calls = {_name(s["service"]): s["calls"] for s in overview.services}
     lowest = min(b["low_ms"] for bins in by_service.values() for b in bins)
-    plot = figure(
-        title="Service round trips (answered calls per bin)",
-        x_axis_type="log" if lowest > 0 else "linear",
-        x_axis_label="round trip (ms)",
-        y_axis_label="calls",
-        width=_WIDTH,
-        height=380,
-        tools="pan,wheel_zoom,box_zoom,reset,save",
-    )
+    plot = _figure(
+        "Service round trips (answered calls per bin)",
+        "log" if lowest > 0 else "linear", "round trip (ms)", "calls",
+    )  # fmt: skip
     lines: dict[str, list[Any]] = {}
     ranked = sorted(by_service, key=lambda name: -calls.get(name, 0))
     for index, name in enumerate(ranked):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from emailmw._exceptions import ConfigError
 from emailmw._pipeline import landing
@@ -25,6 +27,8 @@ from emailmw._pipeline.landing import (
 from emailmw._protocol import Recipients, publish_email, request_email, response_email
 from emailmw._types import Gid
 from emailmw._wire import build
+
+from ..test_wire import ANY_BYTES
 
 R = Recipients("a@example.test", ("b@example.test",))
 
@@ -207,3 +211,41 @@ def test_an_empty_mbox_lands_as_no_mail(tmp_path: Path) -> None:
             "mailbox": "empty.mbox", "start": 0, "end": 0}  # fmt: skip
     assert land_unit(unit).schema == LANDING_SCHEMA
     assert land_unit(unit).num_rows == 0
+
+
+_HUGE = b"1" + b"0" * 40  # beyond any 64-bit column
+_EMAILMW_HEADS = st.sampled_from(
+    [
+        b"",
+        b"Subject: /t\r\nPublisher-GID: 1\r\nSource-Timestamp: 1\r\n",
+        b"Subject: /t\r\nPublisher-GID: " + _HUGE + b"\r\nSource-Timestamp: 1\r\n",
+        b"Subject: /t\r\nPublisher-GID: 1\r\nSource-Timestamp: " + _HUGE + b"\r\n",
+        b"Subject: /t\r\nPublisher-GID: 1\r\nSource-Timestamp: 1\r\n"
+        b"Publisher-Sequence-Number: " + _HUGE + b"\r\n",
+        b"Subject: /s\r\nClient-GID: -" + _HUGE + b"\r\nRequest-Sequence-Number: 1\r\n"
+        b"Source-Timestamp: 1\r\n",
+        b"Received: from x by y; Tue, 17 Nov 99999 10:00:00 +0000\r\nSubject: /t\r\n"
+        b"Publisher-GID: 1\r\nSource-Timestamp: 1\r\n",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(head=_EMAILMW_HEADS, raw=ANY_BYTES)
+def test_no_stored_email_stops_a_unit(tmp_path_factory: pytest.TempPathFactory, head: bytes,
+                                      raw: bytes) -> None:  # fmt: skip
+    """An executor lands a unit in one go: whatever one stored email holds (any bytes, and
+    emailmw headers with numbers no 64-bit column can hold), it lands as a row, the email
+    after it lands too, and the unit's table is made (a raise would fail the whole job)."""
+    cur = tmp_path_factory.mktemp("box") / "cur"
+    cur.mkdir()
+    (cur / "1700000000.M1P1.a:2,S").write_bytes(head + raw)
+    pub = publish_email("/t", "x", recipients=R, gid=Gid(1), sequence_number=0, timestamp_ns=1)
+    (cur / "1700000000.M2P1.b:2,S").write_bytes(build(pub.with_message_id("<b@x>")))
+    names = sorted(p.name for p in cur.iterdir())
+    unit = {"kind": "maildir", "source": "s",
+            "groups": [{"directory": str(cur), "mailbox": "box", "names": names}]}  # fmt: skip
+    rows = land_unit(unit).to_pylist()
+    assert len(rows) == 2
+    assert rows[0]["status"] in ("ok", "foreign", "malformed")
+    assert (rows[1]["status"], rows[1]["message_id"]) == ("ok", "<b@x>")

@@ -315,7 +315,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     spark = session["spark"]
     landing = out / "_landing"
     mark = time.monotonic()
-    _say(f"landing {len(request.sources)} source(s) in {units.num_rows} unit(s) of work")
+    _say(f"landing {len(archives)} archive(s) in {units.num_rows} unit(s) of work")
     dirs = land(spark, archives, units, landing, keystore=request.keystore) if archives else []
     for earlier_dir in earlier:
         # keep the output self-contained: an earlier run's landed data is linked in

@@ -406,7 +406,11 @@ def list_units(sources: Iterable[Source]) -> pa.Table:
     landing, a directory walk (``os.scandir``: 0.2 s at 200k files) and a few searches for
     mbox message boundaries; no email is read."""
     rows: list[dict[str, Any]] = []
+    listed: set[str] = set()
     for source in sources:
+        if source.digest in listed:
+            continue  # a source named twice (or by another path to it) lands once
+        listed.add(source.digest)
         make = _maildir_units if source.kind == "maildir" else _mbox_units
         for unit in make(source):
             rows.append({"src": source.digest, "source": source.label, **unit})

@@ -249,3 +249,17 @@ def test_no_stored_email_stops_a_unit(tmp_path_factory: pytest.TempPathFactory, 
     assert len(rows) == 2
     assert rows[0]["status"] in ("ok", "foreign", "malformed")
     assert (rows[1]["status"], rows[1]["message_id"]) == ("ok", "<b@x>")
+
+
+def test_a_source_named_twice_is_listed_once(tmp_path: Path) -> None:
+    """``emailmw analyze a.mbox a.mbox`` (or a path and a link to it): one source, landed
+    once, never counted twice."""
+    mbox = tmp_path / "a.mbox"
+    pub = publish_email("/t", "x", recipients=R, gid=Gid(1), sequence_number=0, timestamp_ns=1)
+    mbox.write_bytes(b"From a Thu Nov 19 10:00:00 2026\n" + build(pub) + b"\n")
+    (tmp_path / "link").symlink_to(tmp_path)
+    once = list_units([Source("mbox", mbox, "a")])
+    twice = list_units(
+        [Source("mbox", mbox, "a"), Source("mbox", tmp_path / "link" / "a.mbox", "b")]
+    )
+    assert twice.num_rows == once.num_rows == 1

@@ -31,7 +31,7 @@ from .._config import Options
 from .._groups import GroupStore, MemberRecord
 from .common import ssl_context, uid_set
 from .errors import imap_errors
-from .native import _body, _uid_fetch, open_imap_folder
+from .native import _body, _uid_fetch, open_account_folder
 
 __all__ = ["ImapGroupStore"]
 
@@ -77,16 +77,7 @@ class ImapGroupStore(GroupStore):
     def _run(self, doing: str, work: Callable[[imapclient.IMAPClient], T]) -> T:
         with self._errors(doing):
             if self._client is None:
-                self._client, _ = open_imap_folder(
-                    self._user.imap,
-                    self._user.username,
-                    self._user.password,
-                    context=self._ssl,
-                    starttls=self._options.tls.starttls,
-                    timeout=self._options.timeout,
-                    folder=self._options.folder,
-                    readonly=False,
-                )
+                self._client, _ = open_account_folder(self._options, self._ssl, readonly=False)
                 self._selected = self._options.folder
             return work(self._client)
 

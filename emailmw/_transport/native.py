@@ -96,6 +96,24 @@ def open_imap_folder(
     return client, info
 
 
+def open_account_folder(
+    options: Options, context: ssl.SSLContext, *, readonly: bool
+) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
+    """:func:`open_imap_folder` on the IMAP account and folder of ``options`` (its user,
+    STARTTLS setting and timeout)."""
+    assert options.user is not None
+    return open_imap_folder(
+        options.user.imap,
+        options.user.username,
+        options.user.password,
+        context=context,
+        starttls=options.tls.starttls,
+        timeout=options.timeout,
+        folder=options.folder,
+        readonly=readonly,
+    )
+
+
 # ----------------------------------------------------------------------------- sender
 
 
@@ -308,16 +326,7 @@ class NativeReceiver(MailboxReceiver):
 
     def _open_client(self, *, readonly: bool) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
         """A logged-in connection with the folder selected (raw backend errors propagate)."""
-        return open_imap_folder(
-            self._endpoint,
-            self._user.username,
-            self._user.password,
-            context=self._ssl,
-            starttls=self._options.tls.starttls,
-            timeout=self._options.timeout,
-            folder=self._options.folder,
-            readonly=readonly,
-        )
+        return open_account_folder(self._options, self._ssl, readonly=readonly)
 
     def _connect(self) -> None:
         with imap_errors(self._server, "connecting", username=self._user.username, connected=False):

@@ -63,7 +63,7 @@ __all__ = [
     "topic_rows",
 ]
 
-_SPARK_TYPES = {"string": "string", "int64": "bigint", "double": "double", "date32[day]": "date"}
+_SPARK_TYPES = {"string": "string", "int64": "bigint"}
 # below this many messages (the rough count made before landing) the JVMs JIT-compile with
 # C1 only (see jvm.py). Measured on two cores: 200k Maildir messages 15-16 s with C1, 19 s
 # tiered; 2M mbox messages (counted as 2.4M) 44 s with C1, 35 s tiered, where C2 pays off
@@ -86,8 +86,6 @@ def _ddl(fields: Iterable[pa.Field]) -> str:
 
 LANDING_DDL = _ddl(LANDING_SCHEMA)
 LANDED_DDL = _ddl(LANDED_SCHEMA)
-REJECTS_DDL = _ddl(LANDING_SCHEMA.field(name) for name in REJECTS_COLUMNS)
-AGGREGATES = ("topic_stats", "service_calls", "publisher_health")
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ _TOP_KEYS: Final = frozenset(
         "spool",
         "reply-domains",
         "queue-limit",
+        "queue-bytes",
         "security",
         "routing",
     }
@@ -82,6 +83,11 @@ _SECURITY_KEYS: Final = frozenset(
 DEFAULT_QUARANTINE: Final = "Quarantine"
 SEND_GUARANTEES: Final = ("memory", "spool", "server")
 DEFAULT_QUEUE_LIMIT: Final = 10_000
+#: the bound in bytes of received mail a context holds unsettled (256 MiB)
+DEFAULT_QUEUE_BYTES: Final = 256 * 1024 * 1024
+_SIZE_RE: Final = re.compile(r"\s*(\d+)\s*([KMG]i?B|B)?\s*", re.IGNORECASE)
+_SIZE_UNITS: Final = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2,
+                      "gb": 1000**3, "gib": 1024**3}  # fmt: skip
 _HUB_RE: Final = re.compile(r"[^\s\x00-\x1f\x7f*]+")
 _TLS_KEYS: Final = frozenset({"ca-file", "verify", "starttls"})
 _POLL_KEYS: Final = frozenset({"interval", "idle-after", "idle-refresh"})
@@ -203,8 +209,10 @@ class Options:
     spool: str | None = None
     #: domains a service server replies to (None: any domain)
     reply_domains: frozenset[str] | None = None
-    #: bound of every queue an entity keeps without a depth of its own
+    #: emails a context holds received and unsettled at most (then it stops fetching)
     queue_limit: int = DEFAULT_QUEUE_LIMIT
+    #: bytes of received mail a context holds unsettled at most (then it stops fetching)
+    queue_bytes: int = DEFAULT_QUEUE_BYTES
     security: SecurityOptions = field(default_factory=SecurityOptions)
     routing: RoutingOptions = field(default_factory=RoutingOptions)
     source: str = "<defaults>"
@@ -310,6 +318,16 @@ class _Reader:
         value = self.data.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.error(name, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def size(self, name: str, default: int) -> int:
+        """A size in bytes: an integer, or a string such as ``256 MiB`` or ``64MB``."""
+        value = self.data.get(name, default)
+        if isinstance(value, str) and (found := _SIZE_RE.fullmatch(value)):
+            value = int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.error(name, f"expected a size in bytes such as 268435456 or '256 MiB', "
+                             f"got {value!r}")  # fmt: skip
         return value
 
     def boolean(self, name: str) -> bool | None:
@@ -558,6 +576,7 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         spool=spool,
         reply_domains=_reply_domains(reader, recipients),
         queue_limit=reader.integer("queue-limit", DEFAULT_QUEUE_LIMIT),
+        queue_bytes=reader.size("queue-bytes", DEFAULT_QUEUE_BYTES),
         security=security,
         routing=_read_routing(reader, recipients),
         source=source,

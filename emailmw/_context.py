@@ -40,6 +40,7 @@ from ._protocol import ack_email
 from ._routing import Outlet, Router, own_hub
 from ._security import SecureSender, Security
 from ._transport.base import EmailReceiver, EmailSender
+from ._transport.budget import ReceiveBudget
 from ._transport.factory import make_transport
 from ._types import Email
 
@@ -88,9 +89,10 @@ class Context:
         if (sender is None) != (receiver is None):
             raise ValueError("give both sender and receiver, or neither")
         self._security = Security(self.options.security, state_file=self.options.state_file)
+        self._budget = ReceiveBudget(self.options.queue_bytes, self.options.queue_limit)
         if sender is None or receiver is None:
             try:
-                sender, receiver = make_transport(self.options)
+                sender, receiver = make_transport(self.options, self._budget)
             except BaseException:
                 self._security.close()
                 raise
@@ -145,6 +147,12 @@ class Context:
     @property
     def sender(self) -> EmailSender:
         return self._sender
+
+    @property
+    def budget(self) -> ReceiveBudget:
+        """What this context holds of received mail not settled yet, against its bounds
+        (``queue-bytes``, ``queue-limit``): its receivers stop fetching when it is full."""
+        return self._budget
 
     @property
     def receiver(self) -> EmailReceiver:

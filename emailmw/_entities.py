@@ -7,6 +7,7 @@ thread-safe; entity state is fed by the polling thread through the handlers.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import threading
@@ -25,6 +26,7 @@ from ._exceptions import (
     UnknownRequestError,
 )
 from ._groups import GroupConsumer, GroupSettings, check_group
+from ._handlers import SubscriptionHandler
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import publish_email, request_email, response_email
@@ -203,22 +205,29 @@ class Publisher(_Entity):
 
 
 class _BoundedQueue(Generic[T]):
-    """A FIFO of ``(item, ticket)`` pairs holding at most ``limit``: a full queue drops its
-    oldest entry (counted in :attr:`dropped`, logged once by the owner). Thread-safe."""
+    """A FIFO of ``(item, ticket)`` pairs. With a ``limit`` (a keep-last depth), a full queue
+    drops its oldest entry (counted in :attr:`dropped`, logged once by the owner); without
+    one it holds what it is given, and whoever feeds it bounds it (the context's receive
+    budget, a group member's room: back-pressure, never a drop).
 
-    __slots__ = ("_items", "_limit", "_lock", "dropped")
+    An entry whose ticket is a group claim passes the claim's fence when it is taken
+    (:meth:`take`): one whose claim another member took over is withdrawn, and while the
+    member must first confirm its claims, nothing is taken. Thread-safe."""
 
-    def __init__(self, limit: int) -> None:
+    __slots__ = ("_items", "_limit", "_lock", "_take_lock", "dropped")
+
+    def __init__(self, limit: int | None) -> None:
         self._items: deque[tuple[T, Ticket]] = deque()
         self._limit = limit
         self._lock = threading.Lock()
+        self._take_lock = threading.Lock()  # takers one at a time (a fence may do I/O)
         self.dropped = 0
 
     def push(self, item: T, ticket: Ticket) -> bool:
         """Append; True when the oldest entry was dropped to make room."""
         with self._lock:
             dropped = None
-            if len(self._items) >= self._limit:
+            if self._limit is not None and len(self._items) >= self._limit:
                 dropped = self._items.popleft()
                 self.dropped += 1
             self._items.append((item, ticket))
@@ -226,9 +235,48 @@ class _BoundedQueue(Generic[T]):
             dropped[1].release()  # gone by the queue's rule: settled, counted
         return dropped is not None
 
-    def pop(self) -> tuple[T, Ticket] | None:
+    def _remove(self, entry: tuple[T, Ticket]) -> bool:
         with self._lock:
-            return self._items.popleft() if self._items else None
+            try:
+                self._items.remove(entry)
+            except ValueError:
+                return False  # dropped by the keep-last rule meanwhile
+            return True
+
+    def take(self) -> tuple[T, Ticket, int] | None:
+        """The oldest entry the application may have now, with its delivery count; None
+        when there is none (or the oldest waits for its member's check)."""
+        with self._take_lock:
+            while True:
+                with self._lock:
+                    if not self._items:
+                        return None
+                    entry = self._items[0]
+                    ticket = entry[1]
+                    if not ticket.claimed:
+                        self._items.popleft()
+                        count = ticket.hand_out()
+                        assert count is not None  # (no claim: no fence)
+                        return entry[0], ticket, count
+                state = ticket.state()
+                count = ticket.hand_out() if state == "ready" else None
+                if count is not None:
+                    if self._remove(entry):
+                        return entry[0], ticket, count
+                    continue
+                if ticket.state() != "lost":
+                    return None
+                if self._remove(entry):
+                    ticket.withdraw()
+
+    def ready(self) -> bool:
+        """Whether :meth:`take` would return an entry now (quick: no I/O)."""
+        with self._lock:
+            for _, ticket in self._items:
+                state = ticket.state()
+                if state != "lost":
+                    return state == "ready"
+            return False
 
     def __len__(self) -> int:
         return len(self._items)
@@ -240,12 +288,15 @@ class _BoundedQueue(Generic[T]):
 class Subscription(_Entity, Waitable):
     """Receives the messages of a topic into a queue.
 
-    ``depth=N`` keeps the newest N, dropping the oldest; ``depth=None`` keeps up to the
-    context's ``queue-limit`` (default 10,000) the same way. ``mode``: ``topic`` (every
-    subscription gets every message), or with a ``group`` name ``stateful`` (one active
-    member of the group at a time) or ``stateless`` (each message to one member):
-    ``docs/delivery-modes.md``. Drops are counted in
-    :attr:`dropped` and logged once. Can be put in a :class:`WaitSet`.
+    ``depth=N`` keeps the newest N, dropping the oldest (keep-last: drops are counted in
+    :attr:`dropped` and logged once); ``depth=None`` keeps everything it is handed: the
+    context stops fetching mail once what it holds unsettled reaches ``queue-limit``
+    emails or ``queue-bytes`` bytes, and the rest waits on the server (back-pressure,
+    ``docs/reliability.md``). ``mode``: ``topic`` (every subscription gets every message),
+    or with a ``group`` name ``stateful`` (one active member of the group at a time) or
+    ``stateless`` (each message to one member): ``docs/delivery-modes.md``; a group
+    member never drops: it holds at most ``depth`` (and its ``prefetch``) and leaves the
+    rest to the others, or to itself later. Can be put in a :class:`WaitSet`.
 
     A message counts as taken when :meth:`get_message` (or ``_with_info``) returns it: with a
     ``state-file``, a restarted process hands out again, flagged ``redelivered``, what was
@@ -268,17 +319,30 @@ class Subscription(_Entity, Waitable):
         check_group(mode, group)
         Waitable.__init__(self)
         ctx = self._setup(context, "subscribe", self._topic)
-        self._depth = depth if depth is not None else ctx.options.queue_limit
-        self._queue: _BoundedQueue[tuple[str, MessageInfo]] = _BoundedQueue(self._depth)
+        self._depth = depth
+        # a group member holds no more than its depth: its queue never drops
+        limit = depth if group is None else None
+        self._queue: _BoundedQueue[tuple[str, MessageInfo]] = _BoundedQueue(limit)
         self.mode = mode
         self.group = group
         self._consumer: GroupConsumer | None = None
         if group is None:
             ctx.register_subscription(self._topic, self)
         else:
+            feed = SubscriptionHandler()
+            feed.register(self._topic, self)
+            topic = self._topic
             try:
-                self._consumer = GroupConsumer(ctx, self._topic, mode, group, self,
-                                               group_settings)  # fmt: skip
+                self._consumer = GroupConsumer(
+                    ctx,
+                    mode,
+                    group,
+                    lambda head: head.subject == topic,
+                    feed,
+                    settings=group_settings,
+                    capacity=depth,
+                    notify=self._notify,
+                )
             except BaseException:
                 ctx.unregister_entity(self)
                 raise
@@ -308,15 +372,15 @@ class Subscription(_Entity, Waitable):
 
     def _push_message(self, body: str, info: MessageInfo, ticket: Ticket) -> None:
         if self._queue.push((body, info), ticket) and self._queue.dropped == 1:
-            _log.warning("%r is full (depth %d): dropping the oldest", self, self._depth)
+            _log.warning("%r is full (depth %s): dropping the oldest", self, self._depth)
         self._notify()
 
     def _is_ready(self) -> bool:
-        return bool(self._queue)
+        return self._queue.ready()
 
     def has_message(self) -> bool:
         self._context.start_receiving()
-        return bool(self._queue)
+        return self._queue.ready()
 
     def get_message(self) -> str | None:
         """The oldest queued message, or None."""
@@ -325,19 +389,25 @@ class Subscription(_Entity, Waitable):
 
     def get_message_with_info(self) -> tuple[str, MessageInfo] | None:
         """The oldest queued message with its :class:`~emailmw.MessageInfo`, or None."""
-        self._context.start_receiving()
-        got = self._queue.pop()
+        got = self._take()
         if got is None:
             return None
-        got[1].release()
-        return got[0]
+        body, info, ticket = got
+        ticket.release()
+        return body, info
 
     def _take(self) -> tuple[str, MessageInfo, Ticket] | None:
         """The oldest message with its ticket, for a caller that releases the ticket once
-        it is done with the message (the ROS layer: after the callback returned)."""
+        it is done with the message (the ROS layer: after the callback returned). A group
+        member's message comes with the delivery count its claim's fence recorded."""
         self._context.start_receiving()
-        got = self._queue.pop()
-        return None if got is None else (*got[0], got[1])
+        got = self._queue.take()
+        if got is None:
+            return None
+        (body, info), ticket, count = got
+        if ticket.claimed and (info.delivery_count, info.redelivered) != (count, count > 1):
+            info = dataclasses.replace(info, delivery_count=count, redelivered=count > 1)
+        return body, info, ticket
 
 
 class ServiceClient(_Entity, Waitable):
@@ -526,9 +596,10 @@ class ServiceServer(_Entity, Waitable):
     ``callback(request)`` for each request and sends its return value as the response
     (None: no response); an exception in the callback is logged and no response is sent.
 
-    At most ``queue-limit`` requests wait here, taken or not: a full queue drops its oldest
-    request not yet taken (or, when every one is taken, refuses the new one), counted in
-    :attr:`dropped`. A request is settled once it is answered (or the callback returned
+    Requests wait here, taken or not, until answered: the context stops fetching mail once
+    what it holds unsettled reaches ``queue-limit`` emails or ``queue-bytes`` bytes, so a
+    flood waits on the server (back-pressure), never dropped. A request is settled once it
+    is answered (or the callback returned
     None or raised, or its response could not be sent): with a ``state-file``, a restarted
     process hands out again, flagged ``redelivered``, what was not. A response the server
     refused, at once or later (with the ``memory``/``spool`` guarantee), is logged with the
@@ -548,13 +619,10 @@ class ServiceServer(_Entity, Waitable):
         self._queue: deque[tuple[ServiceRequest, ServiceInfo]] = deque()
         self._pending: dict[RequestId, tuple[Email, Ticket]] = {}
         self._callback = callback
-        #: requests dropped or refused because the queue was full
-        self.dropped = 0
         #: responses the server refused after send_response() returned
         self.failed_responses = 0
         ctx = self._setup(context, "serve", self._service)
         self._from = ctx.options.recipients.from_
-        self._limit = ctx.options.queue_limit
         self._guarantee = ctx.check_guarantee(None)
         ctx.register_server(self._service, self)
         self._worker: threading.Thread | None = None
@@ -588,19 +656,8 @@ class ServiceServer(_Entity, Waitable):
                 _log.info("dropped duplicate request %s (%s)", email.message_id, request_id)
                 settle.append(ticket)
             else:
-                if len(self._pending) >= self._limit:
-                    if self._queue:  # make room: the oldest request nobody took yet
-                        oldest, _ = self._queue.popleft()
-                        settle.append(self._pending.pop(oldest.id)[1])
-                    else:  # every waiting request is taken: refuse the new one
-                        settle.append(ticket)
-                        ticket = NO_TICKET
-                    self.dropped += 1
-                    if self.dropped == 1:
-                        _log.warning("%r is full (%d requests): dropping", self, self._limit)
-                if ticket is not NO_TICKET:
-                    self._pending[request_id] = (email, ticket)
-                    self._queue.append((ServiceRequest(request_id, email.body), info))
+                self._pending[request_id] = (email, ticket)
+                self._queue.append((ServiceRequest(request_id, email.body), info))
         for dropped in settle:
             dropped.release()
         self._notify()

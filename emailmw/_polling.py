@@ -14,7 +14,8 @@ Guarantees:
   what it refuses is logged (WARNING, with the reason) and quarantined, never delivered;
 * an email whose Message-ID this thread handed out recently (the last
   :data:`RECENT_MESSAGE_IDS`) is a duplicate (a publisher's spool resending after a crash,
-  a folder read again after a UIDVALIDITY change): logged and settled, not handed out again;
+  a folder read again after a UIDVALIDITY change): logged and settled, not handed out again
+  (a group member's thread does not filter: its store hands each claim out once);
 * each email is settled once every entity it was handed to is done with it
   (:class:`Ticket`); an email no entity wanted is settled at once;
 * a receiver error is retried with exponential backoff (0.1 s to 1 s), and never spoken of
@@ -36,7 +37,7 @@ from ._exceptions import ClosedError
 from ._log import get_logger
 from ._protocol import PublishRoute, Route, Unroutable, classify
 from ._security import Security
-from ._transport.base import EmailReceiver, IncomingEmail
+from ._transport.base import ClaimState, EmailReceiver, IncomingEmail
 from ._types import Email
 
 __all__ = [
@@ -60,18 +61,55 @@ class Ticket:
     """Who still holds one incoming email: every entity that queues it holds the ticket
     (:meth:`hold`) and lets go once the application is done with the email
     (:meth:`release`); when the last holder lets go the email is acknowledged to its
-    receiver. Thread-safe."""
+    receiver.
 
-    __slots__ = ("_done", "_held", "_holders", "_incoming", "_leave")
+    An email a group member claimed passes its claim's fence right before the application
+    gets it: the holder asks :meth:`state` (quick) and :meth:`hand_out` (records the
+    delivery; the delivery count), and lets go of an email whose claim is lost with
+    :meth:`withdraw` (nothing settled, nothing acknowledged). Thread-safe."""
+
+    __slots__ = ("_count", "_done", "_held", "_holders", "_incoming", "_leave", "_withdrawn")
 
     def __init__(
-        self, incoming: IncomingEmail | None, on_done: Callable[[], None] | None = None
+        self, incoming: IncomingEmail | None, on_done: Callable[[int], None] | None = None
     ) -> None:
         self._incoming = incoming
         self._holders = 1  # the dispatch itself, until every handler has had the email
         self._leave = False
         self._held = False
-        self._done = on_done  # once an entity that held it is done (an acknowledgement)
+        self._withdrawn = False
+        self._count = 1 if incoming is None else incoming.delivery_count
+        # once an entity that held it is done (an acknowledgement), with the delivery count
+        self._done = on_done
+
+    @property
+    def claimed(self) -> bool:
+        """Whether the email is a group member's claim (fenced by :meth:`hand_out`)."""
+        return self._incoming is not None and self._incoming.claim is not None
+
+    def state(self) -> ClaimState:
+        """Whether :meth:`hand_out` may succeed now (always ``"ready"`` without a claim)."""
+        claim = None if self._incoming is None else self._incoming.claim
+        return "ready" if claim is None else claim.state()
+
+    def hand_out(self) -> int | None:
+        """Right before the application gets the email: its delivery count, or None when
+        it may not have it now (:meth:`state` says whether to wait or to withdraw)."""
+        claim = None if self._incoming is None else self._incoming.claim
+        if claim is None:
+            return self._count
+        count = claim.deliver()
+        if count is not None:
+            self._count = count
+        return count
+
+    def withdraw(self) -> None:
+        """The holder lets go of an email whose claim is lost: nothing is settled or
+        acknowledged (another member has it)."""
+        self._withdrawn = True
+        if self._incoming is not None:
+            self._incoming.withdraw()
+        self.release()
 
     def leave_alone(self) -> None:
         """A handler could not use the email (an addressing error): once released, it is
@@ -88,9 +126,11 @@ class Ticket:
         with _TICKET_LOCK:
             self._holders -= 1
             done = self._holders == 0
+        if done and self._withdrawn:
+            return
         if done and self._held and not self._leave and self._done is not None:
             try:
-                self._done()
+                self._done(self._count)
             except Exception:  # noqa: BLE001 - the email is settled all the same
                 _log.exception("acknowledging to the publisher failed")
         if done and self._incoming is not None:
@@ -115,6 +155,9 @@ class _NoTicket(Ticket):
         pass
 
     def leave_alone(self) -> None:
+        pass
+
+    def withdraw(self) -> None:
         pass
 
 
@@ -180,8 +223,10 @@ class PollingManager:
         receive_timeout: float | None = None,
         security: Security | None = None,
         acknowledge: Acknowledge | None = None,
+        drop_duplicates: bool = True,
     ) -> None:
         self._receiver = receiver
+        self._drop_duplicates = drop_duplicates
         self._security = security
         self._acknowledge = acknowledge
         self._name = name
@@ -327,12 +372,12 @@ class PollingManager:
                     email.from_[:80],
                 )
             email, route = decision.email, decision.route
-        if self._seen_before(email.message_id):
+        if self._drop_duplicates and self._seen_before(email.message_id):
             self.duplicates += 1
             _log.info("dropped email %s: a copy was handed out already", email.message_id)
             incoming.ack()
             return
-        ticket = Ticket(incoming, self._on_done(email, route, incoming.delivery_count))
+        ticket = Ticket(incoming, self._on_done(email, route))
         for handler in self._handlers:
             try:
                 handler(email, route, ticket)
@@ -345,15 +390,15 @@ class PollingManager:
                 )
         ticket.release()
 
-    def _on_done(self, email: Email, route: Route, count: int) -> Callable[[], None] | None:
+    def _on_done(self, email: Email, route: Route) -> Callable[[int], None] | None:
         """What settling ``email`` must also do: acknowledge it to its publisher when it
-        asked (``Ack-Request``)."""
+        asked (``Ack-Request``), with the delivery count it was handed out with."""
         acknowledge = self._acknowledge
         if acknowledge is None or not isinstance(route, PublishRoute):
             return None
         if email.headers.item("ack-request") is None:
             return None
-        return lambda: acknowledge(email, count)
+        return lambda count: acknowledge(email, count)
 
     def _seen_before(self, message_id: str | None) -> bool:
         if message_id is None:

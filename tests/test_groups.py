@@ -3,9 +3,23 @@ and the protocol rounds against the in-process store with a fake clock."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from emailmw._groups import GroupSettings, Liveness, MemberRecord, Plan, check_group, owner, plan
+from emailmw._groups import (
+    GroupReceiver,
+    GroupSettings,
+    Lease,
+    Liveness,
+    MemberRecord,
+    Plan,
+    check_group,
+    owner,
+    plan,
+)
+from emailmw._transport.group_memory import MemoryGroupStore, MemoryMailbox
+from emailmw._types import Email, Headers
 
 S = GroupSettings(prefetch=3, steal_after=1.0, reorder=0.2)
 
@@ -46,6 +60,9 @@ def test_the_order_is_the_records_order_not_the_listing_order() -> None:
         ("a", ["a"], {}, [(5, 1.0), (7, 0.1), (6, 1.0)], 0, Plan([5])),
         # not alive (hung): nothing
         ("a", [], {}, [(5, 1.0)], 0, Plan()),
+        # takeovers count against the room; what the dead held goes before anything newer
+        ("a", ["a"], {"c": [1, 2, 3, 4]}, [(5, 1.0)], 1, Plan([], {"c": [1, 2]})),
+        ("a", ["a"], {"c": [1, 2, 3, 4]}, [(5, 1.0)], 3, Plan()),
     ],
 )
 def test_stateful_plans(
@@ -76,6 +93,9 @@ def test_stateful_plans(
         # a dead member's claims are shared out by the same rule
         ("a", ["a", "b"], {"c": [10, 11, 12]}, [], 0, Plan([], {"c": [10, 12]})),
         ("b", ["a", "b"], {"c": [10, 11, 12]}, [], 0, Plan([], {"c": [11]})),
+        # a member with no room takes over nothing either: others will, or itself later
+        ("a", ["a"], {"c": [1, 2, 3, 4, 5]}, [(9, 0.0)], 1, Plan([], {"c": [1, 2]})),
+        ("a", ["a"], {"c": [1, 2]}, [(9, 0.0)], 3, Plan()),
     ],
 )
 def test_stateless_plans(
@@ -114,29 +134,169 @@ def test_modes_and_group_names_are_checked(mode: str, group: str | None, message
         check_group(mode, group)
 
 
-def test_a_lock_left_by_a_dead_member_is_broken_by_the_first_live_one() -> None:
-    """Rounds on a fake clock against the in-process store: a lock one taking has held for
-    three expiries (its holder died holding it) is broken by the first live member, and
-    the waiting message claimed."""
-    from emailmw._groups import GroupReceiver
-    from emailmw._transport.group_memory import MemoryGroupStore, MemoryMailbox
-    from emailmw._types import Email, Headers
+class Clock:
+    """A fake monotonic clock the rounds and the fences read."""
 
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _world(*subjects: str, settings: GroupSettings | None = None) -> Any:
+    """An in-process group store with ``subjects`` waiting in the inbox."""
     box = MemoryMailbox()
     store = MemoryGroupStore(box, "g")
-    store.join("ghost")
-    assert store.try_lock("ghost")  # and then it died
-    box.deliver(Email("/t", "job", "a@x", ("g@x",), headers=Headers({"Source-Timestamp": "1"})))
-    receiver = GroupReceiver(
-        store, mode="stateless", group="g", topic="/t",
-        parse=lambda raw, uid: Email("/t", "job", "a@x", ("g@x",)),
-        settings=GroupSettings(heartbeat=0.25, expiry=1.0),
+    for i, subject in enumerate(subjects):
+        box.deliver(
+            Email(subject, f"m{i}", "a@x", ("g@x",),
+                  headers=Headers({"Source-Timestamp": str(i + 1)}))
+        )  # fmt: skip
+    return box, store
+
+
+def _member(
+    box: MemoryMailbox, clock: Clock, settings: GroupSettings | None = None, **kwargs: Any
+) -> GroupReceiver:
+    return GroupReceiver(
+        MemoryGroupStore(box, "g"), mode=kwargs.pop("mode", "stateless"), group="g",
+        wants=lambda head: head.subject == "/t", parse=_parse,
+        settings=settings or GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0),
+        clock=clock, **kwargs,
     )  # fmt: skip
-    got = []
-    for step in range(24):
-        got += receiver._round(100.0 + step * 0.25)
-        if got:
-            break
-    assert [incoming.email.body for incoming in got] == ["job"]
-    assert step * 0.25 <= 4.0  # seen held, then held three expiries more at most
-    assert store.lock_id() is None
+
+
+def _parse(raw: bytes, uid: int) -> Email:
+    from emailmw._wire import parse
+
+    return parse(raw)
+
+
+def _rounds(receiver: GroupReceiver, clock: Clock, seconds: float, step: float = 0.05) -> list[Any]:
+    got: list[Any] = []
+    end = clock.now + seconds
+    while clock.now < end:
+        got += receiver._round(clock.now)
+        clock.now += step
+    return got
+
+
+def test_a_lock_whose_named_holder_is_dead_is_broken_at_once() -> None:
+    """The lock names its holder: once that member is dead to the first live member, the
+    lock is broken at its first look (not three expiries later), and the message claimed."""
+    box, store = _world("/t")
+    store.join("ghost")
+    assert store.try_lock("ghost")  # and then it died holding it
+    clock = Clock()
+    receiver = _member(box, clock)
+    got: list[Any] = []
+    start = clock.now
+    while not got and clock.now < start + 10:
+        got += receiver._round(clock.now)
+        clock.now += 0.05
+    assert [incoming.email.body for incoming in got] == ["m0"]
+    # the ghost is dead one expiry after it was first seen; the lock goes at the next look
+    assert clock.now - start <= 1.0 + 0.5 + 0.1
+    assert store.lock_holder() is None
+
+
+def test_a_lock_that_names_no_holder_is_broken_after_half_an_expiry() -> None:
+    """A taking that died before naming itself (or a lock the store made for no one): a
+    live taker names itself within a round trip, so the first live member breaks a lock
+    that named nobody for half an expiry (looked at once it was busy half an expiry)."""
+    box, _ = _world("/t")
+    box.locks["emailmw-g-"] = (999, None)  # type: ignore[assignment]
+    clock = Clock()
+    receiver = _member(box, clock)
+    got: list[Any] = []
+    start = clock.now
+    while not got and clock.now < start + 10:
+        got += receiver._round(clock.now)
+        clock.now += 0.05
+    assert [incoming.email.body for incoming in got] == ["m0"]
+    assert 1.0 <= clock.now - start <= 1.0 + 0.5 + 0.2
+
+
+def test_a_lease_holds_for_the_expiry_from_a_heartbeat_that_completed_in_time() -> None:
+    lease = Lease(expiry=1.0, margin=0.1)
+    assert not lease.valid(0.0)  # not started
+    lease.start(10.0)
+    assert lease.valid(10.85)
+    assert not lease.valid(10.95)  # 0.9 s: the margin kept in hand
+    assert lease.lapsed
+    lease.start(20.0)
+    assert lease.renewed(20.3, 20.4)  # in time: from its start
+    assert lease.valid(21.15)
+    assert not lease.renewed(21.0, 21.3)  # completed after the lease ended: lapsed
+    assert lease.lapsed
+    assert not lease.valid(21.3)
+    assert not lease.renewed(21.4, 21.45)  # a lapsed lease is not renewed by a heartbeat
+    lease.start(21.4)  # (checked under the claim lock)
+    assert lease.valid(22.0)
+
+
+def test_a_paused_member_hands_out_nothing_it_held_once_another_took_it_over() -> None:
+    """A member stopped past the expiry while its consumer holds claims: the claims are
+    taken over (and processed there); resumed, it hands out none of them (lost, unsettled)
+    and joins again under a new name."""
+    box, _ = _world(*["/t"] * 4)
+    clock = Clock()
+    paused = _member(box, clock)
+    held = _rounds(paused, clock, 0.2)
+    assert [i.email.body for i in held] == ["m0", "m1", "m2", "m3"]
+    assert all(i.claim is not None and i.claim.state() == "ready" for i in held)
+    old = paused.member
+    clock.now += 5.0  # stopped: no heartbeats
+    assert held[0].claim.state() == "wait"  # its own clock says: not before checking
+    other = _member(box, clock)
+    taken = _rounds(other, clock, 2.0)
+    assert sorted(i.email.body for i in taken) == ["m0", "m1", "m2", "m3"]
+    assert all(i.delivery_count == 1 for i in taken)  # nobody had them: not flagged
+    _rounds(paused, clock, 0.5)  # resumed: it checks under the lock
+    assert [i.claim.state() for i in held] == ["lost"] * 4
+    assert all(i.claim.deliver() is None for i in held)
+    assert paused.member != old
+    assert paused.counts["lost"] == 4
+
+
+def test_a_member_whose_lease_lapsed_keeps_what_nobody_took() -> None:
+    box, _ = _world("/t", "/t")
+    clock = Clock()
+    member = _member(box, clock)
+    held = _rounds(member, clock, 0.2)
+    clock.now += 3.0  # stalled, but alone: nobody takes its claims
+    assert held[0].claim.state() == "wait"
+    _rounds(member, clock, 0.2)
+    assert [i.claim.state() for i in held] == ["ready", "ready"]
+    assert held[0].claim.deliver() == 1
+
+
+def test_the_delivery_count_is_what_applications_got_not_how_often_it_was_claimed() -> None:
+    box, _ = _world("/t", "/t")
+    clock = Clock()
+    first = _member(box, clock)
+    held = _rounds(first, clock, 0.2)
+    assert held[0].claim.deliver() == 1  # its application gets m0, never settles it
+    first.close()  # gone without acknowledging
+    second = _member(box, clock)
+    again = _rounds(second, clock, 3.0)
+    assert {i.email.body: i.delivery_count for i in again} == {"m0": 2, "m1": 1}
+    assert {i.email.body: i.claim.deliver() for i in again} == {"m0": 2, "m1": 1}
+
+
+def test_a_member_holds_no_more_than_its_room_and_takes_over_no_more_either() -> None:
+    """Room (prefetch, the consumer's capacity) caps claims and takeovers alike: the rest
+    stays in the store for others, or for later."""
+    box, _ = _world(*["/t"] * 8)
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, prefetch=10)
+    small = _member(box, clock, settings, capacity=2)
+    got = _rounds(small, clock, 0.5)
+    assert len(got) == 2
+    assert small.holding == 2
+    for incoming in got:
+        assert incoming.claim.deliver() == 1
+        incoming.ack()
+    got += _rounds(small, clock, 0.5)
+    assert len(got) == 4  # two more once the first two were settled

@@ -22,6 +22,7 @@ from emailmw._protocol import Recipients, publish_email, response_email
 from emailmw._transport.common import MailboxActions, ResumePosition, uid_set
 from emailmw._transport.intraprocess import IntraprocessReceiver
 from emailmw._wire import build
+from emailmw.testing._modes import wait_for as wait_until
 
 from .test_wire import ANY_BYTES
 
@@ -104,38 +105,42 @@ def test_publish_refuses_headers_only_the_sender_and_servers_set(ctx: emailmw.Co
 # ----------------------------------------------------------------------------- bounds
 
 
-def test_a_keep_all_subscription_is_bounded_by_queue_limit() -> None:
+def test_a_keep_all_subscription_is_back_pressure_at_queue_limit_never_a_drop() -> None:
+    """A subscription without a depth keeps what it is handed; the context holds at most
+    queue-limit unsettled emails, and the rest waits in the mailbox until the application
+    has taken some: all eight arrive, in order, none dropped."""
     with emailmw.Context({"intraprocess": True, "queue-limit": 5}) as ctx:
         sub = emailmw.Subscription("t", context=ctx)
         pub = emailmw.Publisher("t", context=ctx)
         for i in range(8):
             pub.publish(str(i))
-        probe = emailmw.Subscription("probe", context=ctx)
-        emailmw.Publisher("probe", context=ctx).publish("sync")  # everything before is in
-        assert emailmw.wait_for_message(probe, 5) == "sync"
-        assert sub.dropped == 3
-        assert [sub.get_message() for _ in range(5)] == ["3", "4", "5", "6", "7"]
+        assert emailmw.wait_for_message(sub, 5) == "0"
+        assert wait_until(lambda: ctx.budget.held_emails == 5)  # full: the rest waits
+        assert len(sub._queue) == 5
+        assert [emailmw.wait_for_message(sub, 5) for _ in range(7)] == list("1234567")
+        assert sub.dropped == 0
 
 
-def test_a_flood_of_requests_is_bounded_by_queue_limit() -> None:
+def test_a_flood_of_requests_is_back_pressure_at_queue_limit_never_a_drop() -> None:
+    """Thirty requests with queue-limit 10: at most ten wait in the server at a time (taken
+    or not, until answered), the rest in the mailbox; each is answered in the end."""
     with emailmw.Context({"intraprocess": True, "queue-limit": 10}) as ctx:
         server = emailmw.ServiceServer("svc", context=ctx)
         clients = [emailmw.ServiceClient("svc", context=ctx) for _ in range(30)]
-        for client in clients:
-            client.send_request("x" * 10_000)
-        probe = emailmw.Subscription("probe", context=ctx)
-        emailmw.Publisher("probe", context=ctx).publish("sync")
-        assert emailmw.wait_for_message(probe, 5) == "sync"
-        assert len(server._pending) == 10
-        assert server.dropped == 20
+        calls = [(client, client.send_request(f"x{i}")) for i, client in enumerate(clients)]
+        assert wait_until(lambda: len(server._pending) == 10)
         taken = [server.get_request() for _ in range(10)]
         assert all(t is not None for t in taken)
-        # every waiting request taken and unanswered: a new one is refused, not queued
-        clients[0].send_request("late")
-        emailmw.Publisher("probe", context=ctx).publish("sync")
-        assert emailmw.wait_for_message(probe, 5) == "sync"
-        assert len(server._pending) == 10
-        assert not server.has_request()
+        assert not server.has_request()  # every one taken, none answered: nothing more
+        assert ctx.budget.held_emails == 10
+        answered = 0
+        while answered < 30:
+            request = emailmw.wait_for_request(server, 5) if answered >= 10 else taken[answered]
+            assert request is not None
+            server.send_response(request.id, request.content.upper())
+            answered += 1
+        for i, (client, seq) in enumerate(calls):
+            assert emailmw.wait_for_response(client, seq, 5) == f"X{i}"
 
 
 def test_a_client_keeps_only_replies_to_its_own_pending_requests(ctx: emailmw.Context) -> None:

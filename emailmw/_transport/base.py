@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Literal, Protocol, Self
 
 from .._exceptions import ConfigError, SendError
 from .._protocol import Unroutable, classify
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .._groups import GroupStore
 
 __all__ = [
+    "Claim",
+    "ClaimState",
     "EmailReceiver",
     "EmailSender",
     "FailureCallback",
@@ -37,6 +39,25 @@ FailureCallback = Callable[[Email, SendError], None]
 #: ``"quarantine"`` (unusable: moved to the quarantine folder when one is configured).
 Settle = Callable[[str], None]
 
+#: Whether a claimed email may go to the application now: ``"ready"``, ``"wait"`` (the
+#: receiver must first confirm it still holds it: ask again once it says so) or ``"lost"``
+#: (another receiver took it over: it must not be handed out, and is not to be settled).
+ClaimState = Literal["ready", "wait", "lost"]
+
+
+class Claim(Protocol):
+    """What a receiver that shares its mailbox with others (a group member,
+    ``docs/delivery-modes.md``) attaches to an email it hands out: the fence the email
+    passes right before the application gets it. Thread-safe."""
+
+    def state(self) -> ClaimState:
+        """Quick (no I/O): whether :meth:`deliver` may succeed now."""
+
+    def deliver(self) -> int | None:
+        """Record in the store that the application gets the email now (before it does):
+        its delivery count (1 the first time any application gets it), or None when it must
+        not be handed out now (:meth:`state` then says why)."""
+
 
 class IncomingEmail:
     """One email as a receiver hands it out, to be settled once it is done with.
@@ -47,9 +68,13 @@ class IncomingEmail:
     ``docs/delivery-modes.md``). Settling is
     idempotent and thread-safe: the first of :meth:`ack`, :meth:`leave` and
     :meth:`quarantine` decides, later calls do nothing.
+
+    ``claim``: set by a receiver that shares its mailbox with others; whoever hands the
+    email to the application asks it first (:class:`Claim`). An email whose claim is lost
+    is dropped from memory unsettled (:meth:`withdraw`).
     """
 
-    __slots__ = ("_settle", "delivery_count", "email", "redelivered")
+    __slots__ = ("_settle", "claim", "delivery_count", "email", "redelivered")
 
     def __init__(
         self,
@@ -58,10 +83,12 @@ class IncomingEmail:
         redelivered: bool = False,
         settle: Settle | None = None,
         delivery_count: int = 1,
+        claim: Claim | None = None,
     ) -> None:
         self.email = email
         self.redelivered = redelivered
         self.delivery_count = delivery_count
+        self.claim = claim
         self._settle = settle
 
     def __repr__(self) -> str:
@@ -86,6 +113,10 @@ class IncomingEmail:
         """Unusable (broken metadata): never handed out again; moved to the ``quarantine``
         folder when one is configured, else left as it is."""
         self._done("quarantine")
+
+    def withdraw(self) -> None:
+        """Its claim is lost (another receiver took it over): forgotten here, unsettled."""
+        self._settle = None
 
 
 def take_all(incoming: Iterable[IncomingEmail]) -> list[Email]:

@@ -35,6 +35,7 @@ from .._wire import format_date, new_message_id, parse
 if TYPE_CHECKING:
     from .._groups import GroupStore
 from .base import EmailReceiver, IncomingEmail
+from .budget import ReceiveBudget
 
 __all__ = [
     "MAX_BATCH",
@@ -345,6 +346,11 @@ class MailboxReceiver(EmailReceiver):
     :meth:`_apply`. Settling (from any thread) sets :attr:`_nudge` when a mailbox action is
     queued, so a waiting receiver applies it soon; :meth:`wakeup` sets it too, with
     :attr:`_woken`, which makes the waiting call return.
+
+    With a ``budget`` (the context's :class:`~.budget.ReceiveBudget`) each email is
+    reserved before its body is downloaded and released when it is settled; when the next
+    one does not fit, :meth:`_fetch_new` stops there and :attr:`_waiting_for_room` holds
+    until enough is settled (the budget nudges the receiver): the mail waits on the server.
     """
 
     def group_store(self, group: str) -> GroupStore:
@@ -353,7 +359,7 @@ class MailboxReceiver(EmailReceiver):
 
         return ImapGroupStore(self._options, group)
 
-    def __init__(self, options: Options, account: str) -> None:
+    def __init__(self, options: Options, account: str, budget: ReceiveBudget | None = None) -> None:
         self._options = options
         self._where = f"{account}/{options.folder}"
         self._position = ResumePosition(options, account)
@@ -363,6 +369,33 @@ class MailboxReceiver(EmailReceiver):
         self._nudge = threading.Event()
         self._woken = False
         self._closed = False
+        self._budget = budget
+        self._reserved: dict[tuple[int, int], int] = {}  # (UIDVALIDITY, UID) -> size
+        self._refused: int | None = None  # the size the budget refused last (back-pressure)
+        if budget is not None:
+            budget.add_listener(self._room_given_back)
+
+    def _room_given_back(self) -> None:
+        if self._refused is not None:
+            self._nudge.set()
+
+    @property
+    def _waiting_for_room(self) -> bool:
+        """True while the next email does not fit in the receive budget."""
+        refused = self._refused
+        return refused is not None and self._budget is not None and not self._budget.fits(refused)
+
+    def _release(self, uidvalidity: int, uid: int) -> None:
+        size = self._reserved.pop((uidvalidity, uid), None)
+        if size is not None and self._budget is not None:
+            self._budget.release(size)
+
+    def _stop_budget(self) -> None:
+        """Give back every reservation (at close)."""
+        if self._budget is not None:
+            self._budget.remove_listener(self._room_given_back)
+            for key in list(self._reserved):
+                self._release(*key)
 
     # -- what a subclass provides ---------------------------------------------------------
 
@@ -426,6 +459,7 @@ class MailboxReceiver(EmailReceiver):
         batch: list[int] = []
         oversize: list[int] = []
         total = 0
+        self._refused = None
         for uid in sorted(sizes):
             size = sizes[uid]
             if size > self._raw_limit:
@@ -433,8 +467,14 @@ class MailboxReceiver(EmailReceiver):
                 continue
             if batch and (len(batch) >= MAX_BATCH or total + size > MAX_BATCH_BYTES):
                 break
+            if self._budget is not None and not self._budget.reserve(size):
+                self._refused = size  # back-pressure: the rest waits on the server
+                break
+            self._reserved[(position.uidvalidity, uid)] = size
             batch.append(uid)
             total += size
+        if not batch and not oversize:
+            return [], True
         last = max(batch + oversize)
         oversize = [uid for uid in oversize if uid <= last]  # the rest go with a later batch
         for uid in oversize:
@@ -466,10 +506,12 @@ class MailboxReceiver(EmailReceiver):
         position.handing_out(handed_uids, unusable)
         self._refetch = [uid for uid in self._refetch if uid > last]
         for uid in unusable:
+            self._release(position.uidvalidity, uid)
             self._actions.queue(uid, "quarantine")
         return handed, more
 
     def _settle(self, uidvalidity: int, uid: int, outcome: str) -> None:
+        self._release(uidvalidity, uid)
         if self._position.settle(uidvalidity, uid) and self._actions.queue(uid, outcome):
             self._nudge.set()
 

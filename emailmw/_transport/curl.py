@@ -38,6 +38,7 @@ from .._exceptions import (
 from .._log import get_logger, redact
 from .._types import Email
 from .base import IncomingEmail
+from .budget import ReceiveBudget
 from .common import (
     MailboxReceiver,
     parse_batch,
@@ -329,9 +330,9 @@ class CurlReceiver(MailboxReceiver):
     """Polls with EXAMINE (SELECT when mail is flagged or moved) -> UIDNEXT -> UID FETCH
     every ``polling-period``."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, budget: ReceiveBudget | None = None) -> None:
         assert options.user is not None
-        super().__init__(options, options.user.username)
+        super().__init__(options, options.user.username, budget)
         self._folder = options.folder
         self._executor = CurlExecutor(
             CurlContext(options.user.imap, options.user, options), ReceiveError
@@ -396,6 +397,8 @@ class CurlReceiver(MailboxReceiver):
     # -- receiving --------------------------------------------------------------------
 
     def _poll(self) -> tuple[list[IncomingEmail], bool]:
+        if self._waiting_for_room:  # back-pressure: mail waits on the server
+            return [], False
         first, uidnext = self._select_folder()
         if uidnext <= first and not self._refetch:
             return [], False
@@ -416,7 +419,7 @@ class CurlReceiver(MailboxReceiver):
                     return emails
                 if self._take_wakeup():
                     return []
-                if more:
+                if more and not self._waiting_for_room:
                     continue
                 wait = self._period
                 if deadline is not None:
@@ -462,3 +465,4 @@ class CurlReceiver(MailboxReceiver):
         with self._lock:
             self._apply_actions()  # what was settled last still gets its action
             self._executor.close()
+            self._stop_budget()

@@ -6,12 +6,16 @@ liveness = the record's MODSEQ, changed by toggling the ``$Alive`` keyword),
 ``emailmw-g-claims-MEMBER`` (what that member holds), ``emailmw-g-done-MEMBER`` (what it
 processed: an archive says who processed what, ``emailmw analyze``'s ``group_stats``).
 Claims and takeovers are moves (``UID MOVE``, RFC 6851) made while holding the group's
-claim lock, the folder ``emailmw-g-lock``: creating a folder is atomic (of several sessions
-creating it, one succeeds; its UIDVALIDITY tells one taking of the lock from the next),
+claim lock, the folder ``emailmw-g-lock``: of sessions creating it at once, at most one is
+answered OK (Dovecot may also answer every one ALREADYEXISTS and make it all the same); the
+taker then names itself with the folder ``emailmw-g-lockholder-MEMBER-TAKING`` beside it and
+holds the lock once LIST shows it as the only holder (the others read it by LIST too: the
+lock folder itself is never opened, as opening it races its deletion),
 while neither Dovecot's MOVE (a copy and an expunge: two sessions moving one message at
 once can both copy it) nor its conditional STORE (checked against each session's own view:
-two sessions racing can both pass) decides between
-sessions. The delivery count is the keyword ``DeliveryN`` a taker sets (N >= 2).
+two sessions racing can both pass) decides between sessions. ``DeliveryN`` (a keyword) says
+how many applications got a message, ``$Taken`` that it was taken over from a member that
+failed.
 
 Backend errors become :class:`~emailmw.ReceiveError` (and its kin) here; the connection is
 opened again on the next call after a failure.
@@ -22,13 +26,15 @@ from __future__ import annotations
 import contextlib
 import email.header
 import re
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 import imapclient
 
 from .._config import Options
-from .._groups import GroupStore, MemberRecord
+from .._groups import GroupStore, Head, Holding, MemberRecord
+from .._log import get_logger
 from .common import ssl_context, uid_set
 from .errors import imap_errors
 from .native import _body, _uid_fetch, open_account_folder
@@ -36,13 +42,16 @@ from .native import _body, _uid_fetch, open_account_folder
 __all__ = ["ImapGroupStore"]
 
 T = TypeVar("T")
+_log = get_logger("groups")
 _DELIVERY: Final = re.compile(rb"^Delivery(\d{1,3})$")
 _ALIVE: Final = "$Alive"
+_TAKEN: Final = "$Taken"
 
 
 def _count(flags: Sequence[bytes]) -> int:
+    """How many applications got a message: its highest ``DeliveryN`` keyword (0: none)."""
     found = [int(m.group(1)) for f in flags if (m := _DELIVERY.match(f))]
-    return max(found, default=1)
+    return max(found, default=0)
 
 
 class ImapGroupStore(GroupStore):
@@ -56,11 +65,11 @@ class ImapGroupStore(GroupStore):
         self._ssl = ssl_context(options.tls, self._server)
         self._prefix = f"emailmw-{group}-"
         self._lock_name = f"{self._prefix}lock"
+        self._holder_prefix = f"{self._prefix}lockholder-"
+        self._holder: str | None = None  # the folder naming this store as the lock's holder
         self._client: imapclient.IMAPClient | None = None
         self._selected: str | None = None
         self._folders: set[str] = set()
-        self._records: dict[str, int] = {}  # member -> record UID
-        self._alive_flag: dict[str, bool] = {}
         self._run("connecting", lambda c: None)
 
     # ---------------------------------------------------------------- plumbing
@@ -98,8 +107,7 @@ class ImapGroupStore(GroupStore):
         if folder in self._folders or folder == self._options.folder:
             return
         if not client.folder_exists(folder):
-            with contextlib.suppress(imapclient.exceptions.IMAPClientError):
-                client.create_folder(folder)  # (another member may have made it just now)
+            _create(client, folder)
         self._folders.add(folder)
 
     def _members_folder(self) -> str:
@@ -123,17 +131,18 @@ class ImapGroupStore(GroupStore):
         def work(client: imapclient.IMAPClient) -> list[MemberRecord]:
             uids = self._all(client, self._members_folder())
             if not uids:
-                self._records = {}
                 return []
             found = _uid_fetch(
-                client, uid_set(uids), "(UID MODSEQ BODY.PEEK[HEADER.FIELDS (SUBJECT)])"
+                client,
+                uid_set(uids),
+                "(UID MODSEQ BODY.PEEK[HEADER.FIELDS (SUBJECT)])",
+                b"BODY[HEADER",
             )
             records = []
             for uid, item in found.items():
                 member = _fields(item).get("subject", "")
                 modseq = item.get(b"MODSEQ", (0,))
                 records.append(MemberRecord(member, uid, int(modseq[0])))
-            self._records = {r.member: r.order for r in records}
             return records
 
         return self._run("reading the group's members", work)
@@ -145,30 +154,22 @@ class ImapGroupStore(GroupStore):
 
         self._run("joining the group", work)
 
-    def beat(self, member: str) -> None:
-        uid = self._records.get(member)
-        if uid is None:
-            return
-
+    def beat(self, member: str, order: int, on: bool) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._members_folder())
-            on = not self._alive_flag.get(member, False)
             if on:
-                client.add_flags([uid], [_ALIVE], silent=True)
+                client.add_flags([order], [_ALIVE], silent=True)
             else:
-                client.remove_flags([uid], [_ALIVE], silent=True)
-            self._alive_flag[member] = on
+                client.remove_flags([order], [_ALIVE], silent=True)
 
         self._run("heartbeating", work)
 
-    def remove_member(self, member: str) -> None:
+    def remove_member(self, record: MemberRecord) -> None:
         def work(client: imapclient.IMAPClient) -> None:
-            uid = self._records.get(member)
-            if uid is not None:
-                self._select(client, self._members_folder())
-                client.delete_messages([uid], silent=True)
-                client.uid_expunge([uid])
-            folder = self._claims(member)
+            self._select(client, self._members_folder())
+            client.delete_messages([record.order], silent=True)
+            client.uid_expunge([record.order])
+            folder = self._claims(record.member)
             if client.folder_exists(folder) and not self._all(client, folder):
                 self._select(client, self._options.folder)
                 client.delete_folder(folder)
@@ -181,21 +182,24 @@ class ImapGroupStore(GroupStore):
     def inbox(self) -> list[int]:
         return self._run("searching the inbox", lambda c: self._all(c, self._options.folder))
 
-    def headers(self, uids: Sequence[int]) -> dict[int, tuple[str, int]]:
-        def work(client: imapclient.IMAPClient) -> dict[int, tuple[str, int]]:
+    def headers(self, uids: Sequence[int]) -> dict[int, Head]:
+        def work(client: imapclient.IMAPClient) -> dict[int, Head]:
             self._select(client, self._options.folder)
             found = _uid_fetch(
                 client,
                 uid_set(list(uids)),
-                "(UID BODY.PEEK[HEADER.FIELDS (SUBJECT SOURCE-TIMESTAMP)])",
+                "(UID RFC822.SIZE BODY.PEEK[HEADER.FIELDS (SUBJECT SOURCE-TIMESTAMP ROUTE-TO)])",
+                b"BODY[HEADER",
             )
             out = {}
             for uid, item in found.items():
                 fields = _fields(item)
                 stamp = fields.get("source-timestamp", "0")
-                out[uid] = (
+                out[uid] = Head(
                     _decode(fields.get("subject", "")),
                     int(stamp) if stamp.isdigit() and len(stamp) < 20 else 0,
+                    fields.get("route-to", ""),
+                    int(item.get(b"RFC822.SIZE", 0)),
                 )
             return out
 
@@ -230,30 +234,62 @@ class ImapGroupStore(GroupStore):
                 if "ALREADYEXISTS" in str(exc) or "exists" in str(exc).lower():
                     return False
                 raise
-            return True
+            # Named: a folder of the holder's own beside the lock, which the others read by
+            # LIST (opening the lock folder, even for a STATUS, races its deletion: Dovecot
+            # then makes it again). Held only once LIST shows this holder alone: while
+            # other folders of the account are being made, Dovecot may answer a CREATE
+            # ALREADYEXISTS and make the folder all the same (seen here, for the holder's
+            # folder of a name nobody else uses), so a lock can stand that nobody was told
+            # it holds (the others break it unnamed), and a second OK is not ruled out.
+            holder = f"{self._holder_prefix}{member}-{secrets.token_hex(4)}"
+            _create(client, holder)  # (a name of its own: "exists" means made)
+            locked, holders = self._lock_folders(client)
+            if locked and holders == [holder]:
+                self._holder = holder
+                return True
+            _delete(client, holder)
+            return False
 
         return self._run("taking the claim lock", work)
 
     def unlock(self) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._options.folder)
-            with contextlib.suppress(imapclient.exceptions.IMAPClientError):
-                client.delete_folder(self._lock_name)
+            holder, self._holder = self._holder, None
+            if holder is not None:
+                _delete(client, holder)
+            _delete(client, self._lock_name)
 
         self._run("releasing the claim lock", work)
 
-    def lock_id(self) -> int | None:
-        def work(client: imapclient.IMAPClient) -> int | None:
-            try:
-                status = client.folder_status(self._lock_name, [b"UIDVALIDITY"])
-            except imapclient.exceptions.IMAPClientError:
-                return None  # (gone: free)
-            return int(status[b"UIDVALIDITY"])
+    def _lock_folders(self, client: imapclient.IMAPClient) -> tuple[bool, list[str]]:
+        """Whether the lock folder exists, and the holder folders beside it (by LIST)."""
+        names = [str(name) for _, _, name in client.list_folders("", f"{self._lock_name}*")]
+        return self._lock_name in names, sorted(
+            n for n in names if n.startswith(self._holder_prefix)
+        )
+
+    def lock_holder(self) -> tuple[int, str | None] | None:
+        def work(client: imapclient.IMAPClient) -> tuple[int, str | None] | None:
+            locked, holders = self._lock_folders(client)
+            if not locked:
+                return None
+            if not holders:
+                return 0, None  # taken, its holder not named yet (or it died between)
+            member, _, taking = holders[0][len(self._holder_prefix) :].rpartition("-")
+            return int(taking, 16) if taking.isalnum() else 0, member or None
 
         return self._run("reading the claim lock", work)
 
     def break_lock(self) -> None:
-        self.unlock()
+        def work(client: imapclient.IMAPClient) -> None:
+            self._select(client, self._options.folder)
+            _, holders = self._lock_folders(client)
+            for holder in holders:
+                _delete(client, holder)
+            _delete(client, self._lock_name)
+
+        self._run("breaking the claim lock", work)
 
     def claim(self, uids: Sequence[int], member: str) -> None:
         def work(client: imapclient.IMAPClient) -> None:
@@ -272,27 +308,51 @@ class ImapGroupStore(GroupStore):
 
         return self._run("reading claims", work)
 
+    def holding(self, member: str) -> dict[int, Holding]:
+        folder = self._claims(member)
+
+        def work(client: imapclient.IMAPClient) -> dict[int, Holding]:
+            if folder not in self._folders and not client.folder_exists(folder):
+                return {}
+            if self._selected == folder:
+                client.noop()
+            else:
+                self._select(client, folder)
+            found = _uid_fetch(client, "1:*", "(UID RFC822.SIZE FLAGS)", b"RFC822.SIZE")
+            return {
+                uid: Holding(
+                    int(item.get(b"RFC822.SIZE", 0)),
+                    _count(item.get(b"FLAGS", ())),
+                    _TAKEN.encode() in item.get(b"FLAGS", ()),
+                )
+                for uid, item in found.items()
+            }
+
+        return self._run("reading claims", work)
+
     def take(self, uids: Sequence[int], dead: str, member: str) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._claims(dead))
             client.noop()
-            for uid, flags in client.get_flags(list(uids)).items():
-                client.add_flags([uid], [f"Delivery{_count(flags) + 1}"], silent=True)
+            client.add_flags(list(uids), [_TAKEN], silent=True)
             self._move(client, uids, self._claims(member))
 
         self._run("taking a dead member's claims", work)
 
-    def fetch(self, member: str, uids: Sequence[int]) -> dict[int, tuple[bytes, int]]:
-        def work(client: imapclient.IMAPClient) -> dict[int, tuple[bytes, int]]:
+    def fetch(self, member: str, uids: Sequence[int]) -> dict[int, bytes]:
+        def work(client: imapclient.IMAPClient) -> dict[int, bytes]:
             self._select(client, self._claims(member))
-            found = _uid_fetch(client, uid_set(list(uids)), "(UID FLAGS BODY.PEEK[])")
-            return {
-                uid: (_body(item) or b"", _count(item.get(b"FLAGS", ())))
-                for uid, item in found.items()
-                if uid in uids
-            }
+            found = _uid_fetch(client, uid_set(list(uids)), "(UID BODY.PEEK[])", b"BODY[]")
+            return {uid: _body(item) or b"" for uid, item in found.items() if uid in uids}
 
         return self._run("fetching claims", work)
+
+    def mark(self, member: str, uid: int, delivered: int) -> None:
+        def work(client: imapclient.IMAPClient) -> None:
+            self._select(client, self._claims(member))
+            client.add_flags([uid], [f"Delivery{delivered}"], silent=True)
+
+        self._run("recording a delivery", work)
 
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
         target = folder or f"{self._prefix}done-{member}"
@@ -305,6 +365,24 @@ class ImapGroupStore(GroupStore):
 
     def close(self) -> None:
         self._drop()
+
+
+def _create(client: imapclient.IMAPClient, folder: str) -> None:
+    """Create ``folder``, which exists afterwards whatever the answer said (see
+    ``try_lock``): a folder made just now by another member is no failure either."""
+    try:
+        client.create_folder(folder)
+    except imapclient.exceptions.IMAPClientError as exc:
+        if "ALREADYEXISTS" not in str(exc) and "exists" not in str(exc).lower():
+            raise
+
+
+def _delete(client: imapclient.IMAPClient, folder: str) -> None:
+    """Delete ``folder``; one another session deleted first is no failure (logged)."""
+    try:
+        client.delete_folder(folder)
+    except imapclient.exceptions.IMAPClientError as exc:
+        _log.debug("deleting %s: %s", folder, exc)
 
 
 def _uids(text: str) -> set[int]:

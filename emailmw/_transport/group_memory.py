@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .._groups import GroupStore, MemberRecord
+from .._groups import GroupStore, Head, Holding, MemberRecord
 from .._types import Email
 from .._wire import build
 
@@ -21,8 +21,10 @@ class _Entry:
     raw: bytes
     subject: str
     stamp: int = 0
-    count: int = 1
+    delivered: int = 0
     token: int = 0
+    taken: bool = False
+    route_to: str = ""
 
 
 @dataclass
@@ -33,7 +35,7 @@ class MemoryMailbox:
     enabled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     folders: dict[str, dict[int, _Entry]] = field(default_factory=dict)
-    locks: dict[str, int] = field(default_factory=dict)
+    locks: dict[str, tuple[int, str]] = field(default_factory=dict)
     _uids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def append(self, folder: str, entry: _Entry) -> int:
@@ -46,18 +48,22 @@ class MemoryMailbox:
         if not self.enabled:
             return
         stamp = email.headers.get("Source-Timestamp", "0").strip()
-        entry = _Entry(build(email), email.subject, int(stamp) if stamp.isdigit() else 0)
+        entry = _Entry(
+            build(email),
+            email.subject,
+            int(stamp) if stamp.isdigit() and len(stamp) < 20 else 0,
+            route_to=email.headers.get("Route-To", ""),
+        )
         with self.lock:
             self.append("INBOX", entry)
 
-    def move(self, source: str, uids: Sequence[int], target: str, bump: bool = False) -> None:
+    def move(self, source: str, uids: Sequence[int], target: str, taken: bool = False) -> None:
         with self.lock:
             folder = self.folders.get(source, {})
             for uid in uids:
                 entry = folder.pop(uid, None)
                 if entry is not None:
-                    if bump:
-                        entry.count += 1
+                    entry.taken = entry.taken or taken
                     self.append(target, entry)
 
 
@@ -81,41 +87,44 @@ class MemoryGroupStore(GroupStore):
         with self._box.lock:
             self._box.append(self._prefix + "members", _Entry(b"", member))
 
-    def beat(self, member: str) -> None:
+    def beat(self, member: str, order: int, on: bool) -> None:
+        del on  # a token that only grows changes either way
         with self._box.lock:
-            for entry in self._box.folders.get(self._prefix + "members", {}).values():
-                if entry.subject == member:
-                    entry.token += 1
+            entry = self._box.folders.get(self._prefix + "members", {}).get(order)
+            if entry is not None and entry.subject == member:
+                entry.token += 1
 
-    def remove_member(self, member: str) -> None:
+    def remove_member(self, record: MemberRecord) -> None:
         with self._box.lock:
-            records = self._box.folders.get(self._prefix + "members", {})
-            for uid in [u for u, e in records.items() if e.subject == member]:
-                del records[uid]
-            if not self._box.folders.get(self._claims(member)):
-                self._box.folders.pop(self._claims(member), None)
+            self._box.folders.get(self._prefix + "members", {}).pop(record.order, None)
+            if not self._box.folders.get(self._claims(record.member)):
+                self._box.folders.pop(self._claims(record.member), None)
 
     def inbox(self) -> list[int]:
         with self._box.lock:
             return sorted(self._box.folders.get("INBOX", {}))
 
-    def headers(self, uids: Sequence[int]) -> dict[int, tuple[str, int]]:
+    def headers(self, uids: Sequence[int]) -> dict[int, Head]:
         with self._box.lock:
             inbox = self._box.folders.get("INBOX", {})
-            return {uid: (inbox[uid].subject, inbox[uid].stamp) for uid in uids if uid in inbox}
+            return {
+                uid: Head(e.subject, e.stamp, e.route_to, len(e.raw))
+                for uid in uids
+                if (e := inbox.get(uid)) is not None
+            }
 
     def try_lock(self, member: str) -> bool:
         with self._box.lock:
             if self._prefix in self._box.locks:
                 return False
-            self._box.locks[self._prefix] = next(self._box._uids)
+            self._box.locks[self._prefix] = (next(self._box._uids), member)
             return True
 
     def unlock(self) -> None:
         with self._box.lock:
             self._box.locks.pop(self._prefix, None)
 
-    def lock_id(self) -> int | None:
+    def lock_holder(self) -> tuple[int, str | None] | None:
         with self._box.lock:
             return self._box.locks.get(self._prefix)
 
@@ -129,13 +138,24 @@ class MemoryGroupStore(GroupStore):
         with self._box.lock:
             return sorted(self._box.folders.get(self._claims(member), {}))
 
-    def take(self, uids: Sequence[int], dead: str, member: str) -> None:
-        self._box.move(self._claims(dead), uids, self._claims(member), bump=True)
-
-    def fetch(self, member: str, uids: Sequence[int]) -> dict[int, tuple[bytes, int]]:
+    def holding(self, member: str) -> dict[int, Holding]:
         with self._box.lock:
             folder = self._box.folders.get(self._claims(member), {})
-            return {uid: (folder[uid].raw, folder[uid].count) for uid in uids if uid in folder}
+            return {u: Holding(len(e.raw), e.delivered, e.taken) for u, e in folder.items()}
+
+    def take(self, uids: Sequence[int], dead: str, member: str) -> None:
+        self._box.move(self._claims(dead), uids, self._claims(member), taken=True)
+
+    def fetch(self, member: str, uids: Sequence[int]) -> dict[int, bytes]:
+        with self._box.lock:
+            folder = self._box.folders.get(self._claims(member), {})
+            return {uid: folder[uid].raw for uid in uids if uid in folder}
+
+    def mark(self, member: str, uid: int, delivered: int) -> None:
+        with self._box.lock:
+            entry = self._box.folders.get(self._claims(member), {}).get(uid)
+            if entry is not None:
+                entry.delivered = max(entry.delivered, delivered)
 
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
         self._box.move(self._claims(member), uids, folder or f"{self._prefix}done-{member}")

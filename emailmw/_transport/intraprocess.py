@@ -6,6 +6,7 @@ serialized (names, headers, size), so what works here works over real email.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections import deque
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._exceptions import ClosedError, SendError
 from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
-from .base import EmailReceiver, EmailSender, FailureCallback
+from .base import EmailReceiver, EmailSender, FailureCallback, IncomingEmail
+from .budget import ReceiveBudget
 from .common import parse_fetched
 from .group_memory import MemoryGroupStore, MemoryMailbox
 
@@ -37,15 +39,21 @@ HISTORY_PER_SUBJECT = 1000
 
 
 class IntraprocessReceiver(EmailReceiver):
-    """Queue of emails handed over by :class:`IntraprocessSender` objects. Thread-safe."""
+    """Queue of emails handed over by :class:`IntraprocessSender` objects. Thread-safe.
+
+    With a ``budget`` (a context's :class:`~.budget.ReceiveBudget`), :meth:`receive_incoming`
+    hands out only what fits and keeps the rest queued here, as a server would keep it,
+    until enough is settled."""
 
     def __init__(
         self,
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         mailbox: MemoryMailbox | None = None,
+        budget: ReceiveBudget | None = None,
     ) -> None:
         self._max_size = max_message_size
+        self._budget = budget
         #: the account's store, for group subscriptions (shared by the receivers of one
         #: address on an :class:`IntraprocessNetwork`)
         self.mailbox = mailbox if mailbox is not None else MemoryMailbox()
@@ -55,6 +63,12 @@ class IntraprocessReceiver(EmailReceiver):
         self._woken = False
         # what a mailbox would still hold: the newest emails of each subject
         self._stored: dict[str, deque[Email]] = {}
+        if budget is not None:
+            budget.add_listener(self._room_given_back)
+
+    def _room_given_back(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def _deliver(self, email: Email, *, store: bool = True) -> None:
         """Queue ``email``; ``store``: keep it in the mailbox's store too (its first
@@ -95,6 +109,28 @@ class IntraprocessReceiver(EmailReceiver):
             self._queue.clear()
         return emails
 
+    def receive_incoming(self, timeout: float | None = None) -> list[IncomingEmail]:
+        budget = self._budget
+        if budget is None:
+            return super().receive_incoming(timeout)
+        with self._cond:
+            out: list[IncomingEmail] = []
+            for attempt in range(2):  # what fits now; else wait once, then what fits
+                if self._closed:
+                    raise ClosedError("intraprocess receiver is closed")
+                while self._queue:
+                    size = _size(self._queue[0])
+                    if not budget.reserve(size):
+                        break
+                    email = self._queue.popleft()
+                    settle = functools.partial(_settled, budget, size)
+                    out.append(IncomingEmail(email, settle=settle))
+                if out or self._woken or attempt:
+                    break
+                self._cond.wait(timeout)
+            self._woken = False
+        return out
+
     def history(self, subject: str, limit: int) -> list[Email]:
         with self._cond:
             stored = list(self._stored.get(subject, ()))
@@ -113,6 +149,18 @@ class IntraprocessReceiver(EmailReceiver):
             self._closed = True
             self._queue.clear()
             self._cond.notify_all()
+        if self._budget is not None:
+            self._budget.remove_listener(self._room_given_back)
+
+
+def _size(email: Email) -> int:
+    """What an email holds in memory, near enough (its body and headers)."""
+    return len(email.body) + sum(len(k) + len(v) for k, v in email.headers.items()) + 256
+
+
+def _settled(budget: ReceiveBudget, size: int, outcome: str) -> None:
+    del outcome  # nothing to do in a mailbox that keeps nothing
+    budget.release(size)
 
 
 class _Destination(Protocol):
@@ -157,9 +205,11 @@ def intraprocess_pair(
     address: str = "emailmw@intraprocess.invalid",
     *,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    budget: ReceiveBudget | None = None,
 ) -> tuple[IntraprocessSender, IntraprocessReceiver]:
-    """A connected sender and receiver: what the sender sends, the receiver receives."""
-    receiver = IntraprocessReceiver(max_message_size=max_message_size)
+    """A connected sender and receiver: what the sender sends, the receiver receives
+    (``budget``: see :class:`IntraprocessReceiver`)."""
+    receiver = IntraprocessReceiver(max_message_size=max_message_size, budget=budget)
     return IntraprocessSender(receiver, address, max_message_size=max_message_size), receiver
 
 

@@ -45,6 +45,7 @@ from .._exceptions import (
 from .._log import get_logger
 from .._types import Email
 from .base import IncomingEmail
+from .budget import ReceiveBudget
 from .common import (
     MailboxReceiver,
     parse_batch,
@@ -59,6 +60,7 @@ __all__ = ["NativeReceiver", "NativeSender", "open_imap_folder"]
 _log = get_logger("native")
 T = TypeVar("T")
 _IDLE_SLICE: Final = 0.25  # how often a blocked IDLE looks at wakeup()/close()
+_ROOM_WAIT: Final = 60.0  # a receiver waiting for room in the budget NOOPs this often
 
 
 def open_imap_folder(
@@ -235,24 +237,32 @@ def _body(item: dict[bytes, Any]) -> bytes | None:
 
 
 def _uid_fetch(
-    client: imapclient.IMAPClient, uid_set: str, items: str
+    client: imapclient.IMAPClient, uid_set: str, items: str, need: bytes
 ) -> dict[int, dict[bytes, Any]]:
-    """``UID FETCH uid_set items`` in one round trip, keyed by UID.
+    """``UID FETCH uid_set items`` in one round trip, keyed by UID: the items that carry a
+    field starting with ``need`` (one of those asked for).
 
     ``IMAPClient.fetch`` cannot take a ``n:*`` range (it filters its result through
     ``int(messages)``), so the command goes through the underlying imaplib connection's
-    public ``uid()`` and the answer through imapclient's own FETCH parser. Note that
-    ``n:*`` also returns the highest message when its UID is below ``n``; callers filter.
+    public ``uid()`` and the answer through imapclient's own FETCH parser. The answer may
+    hold unsolicited FETCH responses too (another session changed a message's flags:
+    ``* 3 FETCH (FLAGS (...) MODSEQ (...))``, with no UID or no field asked for); keyed by
+    UID blindly, they became messages that do not exist (a sequence number taken for a
+    UID), so only answers with their UID and the ``need`` field count. Note that ``n:*``
+    also returns the highest message when its UID is below ``n``; callers filter.
     """
     typ, data = client._imap.uid("FETCH", uid_set, items)
     if typ != "OK":
         raise imapclient.exceptions.IMAPClientError(f"UID FETCH failed: {data!r}")
     if not data or data == [None]:
         return {}
-    parsed: dict[int, dict[bytes, Any]] = response_parser.parse_fetch_response(
-        data, client.normalise_times, True
-    )
-    return parsed
+    parsed = response_parser.parse_fetch_response(data, client.normalise_times, False)
+    found: dict[int, dict[bytes, Any]] = {}
+    for item in parsed.values():
+        uid = item.get(b"UID")
+        if isinstance(uid, int) and any(key.startswith(need) for key in item):
+            found.setdefault(uid, {}).update(item)
+    return found
 
 
 def _readable(sock: socket.socket, timeout: float) -> bool:
@@ -296,9 +306,9 @@ def _idle_check(client: imapclient.IMAPClient, timeout: float) -> list[Any]:
 class NativeReceiver(MailboxReceiver):
     """imapclient receiver with adaptive NOOP polling / IDLE. See the module docstring."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, budget: ReceiveBudget | None = None) -> None:
         assert options.user is not None
-        super().__init__(options, options.user.username)
+        super().__init__(options, options.user.username, budget)
         self._user: UserInfo = options.user
         self._endpoint: Endpoint = options.user.imap
         self._server = self._endpoint.url
@@ -347,12 +357,12 @@ class NativeReceiver(MailboxReceiver):
 
     def _sizes(self, uid_set: str) -> dict[int, int]:
         assert self._client is not None
-        found = _uid_fetch(self._client, uid_set, "(UID RFC822.SIZE)")
+        found = _uid_fetch(self._client, uid_set, "(UID RFC822.SIZE)", b"RFC822.SIZE")
         return {uid: int(item.get(b"RFC822.SIZE", 0)) for uid, item in found.items()}
 
     def _bodies(self, uids: list[int]) -> dict[int, bytes | None]:
         assert self._client is not None
-        found = _uid_fetch(self._client, uid_set(uids), "(BODY.PEEK[])")
+        found = _uid_fetch(self._client, uid_set(uids), "(UID BODY.PEEK[])", b"BODY[]")
         return {uid: _body(item) for uid, item in found.items()}
 
     def _apply(self, action: str, uids: list[int]) -> None:
@@ -400,7 +410,8 @@ class NativeReceiver(MailboxReceiver):
                 self._connect()
             self._nudge.clear()
             self._apply_actions()
-            while self._check:  # fetch for as long as the server announces news
+            # fetch for as long as the server announces news and the budget has room
+            while self._check and not self._waiting_for_room:
                 self._check = False
                 emails, more = self._fetch_new()
                 self._check = more or self._announces_mail([])
@@ -414,6 +425,11 @@ class NativeReceiver(MailboxReceiver):
             remaining = self._remaining(deadline)
             if remaining <= 0:
                 return []
+            if self._waiting_for_room:  # back-pressure: mail waits on the server
+                if not self._nudge.wait(min(_ROOM_WAIT, remaining)):
+                    assert self._client is not None
+                    self._client.noop()  # (a long wait: the connection kept alive)
+                continue
             if time.monotonic() - self._last_activity < self._options.poll.idle_after:
                 if self._nudge.wait(min(self._options.poll.interval, remaining)):
                     continue
@@ -496,3 +512,4 @@ class NativeReceiver(MailboxReceiver):
                 with contextlib.suppress(Exception):
                     self._client.logout()
                 self._drop_connection()
+            self._stop_budget()

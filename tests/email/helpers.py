@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import smtplib
 import ssl
 import subprocess
@@ -84,6 +85,13 @@ class Peer:
         got = [json.loads(line) for line in self.lines.items[1:]]
         assert ok, f"got {len(got)} of {count} messages; stderr: {''.join(self.stderr)[-2000:]}"
         return got
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stands still (no thread runs) until :meth:`resume`."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to flush, close or save anything."""

@@ -1,8 +1,12 @@
 """A separate emailmw process for the multi-process tests.
 
     python -m tests.email.peer sub CONFIG TOPIC [--take-every S] [--mode M --group G]
-        prints one JSON line per message it takes (waiting S seconds before each take),
-        then acknowledges it
+                                              [--depth N] [--hold] [--node]
+        prints one JSON line per message it takes (waiting S seconds before each take;
+        ``t``: when its application got it), then acknowledges it (``--hold``: never: it
+        stays on the first message it takes); ``--node``: through
+        ``Node.create_subscription`` (depth: the QoS depth); a group member also prints
+        {"joined": NAME} each time it joins its group under a new name
     python -m tests.email.peer server CONFIG SERVICE
         answers "a b" with their sum
     python -m tests.email.peer pub CONFIG TOPIC --count N [--guarantee G] [--rate R]
@@ -20,6 +24,7 @@ import json
 import sys
 import threading
 import time
+from typing import Any
 
 import emailmw
 import emailmw._polling
@@ -37,11 +42,19 @@ def main() -> None:
     parser.add_argument("--guarantee", default=None)
     parser.add_argument("--mode", default="topic")
     parser.add_argument("--group", default=None)
+    parser.add_argument("--depth", type=int, default=None)
+    parser.add_argument("--hold", action="store_true")
+    parser.add_argument("--node", action="store_true")
     args = parser.parse_args()
     with emailmw.Context(args.config) as ctx:
-        if args.role == "sub":
-            sub = emailmw.Subscription(args.name, context=ctx, mode=args.mode, group=args.group)
-            print("ready", flush=True)
+        if args.role == "sub" and args.node:
+            _node_sub(ctx, args)
+        elif args.role == "sub":
+            sub = emailmw.Subscription(
+                args.name, args.depth, context=ctx, mode=args.mode, group=args.group
+            )
+            _say("ready")
+            _report_joins(lambda: sub.member)
             while True:
                 # wait for a message without taking it, then take it after a pause: the
                 # messages behind it sit handed out but not taken
@@ -54,44 +67,104 @@ def main() -> None:
                     (body, info), ticket = got, emailmw._polling.NO_TICKET
                 else:  # a group member acknowledges once its line is printed
                     taken = sub._take()
-                    assert taken is not None
+                    if taken is None:  # (its member must first confirm its claims)
+                        continue
                     body, info, ticket = taken
-                print(
-                    json.dumps(
-                        {
-                            "body": body if len(body) <= 200 else None,
-                            "sha256": hashlib.sha256(body.encode()).hexdigest(),
-                            "length": len(body),
-                            "gid": info.publisher_gid.value,
-                            "seq": info.sequence_number,
-                            "redelivered": info.redelivered,
-                            "identity": info.identity,
-                            "delivery_count": info.delivery_count,
-                            "member": sub.member,
-                        }
-                    ),
-                    flush=True,
-                )
+                _print(body, info, sub.member)
+                if args.hold:
+                    threading.Event().wait()  # the application is stuck on it
                 ticket.release()
         elif args.role == "pub":
             pub = emailmw.Publisher(args.name, context=ctx, guarantee=args.guarantee)
-            print("ready", flush=True)
+            _say("ready")
             start = time.monotonic()
             for i in range(args.count):
                 if args.rate:
                     time.sleep(max(0.0, start + i / args.rate - time.monotonic()))
                 pub.publish(f"n: {i}")
-                print(json.dumps({"seq": i, "gid": pub.gid.value}), flush=True)
-            print(json.dumps({"done": True}), flush=True)
+                _say(json.dumps({"seq": i, "gid": pub.gid.value}))
+            _say(json.dumps({"done": True}))
             sys.stdin.read()  # stay (and let the outbox send) until stdin closes
         else:
             emailmw.ServiceServer(
                 args.name, lambda request: str(sum(int(x) for x in request.split())), context=ctx
             )
-            print("ready", flush=True)
+            _say("ready")
             done = threading.Event()
             threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
             done.wait()
+
+
+_PRINTING = threading.Lock()
+
+
+def _say(line: str) -> None:
+    """One whole line on stdout (threads print too)."""
+    with _PRINTING:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def _report_joins(member: Any) -> None:
+    """Print {"joined": NAME} whenever the group member joins under a new name."""
+
+    def watch() -> None:
+        seen = None
+        while True:
+            name = member()
+            if name is not None and name != seen:
+                _say(json.dumps({"joined": name}))
+                seen = name
+            time.sleep(0.01)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _print(body: str, info: emailmw.MessageInfo, member: str | None) -> None:
+    _say(
+        json.dumps(
+            {
+                "t": time.monotonic(),
+                "body": body if len(body) <= 200 else None,
+                "sha256": hashlib.sha256(body.encode()).hexdigest(),
+                "length": len(body),
+                "gid": info.publisher_gid.value,
+                "seq": info.sequence_number,
+                "redelivered": info.redelivered,
+                "identity": info.identity,
+                "delivery_count": info.delivery_count,
+                "member": member,
+            }
+        )
+    )
+
+
+def _node_sub(ctx: emailmw.Context, args: argparse.Namespace) -> None:
+    """The ``sub`` role through the ROS layer: a node's subscription, its callback run by
+    spinning (taking ``--take-every`` seconds each)."""
+    from emailmw import std_msgs
+
+    node = emailmw.Node("peer", context=ctx)
+    subscription: list[Any] = []
+
+    def callback(msg: Any, info: emailmw.MessageInfo) -> None:
+        if args.take_every:
+            time.sleep(args.take_every)
+        _print(msg.data, info, subscription[0]._core.member)
+
+    subscription.append(
+        node.create_subscription(
+            std_msgs.msg.String,
+            args.name,
+            callback,
+            args.depth or 10,
+            mode=args.mode,
+            group=args.group,
+        )
+    )
+    _say("ready")
+    _report_joins(lambda: subscription[0]._core.member)
+    emailmw.spin(node)
 
 
 if __name__ == "__main__":

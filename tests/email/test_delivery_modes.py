@@ -64,7 +64,13 @@ def _member(config: Path, mode: str, peers: list[Peer], *options: str) -> Peer:
 
 
 def _lines(peer: Peer) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in peer.lines.items[1:]]
+    """The messages ``peer`` processed, in the order it printed them."""
+    return [x for x in map(json.loads, peer.lines.items[1:]) if "seq" in x]
+
+
+def _joins(peer: Peer) -> list[str]:
+    """The names ``peer`` joined its group under, in order."""
+    return [x["joined"] for x in map(json.loads, peer.lines.items[1:]) if "joined" in x]
 
 
 def _all_lines(peers: list[Peer]) -> list[dict[str, Any]]:
@@ -84,6 +90,14 @@ def _joined(config: Path, count: int) -> bool:
     store = ImapGroupStore(load_options(config), "crew")
     try:
         return len(store.members()) >= count
+    finally:
+        store.close()
+
+
+def _member_count(config: Path) -> int:
+    store = ImapGroupStore(load_options(config), "crew")
+    try:
+        return len(store.members())
     finally:
         store.close()
 
@@ -112,7 +126,13 @@ def test_killing_the_active_stateful_member_hands_over_in_order(
     # may have printed without acknowledging it comes again, flagged
     assert by_standby == list(range(by_standby[0], 40))
     assert by_standby[0] >= done_by_active[-1]
-    assert _lines(standby)[0]["delivery_count"] == 2  # what the active held comes flagged
+    # flagged: what the active's application had (printed, not yet acknowledged; or taken
+    # in the instant before printing); what the active only held comes as a first delivery
+    first, last = _lines(standby)[0], done_by_active[-1]
+    assert first["seq"] in (last, last + 1)
+    if first["seq"] == last:
+        assert first["delivery_count"] == 2
+    assert all(line["delivery_count"] == 1 for line in _lines(standby)[1:])
 
 
 def test_killing_one_of_three_stateless_members_holding_claims_loses_nothing(
@@ -127,8 +147,11 @@ def test_killing_one_of_three_stateless_members_holding_claims_loses_nothing(
     members[0].kill()  # it holds claims it has not taken yet
     assert _wait(lambda: {line["seq"] for line in _all_lines(peers)} == set(range(60)))
     _assert_repeats_flagged(_all_lines(peers))
-    redelivered = [line for line in _all_lines(members[1:]) if line["delivery_count"] >= 2]
-    assert redelivered  # the killed member's claims were processed by the others
+    # a delivery count counts applications that got the message: only what the killed
+    # member's application had (taken, not acknowledged) comes flagged to the others
+    printed = {line["seq"] for line in _lines(members[0])}
+    flagged = {line["seq"] for line in _all_lines(members[1:]) if line["delivery_count"] >= 2}
+    assert len(flagged - printed) <= 1  # (one taken in the instant before it printed)
 
 
 def test_killing_every_stateless_member_and_restarting_loses_nothing(
@@ -147,6 +170,85 @@ def test_killing_every_stateless_member_and_restarting_loses_nothing(
     [_member(group_setup["config"], "stateless", peers) for _ in range(3)]
     assert _wait(lambda: {line["seq"] for line in _all_lines(peers)} == set(range(80)), 90)
     _assert_repeats_flagged(_all_lines(peers))
+
+
+def _assert_later_copies_flagged(lines: list[dict[str, Any]]) -> None:
+    """Of the copies of one message that applications got, every one after the first (by
+    when the application got it) carries a raised delivery count: no silent repeat."""
+    by_seq: dict[int, list[dict[str, Any]]] = {}
+    for line in lines:
+        by_seq.setdefault(line["seq"], []).append(line)
+    for seq, copies in by_seq.items():
+        copies.sort(key=lambda line: line["t"])
+        assert all(c["delivery_count"] >= 2 for c in copies[1:]), (seq, copies)
+
+
+@pytest.mark.parametrize("node", [False, True], ids=["subscription", "node"])
+def test_a_full_member_queue_is_back_pressure_never_a_loss(
+    group_setup: dict[str, Any], peers: list[Peer], node: bool
+) -> None:
+    """Depth 2 (a subscription's depth, or a node's QoS depth) in a group of three
+    stateless members: the depth bounds what a member holds in memory, never what is
+    processed (a member that dropped the oldest of a full queue settled it, unprocessed:
+    87 of 100 lost). One member killed meanwhile: the others take its claims on top of
+    their own within their room, and lose nothing either."""
+    options = ("--depth", "2", "--take-every", "0.02", *(("--node",) if node else ()))
+    members = [_member(group_setup["config"], "stateless", peers, *options) for _ in range(3)]
+    publish = _publisher(group_setup["publisher"], node)
+    for i in range(100):
+        publish(i)
+    assert _wait(lambda: len(_lines(members[0])) >= 5)
+    members[0].kill()
+    assert _wait(lambda: {line["seq"] for line in _all_lines(peers)} == set(range(100)), 120)
+    _assert_repeats_flagged(_all_lines(peers))
+
+
+def _publisher(context: emailmw.Context, typed: bool) -> Any:
+    """publish(i) sends "n: i" on /work (a std_msgs/String when ``typed``)."""
+    if not typed:
+        plain = emailmw.Publisher("/work", context=context)
+        return lambda i: plain.publish(f"n: {i}")
+    from emailmw import std_msgs
+
+    publisher = emailmw.Node("feeder", context=context).create_publisher(
+        std_msgs.msg.String, "/work", 10
+    )
+    return lambda i: publisher.publish(std_msgs.msg.String(data=f"n: {i}"))
+
+
+@pytest.mark.parametrize("mode", ["stateless", "stateful"])
+def test_a_paused_member_repeats_nothing_others_took_over_unflagged(
+    group_setup: dict[str, Any], peers: list[Peer], mode: str
+) -> None:
+    """SIGSTOP a member that holds claims (queued, and one its application is working on)
+    for several expiries, then SIGCONT: the others took its claims over and processed
+    them; resumed, it hands out none of what it held (its lease lapsed: checked, lost)
+    and joins again under a new name. Every message is processed, and every later copy
+    is flagged (stateful: no second active member replaying old messages)."""
+    paused = _member(group_setup["config"], mode, peers, "--take-every", "0.1")
+    assert _wait(lambda: _joined(group_setup["config"], 1))  # first in the order
+    others = [_member(group_setup["config"], mode, peers, "--take-every", "0.02")
+              for _ in range(2 if mode == "stateless" else 1)]  # fmt: skip
+    assert _wait(lambda: _joined(group_setup["config"], len(peers)))
+    publisher = emailmw.Publisher("/work", context=group_setup["publisher"])
+    for i in range(40):
+        publisher.publish(f"n: {i}")
+    assert _wait(lambda: len(_lines(paused)) >= 3)
+    paused.pause()
+    # stopped until the others saw it dead, took all its claims and removed its record
+    assert _wait(lambda: _member_count(group_setup["config"]) == len(others))
+    paused.resume()
+    assert _wait(lambda: len(_joins(paused)) >= 2)  # back, under a new name
+    for i in range(40, 50):
+        publisher.publish(f"n: {i}")
+    assert _wait(lambda: {line["seq"] for line in _all_lines(peers)} == set(range(50)), 90)
+    lines = _all_lines(peers)
+    _assert_later_copies_flagged(lines)
+    if mode == "stateful":  # one active at a time: in send order, repeats aside
+        firsts: dict[int, float] = {}
+        for line in sorted(lines, key=lambda line: line["t"]):
+            firsts.setdefault(line["seq"], line["t"])
+        assert sorted(firsts, key=firsts.__getitem__) == list(range(50))
 
 
 def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
@@ -196,6 +298,68 @@ def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
         store.close()
 
 
+def test_the_claim_lock_names_its_holder_without_ever_being_opened(mailserver: MailServer) -> None:
+    """The IMAP store's lock: one taker, named for the others (by a folder beside the lock,
+    read by LIST), free again after unlock; a lock standing with no holder named (its
+    taker died between taking and naming, or Dovecot made it for a CREATE it answered
+    ALREADYEXISTS) reads as such, and breaking removes it."""
+    options = load_options({"email": mailserver.config(mailserver.fresh_account())})
+    one, two = ImapGroupStore(options, "lk"), ImapGroupStore(options, "lk")
+    try:
+        assert one.lock_holder() is None
+        assert one.try_lock("m1")
+        assert not two.try_lock("m2")
+        taking, holder = two.lock_holder() or (None, None)
+        assert holder == "m1"
+        assert taking
+        one.unlock()
+        assert two.lock_holder() is None
+        assert two.try_lock("m2")
+        found = one.lock_holder()
+        assert found is not None
+        assert found[1] == "m2"
+        two.unlock()
+        one._run("an unnamed lock", lambda c: c.create_folder("emailmw-lk-lock"))
+        assert two.lock_holder() == (0, None)
+        assert not two.try_lock("m2")
+        two.break_lock()
+        assert one.lock_holder() is None
+        assert one.try_lock("m1")
+        one.unlock()
+    finally:
+        one.close()
+        two.close()
+
+
+def test_flag_changes_made_by_another_session_are_never_taken_for_messages(
+    mailserver: MailServer,
+) -> None:
+    """Dovecot tells a session of other sessions' flag changes in the answer to its next
+    command (``* 1 FETCH (FLAGS ($Other))``, no UID): read as UID-keyed, that was a message
+    that does not exist, such as an empty-named member that never heartbeats and blocked a
+    stateful group's takeover (seen 1 in 15 runs once heartbeats had a connection of their
+    own)."""
+    from emailmw._transport.common import ssl_context
+    from emailmw._transport.native import _uid_fetch, open_account_folder
+
+    options = load_options({"email": mailserver.config(mailserver.fresh_account())})
+    context = ssl_context(options.tls, "test")
+    other, _ = open_account_folder(options, context, readonly=False)
+    reader, _ = open_account_folder(options, context, readonly=True)
+    try:
+        for i in range(5):
+            other.append("INBOX", f"Subject: m{i}\r\n\r\nbody {i}".encode())
+        uids = sorted(other.search("ALL"))
+        reader.noop()
+        other.add_flags([uids[0]], ["$Other"])  # another session changes the first one
+        found = _uid_fetch(reader, f"{uids[-1]}:*", "(UID RFC822.SIZE)", b"RFC822.SIZE")
+        assert list(found) == [uids[-1]]
+        assert found[uids[-1]][b"RFC822.SIZE"] > 0
+    finally:
+        other.logout()
+        reader.logout()
+
+
 @pytest.mark.spark
 def test_the_archive_says_which_member_processed_what_and_what_was_redelivered(
     mailserver: MailServer, group_setup: dict[str, Any], peers: list[Peer], tmp_path: Path
@@ -205,11 +369,11 @@ def test_the_archive_says_which_member_processed_what_and_what_was_redelivered(
     pytest.importorskip("pyspark")
     from emailmw._pipeline.analyze import AnalyzeRequest, analyze
 
-    held = _member(group_setup["config"], "stateless", peers, "--take-every", "30")
+    held = _member(group_setup["config"], "stateless", peers, "--hold")
     assert _wait(lambda: _joined(group_setup["config"], 1))
     publisher = emailmw.Publisher("/work", context=group_setup["publisher"])
-    publisher.publish("n: 0")  # the holder claims it and never takes it
-    assert _wait(lambda: _claims_held(group_setup["config"]) == 1)
+    publisher.publish("n: 0")  # the holder's application takes it and never settles it
+    assert _wait(lambda: [line["seq"] for line in _lines(held)] == [0])
     other = _member(group_setup["config"], "stateless", peers)
     held.kill()
     for i in range(1, 12):

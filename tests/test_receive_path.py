@@ -206,15 +206,39 @@ def test_position_hands_out_again_what_was_not_settled(tmp_path: Path) -> None:
     assert again.start(uidvalidity=7, uidnext=20) is None  # a reconnect changes nothing
 
 
-def test_a_uidvalidity_change_reads_the_folder_again_flagged(tmp_path: Path) -> None:
+def test_after_a_uidvalidity_change_only_mail_seen_before_is_flagged(tmp_path: Path) -> None:
+    """The folder is read again from its start; of what comes, mail this receiver may have
+    handed out before is flagged (a Message-ID it handed out, or stored before the newest
+    second it handed out), new mail is not (it flagged all of it: 10 of 10)."""
+    s = 1_000_000_000
     position = ResumePosition(_options(tmp_path), "me@example.test")
     position.start(uidvalidity=7, uidnext=10)
-    position.handing_out([10])
+    position.handing_out([10, 11, 12], what={10: ("<a@x>", 100 * s), 11: ("<b@x>", 101 * s),
+                                             12: ("<c@x>", 101 * s)})  # fmt: skip
+    assert position.settle(7, 10)
+    assert position.settle(7, 11)
+
+    def flags(p: ResumePosition) -> list[bool]:
+        return [
+            p.redelivered(1, "<a@x>", 100 * s),  # handed out before
+            p.redelivered(2, "<z@x>", 99 * s),  # stored before the newest handed out
+            p.redelivered(3, "<c@x>", 101 * s),  # handed out in the newest second (pending)
+            p.redelivered(4, "<b@x>", 101 * s),  # handed out in the newest second (settled)
+            p.redelivered(5, "<d@x>", 101 * s),  # that second, never handed out: new
+            p.redelivered(6, "<e@x>", 102 * s),  # new
+            p.redelivered(7, "<f@x>", None),  # new, date unknown
+        ]
+
+    # a process that restarts after the folder was recreated knows it from the state file
+    restarted = ResumePosition(_options(tmp_path), "me@example.test")
+    assert restarted.start(uidvalidity=8, uidnext=12) == []
+    assert flags(restarted) == [True, True, True, True, False, False, False]
+    # one that sees it change knows what it handed out itself too
     assert position.start(uidvalidity=8, uidnext=12) == []
     assert position.next_uid == 1
     assert position.pending == set()
-    assert position.redelivered(11)  # the folder as it was may have been handed out
-    assert not position.redelivered(12)
+    assert flags(position) == [True, True, True, True, False, False, False]
+    assert not position.redelivered(12, "<a@x>", 100 * s)  # mail of the new folder
 
 
 def test_an_old_state_file_without_pending_still_resumes(tmp_path: Path) -> None:

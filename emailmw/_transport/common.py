@@ -21,6 +21,7 @@ import ssl
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from email.utils import parseaddr
 from pathlib import Path
@@ -59,6 +60,9 @@ _log = get_logger("transport")
 #: backlog of any size is taken in bounded steps.
 MAX_BATCH: Final = 256
 MAX_BATCH_BYTES: Final = 64 * 1024 * 1024
+#: How many Message-IDs a receiver remembers having handed out (to tell mail it may have
+#: handed out before from new mail after a UIDVALIDITY change).
+KNOWN_MESSAGE_IDS: Final = 10_000
 
 
 def raw_size_limit(max_message_size: int) -> int:
@@ -172,9 +176,14 @@ class ResumePosition:
     it starts, as rmw_email). With one, UIDVALIDITY, the last UID handed out and the pending
     UIDs are written atomically (fsync, rename) before a batch is handed out and after every
     settlement, so a restarted receiver hands out exactly what was never handed out, plus,
-    flagged as redelivered, what was handed out but not settled. A changed UIDVALIDITY (the
-    folder was recreated) is logged and the folder read again from the start, every email
-    flagged as redelivered.
+    flagged as redelivered, what was handed out but not settled.
+
+    A changed UIDVALIDITY (the folder was recreated) is logged and the folder read again
+    from the start. Of what comes again, only mail this receiver may have handed out before
+    is flagged: a Message-ID it handed out (the last :data:`KNOWN_MESSAGE_IDS` of this
+    process; in the state file, those pending and those stored in the same second as the
+    newest it handed out), or mail the server stored before that second (INTERNALDATE,
+    kept in the state file); new mail is not.
     """
 
     def __init__(self, options: Options, account: str, *, from_start: bool = False) -> None:
@@ -187,10 +196,18 @@ class ResumePosition:
         self.uidvalidity: int | None = None
         self.next_uid: int | None = None
         self.pending: set[int] = set()
-        # UIDs below this (and those pending when the state file was read) may have been
-        # handed out before: what is handed out of them is flagged as redelivered
+        # UIDs below this (mail read again after a UIDVALIDITY change) and those pending
+        # when the state file was read may have been handed out before (see the class)
         self._again_below = 0
         self._again: set[int] = set()
+        # Message-IDs handed out (the newest, and the pending ones by UID), and the newest
+        # server arrival (ns) handed out: what tells mail seen before from new mail once a
+        # UIDVALIDITY change has made UIDs meaningless
+        self._known: OrderedDict[str, None] = OrderedDict()
+        self._pending_ids: dict[int, str] = {}
+        self.newest_arrival: int | None = None
+        self._newest_ids: list[str] = []  # those handed out that arrived at newest_arrival
+        self._arrived_before: int | None = None  # newest_arrival when UIDVALIDITY changed
 
     def _load(self) -> dict[str, Any] | None:
         if self._path is None:
@@ -205,10 +222,16 @@ class ResumePosition:
                     data.get("folder"),
                 )
                 return None
+            arrival = data.get("newest_arrival")
             return {
                 "uidvalidity": int(data["uidvalidity"]),
                 "last_uid": int(data["last_uid"]),
                 "pending": sorted({int(uid) for uid in data.get("pending", ())}),
+                "pending_ids": {
+                    int(uid): str(mid) for uid, mid in dict(data.get("pending_ids", {})).items()
+                },
+                "newest_arrival": None if arrival is None else int(arrival),
+                "newest_ids": [str(m) for m in data.get("newest_ids", ())][:KNOWN_MESSAGE_IDS],
             }
         except FileNotFoundError:
             return None
@@ -236,6 +259,10 @@ class ResumePosition:
             if saved is None:
                 self._set(uidvalidity, 1 if self._from_start else uidnext, set())
                 return []
+            self.newest_arrival = saved["newest_arrival"]
+            self._newest_ids = saved["newest_ids"]
+            for message_id in (*saved["pending_ids"].values(), *self._newest_ids):
+                self._remember(message_id)
             if saved["uidvalidity"] != uidvalidity:
                 _log.warning(
                     "UIDVALIDITY changed since the state file was written (%d -> %d): "
@@ -247,25 +274,60 @@ class ResumePosition:
                 return []
             pending = {uid for uid in saved["pending"] if uid <= saved["last_uid"]}
             self._again = set(pending)
+            self._pending_ids = {u: m for u, m in saved["pending_ids"].items() if u in pending}
             self._set(uidvalidity, saved["last_uid"] + 1, pending)
             return sorted(pending)
 
     def _restart(self, uidvalidity: int, uidnext: int) -> None:
         self._again_below = uidnext
         self._again = set()
+        self._pending_ids = {}
+        self._arrived_before = self.newest_arrival
         self._set(uidvalidity, 1, set())
 
-    def redelivered(self, uid: int) -> bool:
-        """True when ``uid`` may have been handed out before (see the class docstring)."""
-        return uid < self._again_below or uid in self._again
+    def _remember(self, message_id: str) -> None:
+        known = self._known
+        known[message_id] = None
+        known.move_to_end(message_id)
+        if len(known) > KNOWN_MESSAGE_IDS:
+            known.popitem(last=False)
 
-    def handing_out(self, handed: Iterable[int], settled: Iterable[int] = ()) -> None:
+    def redelivered(
+        self, uid: int, message_id: str | None = None, arrival: int | None = None
+    ) -> bool:
+        """True when ``uid`` (its Message-ID, its server arrival in ns) may have been handed
+        out before (see the class docstring)."""
+        if uid in self._again:
+            return True
+        if uid >= self._again_below:
+            return False
+        if message_id is not None and message_id in self._known:
+            return True
+        before = self._arrived_before
+        return arrival is not None and before is not None and arrival < before
+
+    def handing_out(
+        self,
+        handed: Iterable[int],
+        settled: Iterable[int] = (),
+        what: Mapping[int, tuple[str | None, int | None]] | None = None,
+    ) -> None:
         """``handed`` go out now (pending until settled); ``settled`` were dealt with here
-        (unparseable mail). Written before the emails reach anyone."""
+        (unparseable mail); ``what``: the Message-ID and server arrival of each handed out.
+        Written before the emails reach anyone."""
         handed, settled = set(handed), set(settled)
         with self._lock:
             assert self.uidvalidity is not None
             assert self.next_uid is not None
+            for uid, (message_id, arrival) in (what or {}).items():
+                if message_id is not None:
+                    self._remember(message_id)
+                    self._pending_ids[uid] = message_id
+                if arrival is not None and (self.newest_arrival or 0) < arrival:
+                    self.newest_arrival, self._newest_ids = arrival, []
+                if message_id is not None and arrival == self.newest_arrival:
+                    self._newest_ids.append(message_id)
+                    del self._newest_ids[:-KNOWN_MESSAGE_IDS]
             last = max(handed | settled, default=0)
             self._set(self.uidvalidity, max(self.next_uid, last + 1), self.pending | handed)
 
@@ -276,6 +338,7 @@ class ResumePosition:
             if uidvalidity != self.uidvalidity or uid not in self.pending:
                 return False
             self._again.discard(uid)
+            self._pending_ids.pop(uid, None)
             assert self.next_uid is not None
             self._set(uidvalidity, self.next_uid, self.pending - {uid})
             return True
@@ -289,6 +352,9 @@ class ResumePosition:
             "uidvalidity": uidvalidity,
             "last_uid": next_uid - 1,
             "pending": sorted(pending),
+            "pending_ids": {str(u): m for u, m in self._pending_ids.items() if u in pending},
+            "newest_arrival": self.newest_arrival,
+            "newest_ids": self._newest_ids,
         }
         self._path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
@@ -400,8 +466,9 @@ class MailboxReceiver(EmailReceiver):
     # -- what a subclass provides ---------------------------------------------------------
 
     @abc.abstractmethod
-    def _sizes(self, uid_set: str) -> dict[int, int]:
-        """``UID FETCH uid_set (UID RFC822.SIZE)``: the size of each message in the set."""
+    def _sizes(self, uid_set: str) -> dict[int, tuple[int, int | None]]:
+        """``UID FETCH uid_set (UID RFC822.SIZE INTERNALDATE)``: the size of each message in
+        the set, and when the server stored it (ns since the epoch; None when unreadable)."""
 
     @abc.abstractmethod
     def _bodies(self, uids: list[int]) -> dict[int, bytes | None]:
@@ -450,9 +517,8 @@ class MailboxReceiver(EmailReceiver):
         assert position.uidvalidity is not None
         again = set(self._refetch)
         spec = ",".join(filter(None, (uid_set(again), f"{first}:*")))
-        sizes = {
-            uid: size for uid, size in self._sizes(spec).items() if uid >= first or uid in again
-        }
+        listed = {uid: x for uid, x in self._sizes(spec).items() if uid >= first or uid in again}
+        sizes = {uid: size for uid, (size, _) in listed.items()}
         if not sizes:
             self._refetch = []
             return [], False
@@ -498,12 +564,13 @@ class MailboxReceiver(EmailReceiver):
         handed = [
             IncomingEmail(
                 email,
-                redelivered=position.redelivered(uid),
+                redelivered=position.redelivered(uid, email.message_id, listed[uid][1]),
                 settle=functools.partial(self._settle, position.uidvalidity, uid),
             )
             for uid, email in parsed
         ]
-        position.handing_out(handed_uids, unusable)
+        what = {uid: (email.message_id, listed[uid][1]) for uid, email in parsed}
+        position.handing_out(handed_uids, unusable, what)
         self._refetch = [uid for uid in self._refetch if uid > last]
         for uid in unusable:
             self._release(position.uidvalidity, uid)

@@ -18,6 +18,7 @@ gets only the first line, curl issue 18847), so the executor collects that strea
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import re
 import ssl
@@ -87,16 +88,40 @@ def parse_status(data: bytes) -> dict[str, int]:
 
 _SIZE_LINE_RE: Final = re.compile(rb"^\* \d+ FETCH \((.*)\)\r?$", re.MULTILINE)
 _SIZE_RE: Final = re.compile(rb"RFC822\.SIZE (\d+)")
+_DATE_RE: Final = re.compile(
+    rb'INTERNALDATE " ?(\d{1,2})-([A-Za-z]{3})-(\d{4}) (\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)"'
+)
+_MONTHS: Final = {m: i for i, m in enumerate(
+    (b"jan", b"feb", b"mar", b"apr", b"may", b"jun", b"jul", b"aug", b"sep", b"oct", b"nov",
+     b"dec"), start=1)}  # fmt: skip
 
 
-def parse_sizes(data: bytes) -> dict[int, int]:
-    """UID -> size from a ``UID FETCH ... (UID RFC822.SIZE)`` response."""
-    sizes: dict[int, int] = {}
+def parse_sizes(data: bytes) -> dict[int, tuple[int, int | None]]:
+    """UID -> (size, server arrival in ns or None) from a ``UID FETCH ... (UID RFC822.SIZE
+    INTERNALDATE)`` response (lines without a UID or a size are other sessions' news)."""
+    sizes: dict[int, tuple[int, int | None]] = {}
     for line in _SIZE_LINE_RE.finditer(data):
         uid, size = _UID_RE.search(line.group(1)), _SIZE_RE.search(line.group(1))
         if uid is not None and size is not None:
-            sizes[int(uid.group(1))] = int(size.group(1))
+            date = _DATE_RE.search(line.group(1))
+            sizes[int(uid.group(1))] = (int(size.group(1)), _arrival(date))
     return sizes
+
+
+def _arrival(found: re.Match[bytes] | None) -> int | None:
+    """An INTERNALDATE ("25-Nov-2026 02:56:13 +0000") in ns since the epoch."""
+    if found is None:
+        return None
+    day, month, year, hour, minute, second, sign, zh, zm = found.groups()
+    offset = datetime.timedelta(hours=int(zh), minutes=int(zm)) * (-1 if sign == b"-" else 1)
+    try:
+        moment = datetime.datetime(
+            int(year), _MONTHS[month.lower()], int(day), int(hour), int(minute), int(second),
+            tzinfo=datetime.timezone(offset),
+        )  # fmt: skip
+    except (KeyError, ValueError):
+        return None
+    return int(moment.timestamp()) * 1_000_000_000
 
 
 def parse_fetch_stream(data: bytes) -> tuple[list[tuple[int, bytes]], bool]:
@@ -359,8 +384,10 @@ class CurlReceiver(MailboxReceiver):
 
     # -- IMAP commands of the shared core --------------------------------------------------
 
-    def _sizes(self, uid_set: str) -> dict[int, int]:
-        return parse_sizes(self._executor.imap(f"UID FETCH {uid_set} (UID RFC822.SIZE)"))
+    def _sizes(self, uid_set: str) -> dict[int, tuple[int, int | None]]:
+        return parse_sizes(
+            self._executor.imap(f"UID FETCH {uid_set} (UID RFC822.SIZE INTERNALDATE)")
+        )
 
     def _bodies(self, uids: list[int]) -> dict[int, bytes | None]:
         stream = self._executor.imap(f"UID FETCH {uid_set(uids)} (UID BODY.PEEK[])")

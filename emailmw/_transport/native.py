@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import select
 import socket
 import ssl
@@ -265,6 +266,13 @@ def _uid_fetch(
     return found
 
 
+def _ns(moment: object) -> int | None:
+    """An INTERNALDATE as imapclient parsed it, in ns since the epoch."""
+    if not isinstance(moment, datetime.datetime):
+        return None
+    return int(moment.timestamp()) * 1_000_000_000
+
+
 def _readable(sock: socket.socket, timeout: float) -> bool:
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
@@ -355,10 +363,13 @@ class NativeReceiver(MailboxReceiver):
 
     # -- IMAP commands of the shared core --------------------------------------------------
 
-    def _sizes(self, uid_set: str) -> dict[int, int]:
+    def _sizes(self, uid_set: str) -> dict[int, tuple[int, int | None]]:
         assert self._client is not None
-        found = _uid_fetch(self._client, uid_set, "(UID RFC822.SIZE)", b"RFC822.SIZE")
-        return {uid: int(item.get(b"RFC822.SIZE", 0)) for uid, item in found.items()}
+        found = _uid_fetch(self._client, uid_set, "(UID RFC822.SIZE INTERNALDATE)", b"RFC822.SIZE")
+        return {
+            uid: (int(item.get(b"RFC822.SIZE", 0)), _ns(item.get(b"INTERNALDATE")))
+            for uid, item in found.items()
+        }
 
     def _bodies(self, uids: list[int]) -> dict[int, bytes | None]:
         assert self._client is not None

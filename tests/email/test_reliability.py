@@ -151,13 +151,51 @@ def test_a_uidvalidity_change_reconnects_and_delivers_each_message_once(
     mailserver.set_uidvalidity(address, 424242)
     for i in range(10):
         pub.publish(str(i))
-    got = sorted(emailmw.wait_for_message(sub, 30) or "" for _ in range(10))
-    assert got == sorted(str(i) for i in range(10))
+    got = [emailmw.wait_for_message_with_info(sub, 30) for _ in range(10)]
+    assert sorted(g[0] for g in got if g) == sorted(str(i) for i in range(10))
+    # new mail is new: only mail handed out before may be flagged (all ten were, once)
+    assert [g[1].redelivered for g in got if g] == [False] * 10
     # the folder is read again from its start: "before" comes again and is dropped as a
     # copy of what this process handed out already
     pub.publish("sentinel")
     assert emailmw.wait_for_message(sub, 30) == "sentinel"
     assert not sub.has_message()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_after_a_uidvalidity_change_while_stopped_only_mail_seen_before_is_flagged(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    email_context: MakeContext,
+    transport: str,
+    tmp_path: Path,
+) -> None:
+    """A receiver with a state file stops; the folder is recreated (UIDVALIDITY changes);
+    the next process reads it from the start: what the last one handed out comes again
+    flagged (stored before the newest it handed out, or pending by Message-ID), new mail
+    unflagged."""
+    address = account()
+    config = {**mailserver.config(address, transport=transport, **transport_extra(transport)),
+              "state-file": str(tmp_path / "state.json")}  # fmt: skip
+    pub = emailmw.Publisher("/uv", context=email_context(account(), to=address))
+    first = emailmw.Context({"email": config})
+    sub = emailmw.Subscription("/uv", context=first)
+    pub.publish("old 0")
+    pub.publish("old 1")
+    assert sorted(emailmw.wait_for_message(sub, 30) or "" for _ in range(2)) == ["old 0", "old 1"]
+    first.shutdown()
+    mailserver.set_uidvalidity(address, 434343)
+    for i in range(3):
+        pub.publish(f"new {i}")
+    second = emailmw.Context({"email": config})
+    try:
+        sub = emailmw.Subscription("/uv", context=second)
+        got = dict(emailmw.wait_for_message_with_info(sub, 30) or ("", None) for _ in range(5))
+        assert {body: info.redelivered for body, info in got.items() if info} == {
+            "old 0": True, "old 1": True, "new 0": False, "new 1": False, "new 2": False,
+        }  # fmt: skip
+    finally:
+        second.shutdown()
 
 
 # ----------------------------------------------------------------------------- 3. credentials

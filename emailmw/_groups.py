@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Final
 
 from ._exceptions import ClosedError, ConfigError
 from ._log import get_logger
-from ._transport.base import ClaimState, EmailReceiver, IncomingEmail
+from ._transport.base import ClaimState, Done, EmailReceiver, IncomingEmail, Settle
 from ._transport.budget import ReceiveBudget
 from ._types import Email
 
@@ -466,7 +466,7 @@ class GroupReceiver(EmailReceiver):
         self._last_beat: tuple[float, float] | None = None  # (started, completed)
         self._wake = threading.Event()
         self._closed = False
-        self._settlements: list[tuple[tuple[str, int], str]] = []
+        self._settlements: list[tuple[tuple[str, int], str, Done | None]] = []
         # (member, uid) -> what is handed out and not settled yet
         self._held: dict[tuple[str, int], _Held] = {}
         # settled, and still listed by the round's connection (another session's move may
@@ -585,8 +585,8 @@ class GroupReceiver(EmailReceiver):
 
     # ---------------------------------------------------------------- settling
 
-    def _settler(self, key: tuple[str, int]) -> Callable[[str], None]:
-        def settle(outcome: str) -> None:
+    def _settler(self, key: tuple[str, int]) -> Settle:
+        def settle(outcome: str, then: Done | None = None) -> None:
             """Queued: with a settling connection of its own, the message moves within
             milliseconds, on the settling thread (the settlements of that moment in one
             MOVE); else at the next round. On a store error, it is tried again."""
@@ -595,7 +595,7 @@ class GroupReceiver(EmailReceiver):
                 if held is None or held.settling:
                     return  # lost to another member meanwhile: not this one's to move
                 held.settling = True
-                self._settlements.append((key, outcome))
+                self._settlements.append((key, outcome, then))
             if self._budget is not None:
                 self._budget.release(held.size)
             if self._settle_thread is not None:
@@ -634,24 +634,25 @@ class GroupReceiver(EmailReceiver):
         """Move what was settled on (call with ``_settle_lock`` held)."""
         with self._lock:
             items, self._settlements = self._settlements, []
-        by: dict[tuple[str, str | None], list[int]] = {}
-        for key, outcome in items:
-            folder = self._quarantine if outcome == "quarantine" else None
-            by.setdefault((key[0], folder), []).append(key[1])
-        for (member, folder), uids in by.items():
+        by: dict[tuple[str, str | None], list[tuple[tuple[str, int], str, Done | None]]] = {}
+        for item in items:
+            folder = self._quarantine if item[1] == "quarantine" else None
+            by.setdefault((item[0][0], folder), []).append(item)
+        for (member, folder), group in by.items():
             try:
-                self._settle_store.settle(member, uids, folder)
+                self._settle_store.settle(member, [key[1] for key, _, _ in group], folder)
             except BaseException:
                 with self._lock:  # not moved: tried again
-                    self._settlements.extend(
-                        ((member, u), "quarantine" if folder else "ack") for u in uids
-                    )
+                    self._settlements.extend(group)
                 raise
             with self._lock:
-                for uid in uids:
-                    if self._held.pop((member, uid), None) is not None:
-                        self._gone.add((member, uid))
+                for key, _, _ in group:
+                    if self._held.pop(key, None) is not None:
+                        self._gone.add(key)
                         self.counts["acked"] += 1
+            for _, _, then in group:
+                if then is not None:
+                    then()
 
     # ---------------------------------------------------------------- heartbeats
 
@@ -940,7 +941,7 @@ class GroupReceiver(EmailReceiver):
             settle = self._settler(key)
             email = self._parse(raw, uid)
             if email is None:  # not an email emailmw can read: set aside at once
-                settle("quarantine")
+                settle("quarantine", None)
                 continue
             out.append(
                 IncomingEmail(

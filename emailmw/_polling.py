@@ -356,7 +356,7 @@ class PollingManager:
                 _log.warning(
                     "quarantined %s: %s: %s", _described(email), decision.status, decision.reason
                 )
-                incoming.quarantine()
+                incoming.quarantine(self._security.quarantined)  # counted once moved
                 return
             if decision.status not in ("verified", "unsigned", "unchecked"):
                 _log.warning(

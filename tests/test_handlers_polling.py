@@ -153,7 +153,11 @@ class Settled:
         self.outcomes: list[str] = []
 
     def incoming(self, email: Email, redelivered: bool = False) -> IncomingEmail:
-        return IncomingEmail(email, redelivered=redelivered, settle=self.outcomes.append)
+        return IncomingEmail(
+            email,
+            redelivered=redelivered,
+            settle=lambda outcome, then: self.outcomes.append(outcome),
+        )
 
 
 OURS = {"Source-Timestamp": "1", "Publisher-GID": "1"}

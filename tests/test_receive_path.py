@@ -254,15 +254,36 @@ def test_an_old_state_file_without_pending_still_resumes(tmp_path: Path) -> None
 
 def test_settling_queues_the_mailbox_actions(tmp_path: Path) -> None:
     actions = MailboxActions(_options(tmp_path, **{"on-receive": "delete", "quarantine": "Q"}))
+    done: list[int] = []
     assert actions.queue(3, "ack")
-    assert actions.queue(4, "quarantine")
+    assert actions.queue(4, "quarantine", lambda: done.append(4))
     assert not actions.queue(5, "leave")  # foreign mail is never touched
     assert actions.queue(1, "ack")
-    assert dict(actions.take()) == {"delete": [1, 3], "move:Q": [4]}
-    assert actions.take() == []
+    taken = dict(actions.take(0.0))
+    assert {a: sorted(u for u, _ in items) for a, items in taken.items()} == {
+        "delete": [1, 3], "move:Q": [4]
+    }  # fmt: skip
+    assert actions.take(0.0) == []
     keep = MailboxActions(_options(tmp_path))
     assert not keep.queue(1, "ack")
-    assert not keep.queue(2, "quarantine")  # no quarantine folder: left where it is
+
+
+def test_a_mailbox_action_that_fails_is_tried_again_after_a_backoff(tmp_path: Path) -> None:
+    actions = MailboxActions(_options(tmp_path, quarantine="Q"))
+    actions.queue(4, "quarantine", lambda: None)
+    ((action, items),) = actions.take(10.0)
+    assert actions.failed(action, items, 10.0)  # the first failure is the one to tell
+    assert actions.retry_at() == 11.0
+    assert actions.take(10.5) == []  # backing off
+    actions.queue(6, "quarantine")  # (more of the same waits with it)
+    ((_, again),) = actions.take(11.0)
+    assert sorted(u for u, _ in again) == [4, 6]
+    assert not actions.failed(action, again, 11.0)  # failing still: not news
+    assert actions.retry_at() == 13.0  # doubled
+    assert len(actions.take(13.0)) == 1
+    assert actions.worked(action)  # it works again: news
+    assert actions.retry_at() is None
+    assert not actions.worked(action)
 
 
 def test_uid_sets_are_ranges_only() -> None:

@@ -259,11 +259,15 @@ class Security:
 
     # ---------------------------------------------------------------- receiving side
 
-    def _count(self, status: str, delivered: bool) -> None:
+    def _count(self, status: str) -> None:
         with self._counts_lock:
             self.counts[status] += 1
-            if not delivered:
-                self.counts["quarantined"] += 1
+
+    def quarantined(self) -> None:
+        """One refused email is in the quarantine folder now (counted once it is: a move
+        that fails is tried again, and counted when it works)."""
+        with self._counts_lock:
+            self.counts["quarantined"] += 1
 
     def _verify(
         self, email: Email, route: Route, now_ns: int, redelivered: bool
@@ -315,7 +319,7 @@ class Security:
             status, reason, signature = self._verify(email, route, now, redelivered)
             deliver = status == "verified" or self.mode == "permissive"
             if not deliver:
-                self._count(status, False)
+                self._count(status)
                 return Decision(False, status, reason, email, route)
             if status == "verified":
                 assert email.message_id is not None
@@ -324,12 +328,12 @@ class Security:
                 self.replay.accept(email.message_id, info.source_timestamp, now)
                 email = _signed_part(email, signature)
                 route = replace(route, info=replace(info, identity=signature.identity))  # type: ignore[arg-type]
-            self._count(status, True)
+            self._count(status)
         if is_encrypted(email):
             try:
                 email = decrypt(email, self.identity)
             except UndecryptableError as exc:
-                self._count("undecryptable", False)
+                self._count("undecryptable")
                 return Decision(False, "undecryptable", str(exc), email, route)
         return Decision(True, status, reason, email, route)
 

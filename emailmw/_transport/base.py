@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Claim",
     "ClaimState",
+    "Done",
     "EmailReceiver",
     "EmailSender",
     "FailureCallback",
@@ -34,10 +35,14 @@ __all__ = [
 #: Told about an email the server refused after ``send()`` returned: (email, error).
 FailureCallback = Callable[[Email, SendError], None]
 
+#: Called once what settling asked for is done in the mailbox (a quarantine moved).
+Done = Callable[[], None]
+
 #: What a receiver is told about an email it handed out: ``"ack"`` (done with; its
 #: on-receive action applies), ``"leave"`` (not emailmw's: left where it is) or
-#: ``"quarantine"`` (unusable: moved to the quarantine folder when one is configured).
-Settle = Callable[[str], None]
+#: ``"quarantine"`` (unusable: moved to the quarantine folder when one is configured), and
+#: what to call once that is done in the mailbox (None: nothing).
+Settle = Callable[[str, Done | None], None]
 
 #: Whether a claimed email may go to the application now: ``"ready"``, ``"wait"`` (the
 #: receiver must first confirm it still holds it: ask again once it says so) or ``"lost"``
@@ -95,10 +100,10 @@ class IncomingEmail:
         flag = " redelivered" if self.redelivered else ""
         return f"<IncomingEmail {self.email.message_id}{flag}>"
 
-    def _done(self, outcome: str) -> None:
+    def _done(self, outcome: str, then: Done | None = None) -> None:
         settle, self._settle = self._settle, None
         if settle is not None:
-            settle(outcome)
+            settle(outcome, then)
 
     def ack(self) -> None:
         """The application is done with it: never handed out again; the receiver's
@@ -109,10 +114,12 @@ class IncomingEmail:
         """Not emailmw's to handle: never handed out again, and left as it is."""
         self._done("leave")
 
-    def quarantine(self) -> None:
+    def quarantine(self, then: Done | None = None) -> None:
         """Unusable (broken metadata): never handed out again; moved to the ``quarantine``
-        folder when one is configured, else left as it is."""
-        self._done("quarantine")
+        folder when one is configured, else left as it is. ``then`` is called once it is in
+        the quarantine folder (a move that fails is tried again until it works; never
+        called when no quarantine folder is configured, or the receiver keeps nothing)."""
+        self._done("quarantine", then)
 
     def withdraw(self) -> None:
         """Its claim is lost (another receiver took it over): forgotten here, unsettled."""

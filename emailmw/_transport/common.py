@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from email.utils import parseaddr
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -35,7 +35,7 @@ from .._wire import format_date, new_message_id, parse
 
 if TYPE_CHECKING:
     from .._groups import GroupStore
-from .base import EmailReceiver, IncomingEmail
+from .base import Done, EmailReceiver, IncomingEmail
 from .budget import ReceiveBudget
 
 __all__ = [
@@ -148,6 +148,11 @@ def parse_batch(
         if email is not None:
             parsed.append((uid, email))
     return parsed
+
+
+def _uid_list(uids: Sequence[int], most: int = 20) -> str:
+    shown = ",".join(map(str, uids[:most]))
+    return shown + (f" (and {len(uids) - most} more)" if len(uids) > most else "")
 
 
 def uid_set(uids: Iterable[int]) -> str:
@@ -375,8 +380,16 @@ class MailboxActions:
     thread applies: IMAP connections are not thread-safe.
 
     ``ack`` applies the ``on-receive`` action (nothing for ``keep``); ``quarantine`` moves to
-    the ``quarantine`` folder when one is configured; ``leave`` does nothing.
+    the ``quarantine`` folder when one is configured; ``leave`` does nothing. An action that
+    fails (a folder that cannot be written) is kept and tried again at the first
+    :meth:`take` after :meth:`failed`'s backoff (1 s, doubling to 60 s), until it works: the
+    mail stays where it is meanwhile. Each queued item may carry ``then``, called once its
+    action was applied (a quarantine counted only once done). Pure: times are given;
+    thread-safe.
     """
+
+    _RETRY_FIRST: Final = 1.0
+    _RETRY_MAX: Final = 60.0
 
     def __init__(self, options: Options) -> None:
         self._by_outcome: dict[str, str | None] = {
@@ -385,22 +398,52 @@ class MailboxActions:
             "leave": None,
         }
         self._lock = threading.Lock()
-        self._queued: dict[str, list[int]] = {}
+        self._queued: dict[str, list[tuple[int, Done | None]]] = {}
+        # action -> (when it may be tried again, the backoff then)
+        self._failing: dict[str, tuple[float, float]] = {}
 
-    def queue(self, uid: int, outcome: str) -> bool:
+    def queue(self, uid: int, outcome: str, then: Done | None = None) -> bool:
         """Queue what ``outcome`` means for ``uid``; True when there is something to do."""
         action = self._by_outcome.get(outcome)
         if action is None:
             return False
         with self._lock:
-            self._queued.setdefault(action, []).append(uid)
+            self._queued.setdefault(action, []).append((uid, then))
         return True
 
-    def take(self) -> list[tuple[str, list[int]]]:
-        """Everything queued, as (action, UIDs) pairs, emptied."""
+    def take(self, now: float) -> list[tuple[str, list[tuple[int, Done | None]]]]:
+        """What is queued and due at ``now``, as (action, [(UID, then)]), emptied (a failing
+        action waits for its backoff)."""
         with self._lock:
-            queued, self._queued = self._queued, {}
-        return [(action, sorted(uids)) for action, uids in queued.items()]
+            due = [a for a in self._queued if self._failing.get(a, (0.0, 0.0))[0] <= now]
+            return [(action, self._queued.pop(action)) for action in due]
+
+    def failed(self, action: str, items: Sequence[tuple[int, Done | None]], now: float) -> bool:
+        """``action`` on ``items`` failed at ``now``: queued again, after a backoff. True the
+        first time it fails (since it last worked): that is the time to say so."""
+        with self._lock:
+            self._queued.setdefault(action, []).extend(items)
+            _, backoff = self._failing.get(action, (0.0, 0.0))
+            backoff = min(self._RETRY_MAX, backoff * 2) if backoff else self._RETRY_FIRST
+            self._failing[action] = (now + backoff, backoff)
+            return backoff == self._RETRY_FIRST
+
+    def retry_at(self) -> float | None:
+        """When the first failing action that still has work is due again (None: none)."""
+        with self._lock:
+            due = [self._failing[a][0] for a in self._queued if a in self._failing]
+        return min(due, default=None)
+
+    def worked(self, action: str) -> bool:
+        """``action`` was applied; True when it had been failing (time to say it works)."""
+        with self._lock:
+            return self._failing.pop(action, None) is not None
+
+    def forget(self, keep: Callable[[int], bool]) -> None:
+        """Drop what is queued for UIDs ``keep`` says no to (a folder recreated)."""
+        with self._lock:
+            for action, items in list(self._queued.items()):
+                self._queued[action] = [(u, t) for u, t in items if keep(u)]
 
 
 class MailboxReceiver(EmailReceiver):
@@ -494,7 +537,10 @@ class MailboxReceiver(EmailReceiver):
 
     def _started(self, uidvalidity: int, uidnext: int) -> int:
         """The folder is selected with these values; returns the first UID to fetch."""
+        before = self._position.uidvalidity
         again = self._position.start(uidvalidity, uidnext)
+        if before is not None and before != uidvalidity:
+            self._actions.forget(lambda uid: False)  # UIDs of the folder as it was
         if again is None:
             assert self._position.next_uid is not None
             return self._position.next_uid
@@ -577,22 +623,29 @@ class MailboxReceiver(EmailReceiver):
             self._actions.queue(uid, "quarantine")
         return handed, more
 
-    def _settle(self, uidvalidity: int, uid: int, outcome: str) -> None:
+    def _settle(self, uidvalidity: int, uid: int, outcome: str, then: Done | None) -> None:
         self._release(uidvalidity, uid)
-        if self._position.settle(uidvalidity, uid) and self._actions.queue(uid, outcome):
+        if self._position.settle(uidvalidity, uid) and self._actions.queue(uid, outcome, then):
             self._nudge.set()
 
     def _apply_actions(self) -> None:
-        """Apply the queued mailbox actions (on the receiving thread); a failure is logged and
-        the UIDs stay where they are."""
-        for action, uids in self._actions.take():
+        """Apply the queued mailbox actions (on the receiving thread). One that fails leaves
+        the UIDs where they are and is tried again after a backoff (logged when it starts
+        failing and when it works again, not at each try)."""
+        for action, items in self._actions.take(time.monotonic()):
+            uids = sorted({uid for uid, _ in items})
             try:
                 self._apply(action, uids)
             except Exception as exc:  # noqa: BLE001 - a failed flag or move stops nothing
-                _log.warning(
-                    "%s of UIDs %s in %s failed: %s",
-                    action,
-                    ",".join(map(str, uids)),
-                    self._where,
-                    exc,
-                )
+                if self._actions.failed(action, items, time.monotonic()):
+                    _log.warning(
+                        "%s of UIDs %s in %s failed: %s (the mail stays where it is; tried "
+                        "again every minute or less)",
+                        action, _uid_list(uids), self._where, exc,
+                    )  # fmt: skip
+                continue
+            if self._actions.worked(action):
+                _log.warning("%s works again in %s", action, self._where)
+            for _, then in items:
+                if then is not None:
+                    then()

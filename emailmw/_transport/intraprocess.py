@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._exceptions import ClosedError, SendError
 from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
-from .base import EmailReceiver, EmailSender, FailureCallback, IncomingEmail
+from .base import Done, EmailReceiver, EmailSender, FailureCallback, IncomingEmail
 from .budget import ReceiveBudget
 from .common import parse_fetched
 from .group_memory import MemoryGroupStore, MemoryMailbox
@@ -158,8 +158,8 @@ def _size(email: Email) -> int:
     return len(email.body) + sum(len(k) + len(v) for k, v in email.headers.items()) + 256
 
 
-def _settled(budget: ReceiveBudget, size: int, outcome: str) -> None:
-    del outcome  # nothing to do in a mailbox that keeps nothing
+def _settled(budget: ReceiveBudget, size: int, outcome: str, then: Done | None) -> None:
+    del outcome, then  # nothing to do in a mailbox that keeps nothing
     budget.release(size)
 
 

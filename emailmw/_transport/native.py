@@ -446,8 +446,9 @@ class NativeReceiver(MailboxReceiver):
                     continue
                 assert self._client is not None
                 self._check = self._announces_mail(self._client.noop()[1])
-            else:
-                self._idle(deadline)
+            else:  # (out of IDLE in time for a mailbox action that failed to be tried again)
+                retry = self._actions.retry_at()
+                self._idle(deadline if retry is None else min(deadline or retry, retry))
 
     def _announces_mail(self, responses: list[Any]) -> bool:
         """True when ``responses`` (or responses imaplib stashed while answering an earlier

@@ -19,11 +19,19 @@ import emailmw
 from emailmw import Keystore, PermissionDeniedError
 from emailmw._security import sign
 from emailmw._wire import build
+from emailmw.testing._modes import wait_for
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
 
 from ..helpers import deadline_loop
-from .helpers import Peer, folder_subjects, inject, write_config
+from .helpers import (
+    TRANSPORTS,
+    Peer,
+    folder_subjects,
+    inject,
+    transport_extra,
+    write_config,
+)
 
 PERMISSIONS = """\
 identities:
@@ -146,6 +154,58 @@ def test_forged_publisher_gid_and_untrusted_or_unsigned_mail_are_quarantined(
     listener.shutdown()
     assert sorted(folder_subjects(mailserver, inbox, "Quarantine")) == [b"Subject: /chatter"] * 2
     assert listener.security.counts["quarantined"] == 2
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_quarantine_that_fails_is_not_counted_and_is_done_once_the_folder_works(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    email_context: MakeContext,
+    keystore: Keystore,
+    caplog: pytest.LogCaptureFixture,
+    transport: str,
+) -> None:
+    """The quarantine folder cannot be written: refused mail stays in the inbox, undelivered,
+    and is not counted as quarantined (it was, and never tried again); once the folder
+    works, it is moved there and counted, and the receiver went on all along."""
+    inbox = account()
+    listener = email_context(
+        inbox, transport=transport, **transport_extra(transport), **security(keystore, "listener")
+    )
+    folder = mailserver.maildir(inbox) / ".Quarantine"
+    _make_folder(mailserver, inbox, "Quarantine")
+    modes = {p: p.stat().st_mode for p in (folder, *(folder / d for d in ("cur", "new", "tmp")))}
+    for path in modes:
+        path.chmod(0o555)  # the server's user may not write there
+    try:
+        sub = emailmw.Subscription("/chatter", context=listener)
+        talker = email_context(account(), to=inbox, **security(keystore, "talker"))
+        pub = emailmw.Publisher("/chatter", context=talker)
+        with caplog.at_level(logging.INFO, logger="emailmw"):
+            for i in range(2):
+                unsigned = {"Source-Timestamp": str(time.time_ns()), "Publisher-GID": "7",
+                            "Publisher-Sequence-Number": str(i)}  # fmt: skip
+                inject(mailserver, inbox, raw_mail("/chatter", f"unsigned {i}", unsigned, inbox))
+            pub.publish("real")
+            assert emailmw.wait_for_message(sub, 30) == "real"  # the receiver goes on
+            wait_for_quarantined(caplog, 2)
+            assert wait_for(lambda: any("failed" in r.getMessage() for r in caplog.records))
+        assert listener.security.counts["quarantined"] == 0
+        assert folder_subjects(mailserver, inbox).count(b"Subject: /chatter") >= 2
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
+    # repaired: tried again (after a backoff of a second or two), moved and counted
+    assert wait_for(lambda: listener.security.counts["quarantined"] == 2, 30)
+    assert folder_subjects(mailserver, inbox, "Quarantine") == [b"Subject: /chatter"] * 2
+    assert sub.get_message() is None
+
+
+def _make_folder(server: MailServer, address: str, folder: str) -> None:
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    with imapclient.IMAPClient(server.host, port=server.imaps_port, ssl_context=context) as c:
+        c.login(address, server.password)
+        c.create_folder(folder)
 
 
 def test_a_forged_response_to_a_pending_call_is_refused_and_the_real_answer_arrives(

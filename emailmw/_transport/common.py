@@ -57,7 +57,8 @@ __all__ = [
 _log = get_logger("transport")
 
 #: At most this many emails, and this many bytes of them, are fetched in one round: a
-#: backlog of any size is taken in bounded steps.
+#: backlog of any size is taken in bounded steps (and at most an eighth of a receive
+#: budget's bytes: a fetch holds its batch twice over while it is parsed).
 MAX_BATCH: Final = 256
 MAX_BATCH_BYTES: Final = 64 * 1024 * 1024
 #: How many Message-IDs a receiver remembers having handed out (to tell mail it may have
@@ -135,12 +136,14 @@ def parse_fetched(raw: bytes, *, uid: int, where: str, max_size: int) -> Email |
 
 
 def parse_batch(
-    raw_by_uid: Mapping[int, bytes | None], *, where: str, max_size: int
+    raw_by_uid: dict[int, bytes | None], *, where: str, max_size: int
 ) -> list[tuple[int, Email]]:
-    """Parse fetched messages in UID order; mail that cannot be parsed is left out."""
+    """Parse fetched messages in UID order; mail that cannot be parsed is left out. Takes
+    each message out of ``raw_by_uid`` as it goes: the raw bytes of a large batch are not
+    held while the rest is parsed."""
     parsed: list[tuple[int, Email]] = []
     for uid in sorted(raw_by_uid):
-        raw = raw_by_uid[uid]
+        raw = raw_by_uid.pop(uid)
         if raw is None:  # expunged since it was listed, or an odd answer
             _log.info("UID %d in %s: gone before its body was fetched", uid, where)
             continue
@@ -572,12 +575,15 @@ class MailboxReceiver(EmailReceiver):
         oversize: list[int] = []
         total = 0
         self._refused = None
+        most = MAX_BATCH_BYTES
+        if self._budget is not None:
+            most = min(most, self._budget.max_bytes // 8)
         for uid in sorted(sizes):
             size = sizes[uid]
             if size > self._raw_limit:
                 oversize.append(uid)
                 continue
-            if batch and (len(batch) >= MAX_BATCH or total + size > MAX_BATCH_BYTES):
+            if batch and (len(batch) >= MAX_BATCH or total + size > most):
                 break
             if self._budget is not None and not self._budget.reserve(size):
                 self._refused = size  # back-pressure: the rest waits on the server
@@ -601,7 +607,7 @@ class MailboxReceiver(EmailReceiver):
         more = any(uid > last for uid in sizes)
         raw_by_uid = self._bodies(batch) if batch else {}
         parsed = parse_batch(
-            {uid: raw_by_uid.get(uid) for uid in batch},
+            {uid: raw_by_uid.pop(uid, None) for uid in batch},
             where=self._where,
             max_size=self._options.max_message_size,
         )

@@ -10,8 +10,9 @@
     python -m tests.email.peer server CONFIG SERVICE
         answers "a b" with their sum
     python -m tests.email.peer pub CONFIG TOPIC --count N [--guarantee G] [--rate R]
-        publishes "n: i" for i < N (R per second; 0: as fast as it can), printing
-        {"seq": i} once publish() returned for it, then {"done": true}
+                                              [--size BYTES]
+        publishes "n: i" for i < N (R per second; 0: as fast as it can; padded to BYTES),
+        printing {"seq": i} once publish() returned for it, then {"done": true}
 
 Prints ``ready`` once its context is up, then runs until killed or stdin closes.
 """
@@ -45,6 +46,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=None)
     parser.add_argument("--hold", action="store_true")
     parser.add_argument("--node", action="store_true")
+    parser.add_argument("--size", type=int, default=0)
     args = parser.parse_args()
     with emailmw.Context(args.config) as ctx:
         if args.role == "sub" and args.node:
@@ -81,7 +83,8 @@ def main() -> None:
             for i in range(args.count):
                 if args.rate:
                     time.sleep(max(0.0, start + i / args.rate - time.monotonic()))
-                pub.publish(f"n: {i}")
+                text = f"n: {i}"
+                pub.publish(text + "\n" + "x" * (args.size - len(text) - 1) if args.size else text)
                 _say(json.dumps({"seq": i, "gid": pub.gid.value}))
             _say(json.dumps({"done": True}))
             sys.stdin.read()  # stay (and let the outbox send) until stdin closes

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 import emailmw
@@ -196,6 +197,51 @@ def test_after_a_uidvalidity_change_while_stopped_only_mail_seen_before_is_flagg
         }  # fmt: skip
     finally:
         second.shutdown()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_flood_of_large_mail_is_bounded_in_memory_and_nothing_is_lost(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    email_context: MakeContext,
+    transport: str,
+    tmp_path: Path,
+    peers: list[Peer],
+) -> None:
+    """Sixteen 8 MiB messages to a receiver whose subscription nobody takes, queue-bytes
+    32 MiB: it stops fetching at the bound and the rest waits on the server (it kept all it
+    fetched: +540 MB for 60 such messages). Its memory grows by less than the bound plus
+    64 MiB, and once the application takes them, all sixteen arrive."""
+    address, sender = account(), account()
+    ctx = email_context(address, transport=transport, **transport_extra(transport),
+                        **{"queue-bytes": "32 MiB", "max-message-size": 16 << 20})  # fmt: skip
+    sub = emailmw.Subscription("/big", context=ctx)
+    assert not sub.has_message()  # (receiving from now)
+    process = psutil.Process()
+    baseline = peak = process.memory_info().rss
+    config = write_config(
+        tmp_path / "pub.yml",
+        {**mailserver.config(sender, to=address), "max-message-size": 16 << 20},
+    )
+    publisher = Peer("pub", config, "/big", "--count", "16", "--size", str(8 << 20))
+    peers.append(publisher)
+    more = deadline_loop(120)
+    flooded = False
+    while more() and not flooded:  # memory sampled until the bound was reached
+        peak = max(peak, process.memory_info().rss)
+        flooded = publisher.lines.items[-1:] == ['{"done": true}'] and ctx.budget.refused > 0
+        time.sleep(0.01)
+    assert flooded
+    assert ctx.budget.held_bytes <= 32 << 20
+    assert (peak - baseline) / 2**20 < 32 + 64
+    got = set()
+    while len(got) < 16:
+        message = emailmw.wait_for_message(sub, 60)
+        assert message is not None, f"{len(got)} of 16"
+        got.add(message.partition("\n")[0])
+        peak = max(peak, process.memory_info().rss)
+    assert got == {f"n: {i}" for i in range(16)}
+    assert (peak - baseline) / 2**20 < 32 + 64
 
 
 # ----------------------------------------------------------------------------- 3. credentials

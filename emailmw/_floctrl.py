@@ -9,6 +9,11 @@ and :func:`~emailmw._addressing.supernode_publish`, which carry floctrl's rules:
 that matches the address gets its own copy, a supernode never sends back to the originator
 (``Route-Orig``), and ``/*/*`` goes to each other supernode rewritten to ``/remote/*``.
 Subscribers run one at a time on the participant's delivery thread.
+
+A subscription may take a delivery mode (``docs/delivery-modes.md``): the participants of
+one path in several processes, on one account, form a group for a topic (``stateless``:
+each message to one of them; ``stateful``: to the first live one, in order), through the
+group protocol every subscription uses.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ._addressing import Address, Envelope, Send, node_step, supernode_publish, supernode_step
 from ._exceptions import ClosedError, RoutingError
+from ._groups import GroupConsumer, GroupSettings, Head, check_group
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
+from ._protocol import Route, RoutedRoute
 from ._routing import DeliveryThread, Routed, forwarded_message_id
+from ._types import Email
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -87,6 +95,8 @@ SubscriberLike = Subscriber | Callable[[Message], None]
 class _Participant:
     """What nodes and supernodes share: subscriptions, local delivery, sending."""
 
+    _groups = False  # whether its subscriptions may take a delivery mode
+
     def __init__(self, path: str, context: Context | None) -> None:
         from ._context import resolve
 
@@ -95,8 +105,11 @@ class _Participant:
         self.path = path
         self._lock = threading.Lock()
         self._subscribers: dict[str, tuple[SubscriberLike, ...]] = {}
+        # (topic, group) -> its subscribers here, and the group member that claims for them
+        self._grouped: dict[tuple[str, str], tuple[SubscriberLike, ...]] = {}
+        self._consumers: dict[tuple[str, str], GroupConsumer] = {}
         self._closed = False
-        self._delivery = DeliveryThread(f"emailmw-floctrl-{path}", self._deliver_local)
+        self._delivery = DeliveryThread(f"emailmw-floctrl-{path}", self._deliver)
         self._router.register(FACE, path, "", self)
         self.context.register_entity(self)
         self.context.start_receiving()
@@ -108,23 +121,110 @@ class _Participant:
     def orchestra(self) -> str:
         return self.path.split("/")[1]
 
-    def subscribe_to(self, topic: str, subscriber: SubscriberLike) -> None:
+    def subscribe_to(
+        self,
+        topic: str,
+        subscriber: SubscriberLike,
+        *,
+        mode: str = "topic",
+        group: str | None = None,
+        group_settings: GroupSettings | None = None,
+    ) -> None:
         """Hand ``subscriber`` (an object with ``receive_message``, or a callable) every
-        message on ``topic`` delivered here."""
-        with self._lock:
-            self._subscribers[topic] = (*self._subscribers.get(topic, ()), subscriber)
+        message on ``topic`` delivered here.
 
-    def unsubscribe_from(self, topic: str, subscriber: SubscriberLike) -> None:
+        ``mode``/``group`` (``docs/delivery-modes.md``): with ``stateless`` or ``stateful``
+        and a ``group`` name, the messages of ``topic`` that reach this path by mail are
+        shared with the same path's participants in other processes on this account that
+        subscribe to the topic in the same group: each goes to one of them (stateless), or
+        to the first live one, in order (stateful). Raises ``ValueError`` for an unknown
+        mode or a missing group name, :class:`~emailmw.ConfigError` where the account
+        cannot hold a group."""
+        check_group(mode, group)
+        if group is not None and not self._groups:
+            raise ValueError(
+                f"{self.path}: delivery modes are for nodes (a supernode passes its mail on)"
+            )
+        if group is None:
+            with self._lock:
+                self._subscribers[topic] = (*self._subscribers.get(topic, ()), subscriber)
+            return
+        key = (topic, group)
         with self._lock:
-            rest = tuple(s for s in self._subscribers.get(topic, ()) if s is not subscriber)
+            self._grouped[key] = (*self._grouped.get(key, ()), subscriber)
+            joined = key in self._consumers
+        if joined:
+            return
+        try:
+            consumer = GroupConsumer(
+                self.context,
+                mode,
+                group,
+                self._wants(topic),
+                lambda email, route, ticket: self._push_grouped(key, email, route, ticket),
+                settings=group_settings,
+                notify=self._delivery.notify,
+            )
+        except BaseException:
+            self.unsubscribe_from(topic, subscriber, group=group)
+            raise
+        with self._lock:
+            self._consumers[key] = consumer
+
+    def unsubscribe_from(
+        self, topic: str, subscriber: SubscriberLike, *, group: str | None = None
+    ) -> None:
+        """Stop handing ``subscriber`` the messages of ``topic`` (of ``group``, for one
+        that subscribed in a group: the last to leave ends this process's membership)."""
+        consumer = None
+        with self._lock:
+            table: Any = self._subscribers if group is None else self._grouped
+            key = topic if group is None else (topic, group)
+            rest = tuple(s for s in table.get(key, ()) if s is not subscriber)
             if rest:
-                self._subscribers[topic] = rest
+                table[key] = rest
             else:
-                self._subscribers.pop(topic, None)
+                table.pop(key, None)
+                if group is not None:
+                    consumer = self._consumers.pop((topic, group), None)
+        if consumer is not None:
+            consumer.close()
 
-    def _deliver_local(self, message: Message) -> None:
-        with self._lock:
-            subscribers = self._subscribers.get(message.topic, ())
+    def _wants(self, topic: str) -> Callable[[Head], bool]:
+        """Which inbox mail a group member of this path claims for ``topic``: floctrl mail
+        to this path on this hub (its Subject names the topic)."""
+        subject = f"floctrl {topic}"
+        to = Address(self.path, self._router.hub).header()
+        return lambda head: head.subject == subject and head.route_to == to
+
+    def _push_grouped(
+        self, key: tuple[str, str], email: Email, route: Route, ticket: Ticket
+    ) -> None:
+        """What a group member claimed for ``key``: onto the delivery thread, to the
+        group's subscribers here (a payload that is not floctrl's is refused and set
+        aside)."""
+        if not isinstance(route, RoutedRoute) or route.envelope.face != FACE:
+            return
+        msg = read_message(email.body)
+        if isinstance(msg, str) or msg.topic != key[0]:
+            why = msg if isinstance(msg, str) else f"topic {msg.topic!r}, not {key[0]!r}"
+            self._router.drop(email.message_id, route.envelope, f"bad floctrl message: {why}")
+            ticket.leave_alone()
+            return
+        self._delivery.put((key, msg), ticket.hold())
+
+    def _deliver(self, item: Message | tuple[tuple[str, str], Message]) -> None:
+        if isinstance(item, Message):
+            with self._lock:
+                subscribers = self._subscribers.get(item.topic, ())
+            self._call(subscribers, item)
+        else:
+            key, message = item
+            with self._lock:
+                subscribers = self._grouped.get(key, ())
+            self._call(subscribers, message)
+
+    def _call(self, subscribers: tuple[SubscriberLike, ...], message: Message) -> None:
         for subscriber in subscribers:
             receive: Callable[[Message], None] = (
                 subscriber.receive_message if hasattr(subscriber, "receive_message") else subscriber
@@ -201,7 +301,13 @@ class _Participant:
         self._closed = True
         self._router.unregister(FACE, self.path, "", self)
         self.context.unregister_entity(self)
+        # the callback running ends first, so that what it processed is settled; what a
+        # group member claimed and did not hand out passes to another member
         self._delivery.close()
+        with self._lock:
+            consumers, self._consumers = list(self._consumers.values()), {}
+        for consumer in consumers:
+            consumer.close()
 
     def __enter__(self) -> Any:
         return self
@@ -213,6 +319,8 @@ class _Participant:
 class Node(_Participant):
     """Node ``/orchestra/name``; ``supernode_hub``: the hub its supernode is on
     (default: this context's hub). Thread-safe."""
+
+    _groups = True
 
     def __init__(
         self,

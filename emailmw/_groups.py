@@ -636,7 +636,9 @@ class GroupReceiver(EmailReceiver):
             items, self._settlements = self._settlements, []
         by: dict[tuple[str, str | None], list[tuple[tuple[str, int], str, Done | None]]] = {}
         for item in items:
-            folder = self._quarantine if item[1] == "quarantine" else None
+            # a claim cannot be left where it is (it would be handed out again): what no
+            # consumer could use is set aside as unusable mail is
+            folder = self._quarantine if item[1] in ("quarantine", "leave") else None
             by.setdefault((item[0][0], folder), []).append(item)
         for (member, folder), group in by.items():
             try:

@@ -334,17 +334,41 @@ class DeliveryThread:
     polling thread (Stem: "delivered only after the current callback is finished").
     Each item carries its ticket, released once its callback returned (or raised: the
     callback's exception is logged, never kills the thread); a callback that returns
-    False could not use the item, whose email is then left where it is. ``close`` stops it after the
-    queued items; thread-safe."""
+    False could not use the item, whose email is then left where it is. An item a group
+    member claimed passes its claim's fence first (``docs/delivery-modes.md``): one whose
+    claim is lost is dropped unsettled, and while the member must confirm its claims the
+    thread waits (:meth:`notify` wakes it). ``close`` stops it after the queued items;
+    thread-safe."""
+
+    _FENCE_LOOK: Final = 0.1  # how often a fence that says wait is looked at again
 
     def __init__(self, name: str, run: Callable[[Any], bool | None]) -> None:
         self._run = run
         self._queue: queue.SimpleQueue[tuple[Any, Ticket] | None] = queue.SimpleQueue()
+        self._changed = threading.Event()
+        self._closing = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def put(self, item: Any, ticket: Ticket) -> None:
         self._queue.put((item, ticket))
+
+    def notify(self) -> None:
+        """What a claim's fence says may have changed (a group member confirmed or lost
+        its claims)."""
+        self._changed.set()
+
+    def _fenced(self, ticket: Ticket) -> bool:
+        """Pass ``ticket``'s fence: True to run its item, False when its claim is lost."""
+        while True:
+            self._changed.clear()
+            state = ticket.state()
+            if state == "ready" and ticket.hand_out() is not None:
+                return True
+            if ticket.state() == "lost" or self._closing:
+                ticket.withdraw()  # (closing: its claim passes to another member)
+                return False
+            self._changed.wait(self._FENCE_LOOK)
 
     def _loop(self) -> None:
         while True:
@@ -352,6 +376,8 @@ class DeliveryThread:
             if entry is None:
                 return
             item, ticket = entry
+            if ticket.claimed and not self._fenced(ticket):
+                continue
             try:
                 if self._run(item) is False:
                     ticket.leave_alone()
@@ -361,6 +387,8 @@ class DeliveryThread:
                 ticket.release()
 
     def close(self, timeout: float = 5.0) -> None:
+        self._closing = True
+        self._changed.set()
         self._queue.put(None)
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)

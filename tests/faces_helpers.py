@@ -120,6 +120,27 @@ def floctrl_world(
 
 
 @contextmanager
+def worker_pool(
+    make: MakeHub, orchestra_address: str, worker_address: str, members: int
+) -> Iterator[tuple[floctrl.Supernode, list[floctrl.Node]]]:
+    """An orchestra ``/orch``: its supernode on hub ``orch`` and the node ``/orch/worker``
+    on hub ``worker``, run by ``members`` contexts of that one account (one process each, in
+    a deployment). Yields the supernode and the nodes."""
+    supernode = floctrl.Supernode(
+        "orch",
+        nodes={"worker": "worker"},
+        orchestras={},
+        context=make(orchestra_address, "orch", {"worker": worker_address}),
+    )
+    nodes = [
+        floctrl.Node("orch", "worker", supernode_hub="orch",
+                     context=make(worker_address, "worker", {"orch": orchestra_address}))
+        for _ in range(members)
+    ]  # fmt: skip
+    yield supernode, nodes
+
+
+@contextmanager
 def ring_of_three(
     make: MakeHub,
     gateway_account: Callable[[str, str], emailmw.Context],

@@ -18,6 +18,7 @@ import emailmw
 from emailmw import floctrl, stem, ymp
 from emailmw._addressing import Address, Envelope, floctrl_recipients
 from emailmw._protocol import classify, routed_email
+from emailmw.testing._modes import FAST
 from tests.faces_helpers import (
     ADDRESS_FORMS,
     ORCHESTRAS,
@@ -27,6 +28,7 @@ from tests.faces_helpers import (
     floctrl_world,
     ring_of_three,
     wait_until,
+    worker_pool,
 )
 from tests.test_addressing import REQUEST
 
@@ -392,6 +394,52 @@ def test_floctrl_all_nodes_is_rewritten_per_remote_orchestra(world: dict[str, An
     assert addresses["/B/m1"] == addresses["/B/m2"] == addresses["/B"] == "/B/*"
     assert addresses["/A/n2"] == "/A/*"
     assert addresses["/A/n1"] == "/*/*"
+
+
+def test_floctrl_a_node_run_by_several_processes_shares_a_topic_as_a_stateless_group(
+    hubs: Any,
+) -> None:
+    """Three processes run /orch/worker on one account; each subscribes to "jobs" in group
+    "pool", stateless: each job reaches one of them, and all three get their share."""
+    with worker_pool(hubs, "orch@flo.test", "worker@flo.test", 3) as (supernode, nodes):
+        got = Calls()
+        # no stealing and a long expiry: every member's share is its own, for certain
+        settings = dataclasses.replace(FAST, steal_after=600.0, expiry=10.0)
+        for k, node in enumerate(nodes):
+            node.subscribe_to("jobs", lambda m, k=k: got.add((m.body, k)), mode="stateless",
+                              group="pool", group_settings=settings)  # fmt: skip
+        members = [node._consumers[("jobs", "pool")].receiver for node in nodes]
+        assert wait_until(lambda: all(len(member.alive) == 3 for member in members))
+        for i in range(30):
+            supernode.publish(floctrl.Message(i, "/orch/worker", "jobs", str(i)))
+        assert got.wait(lambda c: len(c) >= 30)
+        assert wait_until(lambda: sum(m.counts["acked"] for m in members) == 30)
+        assert sorted(int(body) for body, _ in got.items) == list(range(30))
+        assert Counter(k for _, k in got.items) == {0: 10, 1: 10, 2: 10}
+
+
+def test_floctrl_a_stateful_group_has_one_active_node_and_a_standby_takes_over_in_order(
+    hubs: Any,
+) -> None:
+    with worker_pool(hubs, "orch@flo.test", "worker@flo.test", 2) as (supernode, nodes):
+        got = Calls()
+        nodes[0].subscribe_to("jobs", lambda m: got.add((m.body, 0)), mode="stateful",
+                              group="standby", group_settings=FAST)  # fmt: skip
+        first = nodes[0]._consumers[("jobs", "standby")].receiver
+        assert wait_until(lambda: first.joined)
+        nodes[1].subscribe_to("jobs", lambda m: got.add((m.body, 1)), mode="stateful",
+                              group="standby", group_settings=FAST)  # fmt: skip
+        for i in range(10):
+            supernode.publish(floctrl.Message(i, "/orch/worker", "jobs", str(i)))
+        assert got.wait(lambda c: len(c) >= 10)
+        nodes[0].close()  # the active one goes; the standby goes on, in order
+        for i in range(10, 20):
+            supernode.publish(floctrl.Message(i, "/orch/worker", "jobs", str(i)))
+        assert got.wait(lambda c: len(c) >= 20)
+        assert [body for body, _ in got.items] == [str(i) for i in range(20)]
+        assert {k for body, k in got.items if int(body) >= 10} == {1}
+        with pytest.raises(ValueError, match="delivery modes are for nodes"):
+            supernode.subscribe_to("jobs", print, mode="stateless", group="pool")
 
 
 def test_floctrl_messages_are_immutable_and_unsubscribing_stops_delivery(

@@ -31,6 +31,7 @@ from tests.faces_helpers import (
     hub_of,
     ring_of_three,
     wait_until,
+    worker_pool,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -380,3 +381,36 @@ def test_stem_send_command_asks_a_cell_and_prints_the_response(
     assert wrong.stderr.strip() == (
         "emailmw: error: cannot send to nowhere:status: no route to hub 'nowhere'"
     )
+
+
+@pytest.mark.parametrize("transport", ["native", "curl"])
+def test_floctrl_a_worker_pool_over_real_mail_shares_jobs_and_loses_none_when_one_closes(
+    mailserver: MailServer, contexts: list[emailmw.Context], transport: str
+) -> None:
+    """/orch/worker run by three contexts on one account (its supernode on another), each
+    subscribed to "jobs" in a stateless group: each job is processed once, by one of them;
+    one leaving mid-stream holding claims loses nothing (the others take them over)."""
+    import dataclasses
+
+    from emailmw.testing._modes import FAST
+
+    extra = {"polling-period": 20_000_000} if transport == "curl" else {}
+    make = hub_maker(mailserver, contexts, transport=transport, **extra)
+    orchestra, worker = mailserver.fresh_account(), mailserver.fresh_account()
+    with worker_pool(make, orchestra, worker, 3) as (supernode, nodes):
+        got = Calls()
+        settings = dataclasses.replace(FAST, steal_after=600.0)
+        for k, node in enumerate(nodes):
+            node.subscribe_to("jobs", lambda m, k=k: got.add((m.body, k)), mode="stateless",
+                              group="pool", group_settings=settings)  # fmt: skip
+        members = [node._consumers[("jobs", "pool")].receiver for node in nodes]
+        assert wait_until(lambda: all(len(member.alive) == 3 for member in members), 30)
+        for i in range(30):
+            supernode.publish(floctrl.Message(i, "/orch/worker", "jobs", str(i)))
+        assert got.wait(lambda c: any(k == 0 for _, k in c), 30)
+        nodes[0].close()  # leaves: what it claimed and did not process goes to the others
+        for i in range(30, 40):
+            supernode.publish(floctrl.Message(i, "/orch/worker", "jobs", str(i)))
+        assert got.wait(lambda c: {body for body, _ in c} == {str(i) for i in range(40)}, 60)
+        # each processed once (a leaving member settles what it processed before it goes)
+        assert sorted(Counter(body for body, _ in got.items).values()) == [1] * 40

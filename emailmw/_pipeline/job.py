@@ -366,9 +366,18 @@ _KEY_NUMBER = "coalesce(offset, IF(key RLIKE '^[0-9]{{16}}$', CAST(key AS BIGINT
 # received; in a ``:windowed`` run (--since/--until), from the lowest received in the
 # window: what was sent before the window is not lost, so only gaps inside the window's
 # sequence range count.
+#
+# A delivery-mode group's folders (its members' claims and done folders,
+# docs/delivery-modes.md) are parts of one stream: each message processed once by one member.
+# They count as one mailbox, ``<account>/.emailmw-<group>`` (a message in two done folders
+# is a duplicate, one in none is lost).
+_GROUP_STREAM = (
+    "regexp_replace(mailbox, '(^|[./])emailmw-([A-Za-z0-9_]{{1,40}})-(done|claims)-"
+    "[0-9a-f]{{8}}([.]mbox)?$', '$1emailmw-$2')"  # ({{}}: the SQL is a format template)
+)
 _PUBLISHER_HEALTH_SQL = """
 WITH arrivals AS (
-  SELECT publisher_gid, topic, mailbox, publisher_seq, delivered_ns,
+  SELECT publisher_gid, topic, GROUP_STREAM AS mailbox, publisher_seq, delivered_ns,
     KEY_NUMBER AS key_number, IF(KEY_NUMBER IS NULL, key, NULL) AS key_text
   FROM {messages} WHERE kind = 'publish' AND publisher_seq IS NOT NULL),
 sequenced AS (
@@ -390,7 +399,7 @@ streams AS (
 SELECT publisher_gid, topic, mailbox, sent, received, sent - received AS lost,
   copies - received AS duplicated, out_of_order
 FROM streams
-""".replace("KEY_NUMBER", _KEY_NUMBER)
+""".replace("KEY_NUMBER", _KEY_NUMBER).replace("GROUP_STREAM", _GROUP_STREAM)
 
 
 def _topic_stats(messages: DataFrame) -> DataFrame:

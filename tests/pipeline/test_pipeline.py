@@ -255,26 +255,59 @@ def test_maildir_and_mbox_give_the_same_answers(spark: SparkSession, tmp_path: P
         assert row["latency_p50_high_ms"] - row["latency_p50_low_ms"] == pytest.approx(1000)
 
 
+def test_a_groups_done_and_claims_folders_are_one_stream(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A stateless group of two processed ten messages, odd and even, and a third member
+    holds the eleventh: publisher_health counted each member's folder as a stream of its
+    own ("4 lost" and "5 lost" while every message was processed once). They are one."""
+    rows = [
+        _row(seq, 100 + seq, f"k{seq}", f"u/Maildir/.emailmw-crew-done-{member}")
+        for seq, member in [(s, "aaaaaaaa" if s % 2 else "bbbbbbbb") for s in range(10)]
+    ]
+    rows.append(_row(10, 200, "k10", "u/Maildir/.emailmw-crew-claims-cccccccc"))
+    # another group's member, and a plain mailbox: streams of their own
+    rows.append(_row(0, 100, "o0", "u/Maildir/.emailmw-other-done-dddddddd"))
+    rows.append(_row(1, 110, "p1", "u/Maildir"))
+    path = tmp_path / "landing"
+    path.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=LANDING_SCHEMA), path / "part.parquet")
+    expected = spark.createDataFrame(
+        [
+            (1, "/t", "u/Maildir/.emailmw-crew", 11, 11, 0, 0, 0),
+            (1, "/t", "u/Maildir/.emailmw-other", 1, 1, 0, 0, 0),
+            (1, "/t", "u/Maildir", 2, 1, 1, 0, 0),
+        ],  # fmt: skip
+        "publisher_gid long, topic string, mailbox string, sent long, received long, "
+        "lost long, duplicated long, out_of_order long",
+    )
+    tables = compute(spark, [path], JobOptions(), deduplicate=False)
+    assertDataFrameEqual(tables.publisher_health, expected)
+
+
+def _row(seq: int, delivered: int, key: str, mailbox: str = "m") -> dict[str, Any]:
+    """A landed publish of publisher 1 on /t."""
+    return {
+        "source": "s",
+        "mailbox": mailbox,
+        "key": key,
+        "status": "ok",
+        "kind": "publish",
+        "topic": "/t",
+        "message_id": f"<{key}@x>",
+        "publisher_gid": 1,
+        "publisher_seq": seq,
+        "source_ns": delivered - 1_000_000,
+        "delivered_ns": delivered,
+        "size": 10,
+    }
+
+
 def test_transforms_on_a_handmade_landing(spark: SparkSession, tmp_path: Path) -> None:
     """publisher_health from a few rows: a gap, a duplicate and late arrivals, also among
     messages delivered at the same time (then in mbox offset order, else by file name)."""
 
-    def row(seq: int, delivered: int, key: str, mailbox: str = "m") -> dict[str, Any]:
-        return {
-            "source": "s",
-            "mailbox": mailbox,
-            "key": key,
-            "status": "ok",
-            "kind": "publish",
-            "topic": "/t",
-            "message_id": f"<{key}@x>",
-            "publisher_gid": 1,
-            "publisher_seq": seq,
-            "source_ns": delivered - 1_000_000,
-            "delivered_ns": delivered,
-            "size": 10,
-        }
-
+    row = _row
     rows = [row(0, 10, "a"), row(2, 20, "b"), row(1, 30, "c"), row(2, 40, "d"), row(4, 50, "e")]
     # mailbox n, in an order the ties must not keep: offsets 10 and 9 at one time (9, seq
     # 1, comes first: 10, seq 0, is late), then file names b and a at one time (a, seq 3,

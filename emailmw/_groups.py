@@ -883,8 +883,8 @@ class GroupReceiver(EmailReceiver):
         died between taking and naming, or the store made the lock for no one)."""
         store = self._store
         self._busy_since = self._busy_since or now
-        if now - self._busy_since < self.settings.expiry / 2:
-            return  # taken and given back all the time: nothing to look at yet
+        if now - self._busy_since < self.settings.heartbeat:
+            return  # taken and given back all the time (a live holder keeps it milliseconds)
         found = store.lock_holder()
         if found is None:
             self._lock_seen = None

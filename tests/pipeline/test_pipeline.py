@@ -277,7 +277,7 @@ def test_a_groups_done_and_claims_folders_are_one_stream(
             (1, "/t", "u/Maildir/.emailmw-crew", 11, 11, 0, 0, 0),
             (1, "/t", "u/Maildir/.emailmw-other", 1, 1, 0, 0, 0),
             (1, "/t", "u/Maildir", 2, 1, 1, 0, 0),
-        ],  # fmt: skip
+        ],
         "publisher_gid long, topic string, mailbox string, sent long, received long, "
         "lost long, duplicated long, out_of_order long",
     )

@@ -102,7 +102,8 @@ def member(
             done += 1
             if die_after and done == die_after:
                 store = ImapGroupStore(load_options(config), GROUP)
-                while not store.try_lock(sub.member or ""):
+                record = next(r for r in store.members() if r.member == sub.member)
+                while not store.try_lock(record):
                     time.sleep(0.001)
                 print(json.dumps({"dies": time.time()}), flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -113,9 +113,13 @@ class GroupSettings:
 
 @dataclass(frozen=True, slots=True)
 class MemberRecord:
+    """A member's record: its name, its order (the record's UID), its liveness token, and
+    whether it holds (names itself the holder of) the group's claim lock."""
+
     member: str
     order: int
     token: int
+    locking: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,21 +328,23 @@ class GroupStore(abc.ABC):
         """What a member reads of inbox ``uids`` before claiming (:class:`Head`)."""
 
     @abc.abstractmethod
-    def try_lock(self, member: str) -> bool:
-        """Take the group's claim lock for ``member`` and record it as the holder: True for
-        exactly one of several members trying (until :meth:`unlock`)."""
+    def try_lock(self, record: MemberRecord) -> bool:
+        """Take the group's claim lock for the member of ``record`` and name it the holder
+        (its record's ``locking``): True for at most one of several members trying, until
+        :meth:`unlock`."""
 
     @abc.abstractmethod
-    def unlock(self) -> None: ...
+    def unlock(self, record: MemberRecord) -> None:
+        """Give the claim lock back (the holder no longer named, then the lock free)."""
 
     @abc.abstractmethod
-    def lock_holder(self) -> tuple[int, str | None] | None:
-        """The claim lock as it is now: which taking holds it (a new number each time it is
-        taken) and the member that took it (None while not recorded yet); None when free."""
+    def locked(self) -> bool:
+        """Whether the claim lock is taken (its holder: the record whose ``locking`` is
+        set; none while the taker has not named itself yet)."""
 
     @abc.abstractmethod
-    def break_lock(self) -> None:
-        """Release a lock its holder left (it died holding it)."""
+    def break_lock(self, holder: MemberRecord | None) -> None:
+        """Release a lock its holder (None: unnamed) left: it died holding it."""
 
     @abc.abstractmethod
     def claim(self, uids: Sequence[int], member: str) -> None:
@@ -477,8 +483,7 @@ class GroupReceiver(EmailReceiver):
         self._waiting: dict[int, tuple[float, int]] = {}
         self._unfetched = False  # claims held that were not handed out for want of room
         self._in_lapse = False
-        # the claim lock as held by another: (its taking, when first seen)
-        self._lock_seen: tuple[int, float] | None = None
+        self._unnamed_since: float | None = None  # since when the lock names no holder
         self._busy_since: float | None = None  # since when this member fails to take it
         self._last_members = -1e9
         self._dead: list[MemberRecord] = []
@@ -814,28 +819,33 @@ class GroupReceiver(EmailReceiver):
         again with what was read there). False when another member holds the lock (the
         first live member breaks a lock its dead holder left)."""
         store = self._store
-        if not store.try_lock(self.member):  # busy: the next round tries again
+        record = self._record
+        if record is None:
+            return False
+        if not store.try_lock(record):  # busy: the next round tries again
             self.counts["lock_busy"] += 1
             self._maybe_break(now)
             return False
-        self._lock_seen = None
+        self._unnamed_since = None
         self._busy_since = None
         self.counts["locked"] += 1
         try:
-            if lapsed and healthy:
-                self._beat(store, self._store_lock)  # a heartbeat that began before the check
-            records = store.members()
-            self._liveness.update(records, now)
-            mine = next((r for r in records if r.member == self.member), None)
-            if mine is None:
-                self._last_members = -1e9  # the next round finds out and joins again
-                return False
-            alive = self._liveness.alive(records, now) if healthy else []
-            dead = [r for r in sorted(records, key=lambda r: r.order)
-                    if r.member not in alive and r.member != self.member]  # fmt: skip
-            self._alive, self._dead = alive, dead
+            alive, dead = self._alive, list(self._dead)
+            if lapsed or dead:  # decided on the members as they are now, under the lock
+                if lapsed and healthy:
+                    self._beat(store, self._store_lock)  # one that began before the check
+                records = store.members()
+                self._liveness.update(records, now)
+                if not any(r.member == self.member for r in records):
+                    self._last_members = -1e9  # the next round finds out and joins again
+                    return False
+                alive = self._liveness.alive(records, now) if healthy else []
+                dead = [r for r in sorted(records, key=lambda r: r.order)
+                        if r.member not in alive and r.member != self.member]  # fmt: skip
+                self._alive, self._dead = alive, dead
             if lapsed:
                 self._confirm_claims()
+            # with a valid lease nobody saw this member dead: its record and claims stand
             if not self._lease.valid(self._clock()):
                 return False  # (its heartbeats stall: nothing moves until they run again)
             dead_claims = {r.member: store.claimed(r.member) for r in dead}
@@ -860,7 +870,7 @@ class GroupReceiver(EmailReceiver):
                     left.append(record)
             self._dead = left
         finally:
-            store.unlock()
+            store.unlock(record)
         return True
 
     def _confirm_claims(self) -> None:
@@ -878,34 +888,34 @@ class GroupReceiver(EmailReceiver):
 
     def _maybe_break(self, now: float) -> None:
         """Break the claim lock when its holder is dead (first live member only): seen at
-        once when the lock names its holder. A live taker names itself within a round trip
-        of taking the lock; one that names nobody for half an expiry has no live holder (it
-        died between taking and naming, or the store made the lock for no one)."""
+        once, the holder naming itself on its record. A live taker names itself within a
+        round trip of taking the lock; one that names nobody for half an expiry has no live
+        holder (it died between taking and naming, or the store made the lock for no one)."""
         store = self._store
         self._busy_since = self._busy_since or now
         if now - self._busy_since < self.settings.heartbeat:
             return  # taken and given back all the time (a live holder keeps it milliseconds)
-        found = store.lock_holder()
-        if found is None:
-            self._lock_seen = None
+        if not store.locked():
+            self._unnamed_since = None
             return
-        taking, holder = found
-        if self._lock_seen is None or self._lock_seen[0] != taking:
-            self._lock_seen = (taking, now)
-        held_for = now - self._lock_seen[1]
+        records = store.members()  # fresh: the holder is judged on what is there now
+        self._liveness.update(records, now)
+        alive = self._liveness.alive(records, now)
+        holder = next((r for r in records if r.locking), None)
+        first = alive[:1] == [self.member]
         if holder is not None:
-            records = store.members()  # fresh: the holder is judged on what is there now
-            self._liveness.update(records, now)
-            alive = self._liveness.alive(records, now)
-            broken = holder not in alive and alive[:1] == [self.member]
-            why = f"its holder {holder} is dead"
+            self._unnamed_since = None
+            broken = first and holder.member not in alive
+            why = f"its holder {holder.member} is dead"
         else:
-            broken = self._alive[:1] == [self.member] and held_for >= self.settings.expiry / 2
-            why = f"it named no holder for {held_for:.1f} s"
+            self._unnamed_since = self._unnamed_since or now
+            unnamed = now - self._unnamed_since
+            broken = first and unnamed >= self.settings.expiry / 2
+            why = f"it named no holder for {unnamed:.1f} s"
         if broken:
             _log.warning("group %s: breaking the claim lock: %s", self.group, why)
-            store.break_lock()
-            self._lock_seen = None
+            store.break_lock(holder)
+            self._unnamed_since = None
 
     def _hand_out(self, now: float) -> list[IncomingEmail]:
         """Fetch what this member holds and has not handed out, up to its room (and the

@@ -7,10 +7,10 @@ liveness = the record's MODSEQ, changed by toggling the ``$Alive`` keyword),
 processed: an archive says who processed what, ``emailmw analyze``'s ``group_stats``).
 Claims and takeovers are moves (``UID MOVE``, RFC 6851) made while holding the group's
 claim lock, the folder ``emailmw-g-lock``: of sessions creating it at once, at most one is
-answered OK (Dovecot may also answer every one ALREADYEXISTS and make it all the same); the
-taker then names itself with the folder ``emailmw-g-lockholder-MEMBER-TAKING`` beside it and
-holds the lock once LIST shows it as the only holder (the others read it by LIST too: the
-lock folder itself is never opened, as opening it races its deletion),
+answered OK (a ``mkdir``; Dovecot may also answer every one ALREADYEXISTS and make it all
+the same: a lock that names no holder is broken after half an expiry); the taker names
+itself by the keyword ``$Locking`` on its member record (the others read the lock by LIST:
+the lock folder itself is never opened, as opening it races its deletion),
 while neither Dovecot's MOVE (a copy and an expunge: two sessions moving one message at
 once can both copy it) nor its conditional STORE (checked against each session's own view:
 two sessions racing can both pass) decides between sessions. ``DeliveryN`` (a keyword) says
@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import email.header
 import re
-import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
@@ -45,6 +44,7 @@ T = TypeVar("T")
 _log = get_logger("groups")
 _DELIVERY: Final = re.compile(rb"^Delivery(\d{1,3})$")
 _ALIVE: Final = "$Alive"
+_LOCKING: Final = "$Locking"
 _TAKEN: Final = "$Taken"
 
 
@@ -65,8 +65,6 @@ class ImapGroupStore(GroupStore):
         self._ssl = ssl_context(options.tls, self._server)
         self._prefix = f"emailmw-{group}-"
         self._lock_name = f"{self._prefix}lock"
-        self._holder_prefix = f"{self._prefix}lockholder-"
-        self._holder: str | None = None  # the folder naming this store as the lock's holder
         self._client: imapclient.IMAPClient | None = None
         self._selected: str | None = None
         self._folders: set[str] = set()
@@ -135,14 +133,15 @@ class ImapGroupStore(GroupStore):
             found = _uid_fetch(
                 client,
                 uid_set(uids),
-                "(UID MODSEQ BODY.PEEK[HEADER.FIELDS (SUBJECT)])",
+                "(UID MODSEQ FLAGS BODY.PEEK[HEADER.FIELDS (SUBJECT)])",
                 b"BODY[HEADER",
             )
             records = []
             for uid, item in found.items():
                 member = _fields(item).get("subject", "")
                 modseq = item.get(b"MODSEQ", (0,))
-                records.append(MemberRecord(member, uid, int(modseq[0])))
+                locking = _LOCKING.encode() in item.get(b"FLAGS", ())
+                records.append(MemberRecord(member, uid, int(modseq[0]), locking))
             return records
 
         return self._run("reading the group's members", work)
@@ -155,14 +154,7 @@ class ImapGroupStore(GroupStore):
         self._run("joining the group", work)
 
     def beat(self, member: str, order: int, on: bool) -> None:
-        def work(client: imapclient.IMAPClient) -> None:
-            self._select(client, self._members_folder())
-            if on:
-                client.add_flags([order], [_ALIVE], silent=True)
-            else:
-                client.remove_flags([order], [_ALIVE], silent=True)
-
-        self._run("heartbeating", work)
+        self._run("heartbeating", lambda c: self._flag(c, order, _ALIVE, on))
 
     def remove_member(self, record: MemberRecord) -> None:
         def work(client: imapclient.IMAPClient) -> None:
@@ -226,7 +218,7 @@ class ImapGroupStore(GroupStore):
             wanted = [u for u in wanted if u in present]
         raise imapclient.exceptions.IMAPClientError("MOVE kept failing: messages moving away")
 
-    def try_lock(self, member: str) -> bool:
+    def try_lock(self, record: MemberRecord) -> bool:
         def work(client: imapclient.IMAPClient) -> bool:
             try:
                 client.create_folder(self._lock_name)
@@ -234,59 +226,41 @@ class ImapGroupStore(GroupStore):
                 if "ALREADYEXISTS" in str(exc) or "exists" in str(exc).lower():
                     return False
                 raise
-            # Named: a folder of the holder's own beside the lock, which the others read by
-            # LIST (opening the lock folder, even for a STATUS, races its deletion: Dovecot
-            # then makes it again). Held only once LIST shows this holder alone: while
-            # other folders of the account are being made, Dovecot may answer a CREATE
-            # ALREADYEXISTS and make the folder all the same (seen here, for the holder's
-            # folder of a name nobody else uses), so a lock can stand that nobody was told
-            # it holds (the others break it unnamed), and a second OK is not ruled out.
-            holder = f"{self._holder_prefix}{member}-{secrets.token_hex(4)}"
-            _create(client, holder)  # (a name of its own: "exists" means made)
-            locked, holders = self._lock_folders(client)
-            if locked and holders == [holder]:
-                self._holder = holder
-                return True
-            _delete(client, holder)
-            return False
+            # named on its own record, for the others to judge it alive or dead
+            self._flag(client, record.order, _LOCKING, True)
+            return True
 
         return self._run("taking the claim lock", work)
 
-    def unlock(self) -> None:
+    def unlock(self, record: MemberRecord) -> None:
         def work(client: imapclient.IMAPClient) -> None:
-            self._select(client, self._options.folder)
-            holder, self._holder = self._holder, None
-            if holder is not None:
-                _delete(client, holder)
+            self._flag(client, record.order, _LOCKING, False)
+            self._select(client, self._options.folder)  # (never in a folder that goes)
             _delete(client, self._lock_name)
 
         self._run("releasing the claim lock", work)
 
-    def _lock_folders(self, client: imapclient.IMAPClient) -> tuple[bool, list[str]]:
-        """Whether the lock folder exists, and the holder folders beside it (by LIST)."""
-        names = [str(name) for _, _, name in client.list_folders("", f"{self._lock_name}*")]
-        return self._lock_name in names, sorted(
-            n for n in names if n.startswith(self._holder_prefix)
+    def _flag(self, client: imapclient.IMAPClient, uid: int, flag: str, on: bool) -> None:
+        """Set (or clear) ``flag`` on the member record ``uid``."""
+        self._select(client, self._members_folder())
+        if on:
+            client.add_flags([uid], [flag], silent=True)
+        else:
+            client.remove_flags([uid], [flag], silent=True)
+
+    def locked(self) -> bool:
+        # LIST only: opening the lock folder (even a STATUS) races its deletion, and
+        # Dovecot may then make it again
+        return self._run(
+            "reading the claim lock",
+            lambda c: bool(c.list_folders("", self._lock_name)),
         )
 
-    def lock_holder(self) -> tuple[int, str | None] | None:
-        def work(client: imapclient.IMAPClient) -> tuple[int, str | None] | None:
-            locked, holders = self._lock_folders(client)
-            if not locked:
-                return None
-            if not holders:
-                return 0, None  # taken, its holder not named yet (or it died between)
-            member, _, taking = holders[0][len(self._holder_prefix) :].rpartition("-")
-            return int(taking, 16) if taking.isalnum() else 0, member or None
-
-        return self._run("reading the claim lock", work)
-
-    def break_lock(self) -> None:
+    def break_lock(self, holder: MemberRecord | None) -> None:
         def work(client: imapclient.IMAPClient) -> None:
+            if holder is not None:
+                self._flag(client, holder.order, _LOCKING, False)
             self._select(client, self._options.folder)
-            _, holders = self._lock_folders(client)
-            for holder in holders:
-                _delete(client, holder)
             _delete(client, self._lock_name)
 
         self._run("breaking the claim lock", work)

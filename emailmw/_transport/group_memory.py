@@ -24,6 +24,7 @@ class _Entry:
     delivered: int = 0
     token: int = 0
     taken: bool = False
+    locking: bool = False
     route_to: str = ""
 
 
@@ -35,7 +36,7 @@ class MemoryMailbox:
     enabled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     folders: dict[str, dict[int, _Entry]] = field(default_factory=dict)
-    locks: dict[str, tuple[int, str]] = field(default_factory=dict)
+    locks: set[str] = field(default_factory=set)
     _uids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def append(self, folder: str, entry: _Entry) -> int:
@@ -81,7 +82,7 @@ class MemoryGroupStore(GroupStore):
     def members(self) -> list[MemberRecord]:
         with self._box.lock:
             found = self._box.folders.get(self._prefix + "members", {})
-            return [MemberRecord(e.subject, uid, e.token) for uid, e in found.items()]
+            return [MemberRecord(e.subject, uid, e.token, e.locking) for uid, e in found.items()]
 
     def join(self, member: str) -> None:
         with self._box.lock:
@@ -113,23 +114,31 @@ class MemoryGroupStore(GroupStore):
                 if (e := inbox.get(uid)) is not None
             }
 
-    def try_lock(self, member: str) -> bool:
+    def _flag(self, record: MemberRecord | None, on: bool) -> None:
+        if record is not None:
+            entry = self._box.folders.get(self._prefix + "members", {}).get(record.order)
+            if entry is not None:
+                entry.locking = on
+
+    def try_lock(self, record: MemberRecord) -> bool:
         with self._box.lock:
             if self._prefix in self._box.locks:
                 return False
-            self._box.locks[self._prefix] = (next(self._box._uids), member)
+            self._box.locks.add(self._prefix)
+            self._flag(record, True)
             return True
 
-    def unlock(self) -> None:
-        with self._box.lock:
-            self._box.locks.pop(self._prefix, None)
+    def unlock(self, record: MemberRecord) -> None:
+        self.break_lock(record)
 
-    def lock_holder(self) -> tuple[int, str | None] | None:
+    def locked(self) -> bool:
         with self._box.lock:
-            return self._box.locks.get(self._prefix)
+            return self._prefix in self._box.locks
 
-    def break_lock(self) -> None:
-        self.unlock()
+    def break_lock(self, holder: MemberRecord | None) -> None:
+        with self._box.lock:
+            self._flag(holder, False)
+            self._box.locks.discard(self._prefix)
 
     def claim(self, uids: Sequence[int], member: str) -> None:
         self._box.move("INBOX", uids, self._claims(member))

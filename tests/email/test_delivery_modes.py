@@ -266,6 +266,9 @@ def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
                                     for i in range(120)])  # fmt: skip
     uids = seed.inbox()
     stores = [ImapGroupStore(options, "race") for _ in range(3)]
+    for k, store in enumerate(stores):
+        store.join(f"m{k}")
+    records = {r.member: r for r in seed.members()}
     start = threading.Barrier(3)
     holders: list[int] = []
     overlaps: list[int] = []
@@ -274,7 +277,7 @@ def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
         start.wait()
         batches = [uids[i : i + 4] for i in range(0, len(uids), 4)]
         while batches:
-            if not stores[k].try_lock(f"m{k}"):
+            if not stores[k].try_lock(records[f"m{k}"]):
                 continue
             holders.append(k)
             if len(holders) > 1:
@@ -283,7 +286,7 @@ def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
                 stores[k].claim(batches.pop(0), f"m{k}")
             finally:
                 holders.remove(k)
-                stores[k].unlock()
+                stores[k].unlock(records[f"m{k}"])
 
     threads = [threading.Thread(target=claim, args=(k,)) for k in range(3)]
     for thread in threads:
@@ -299,33 +302,38 @@ def test_members_claiming_the_same_messages_at_once_each_get_distinct_ones(
 
 
 def test_the_claim_lock_names_its_holder_without_ever_being_opened(mailserver: MailServer) -> None:
-    """The IMAP store's lock: one taker, named for the others (by a folder beside the lock,
-    read by LIST), free again after unlock; a lock standing with no holder named (its
-    taker died between taking and naming, or Dovecot made it for a CREATE it answered
-    ALREADYEXISTS) reads as such, and breaking removes it."""
+    """The IMAP store's lock: one taker at a time, named on its member record for the
+    others (who read the lock by LIST: it is never opened), free again after unlock; a
+    lock standing with no holder named (its taker died between taking and naming, or
+    Dovecot made it for a CREATE it answered ALREADYEXISTS) reads as such, and breaking
+    removes it."""
     options = load_options({"email": mailserver.config(mailserver.fresh_account())})
     one, two = ImapGroupStore(options, "lk"), ImapGroupStore(options, "lk")
     try:
-        assert one.lock_holder() is None
-        assert one.try_lock("m1")
-        assert not two.try_lock("m2")
-        taking, holder = two.lock_holder() or (None, None)
-        assert holder == "m1"
-        assert taking
-        one.unlock()
-        assert two.lock_holder() is None
-        assert two.try_lock("m2")
-        found = one.lock_holder()
-        assert found is not None
-        assert found[1] == "m2"
-        two.unlock()
+        one.join("m1")
+        two.join("m2")
+        m1, m2 = sorted(one.members(), key=lambda r: r.member)
+        assert not one.locked()
+        assert one.try_lock(m1)
+        assert not two.try_lock(m2)
+        assert two.locked()
+        assert {r.member: r.locking for r in two.members()} == {"m1": True, "m2": False}
+        one.unlock(m1)
+        assert not two.locked()
+        assert not any(r.locking for r in two.members())
+        assert two.try_lock(m2)
+        assert {r.member for r in one.members() if r.locking} == {"m2"}
+        two.unlock(m2)
         one._run("an unnamed lock", lambda c: c.create_folder("emailmw-lk-lock"))
-        assert two.lock_holder() == (0, None)
-        assert not two.try_lock("m2")
-        two.break_lock()
-        assert one.lock_holder() is None
-        assert one.try_lock("m1")
-        one.unlock()
+        assert two.locked()
+        assert not any(r.locking for r in two.members())
+        assert not two.try_lock(m2)
+        two.break_lock(None)
+        assert not one.locked()
+        assert one.try_lock(m1)
+        one.break_lock(m1)  # (as another member does when m1 died holding it)
+        assert not two.locked()
+        assert not any(r.locking for r in two.members())
     finally:
         one.close()
         two.close()

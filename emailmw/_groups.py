@@ -113,13 +113,16 @@ class GroupSettings:
 
 @dataclass(frozen=True, slots=True)
 class MemberRecord:
-    """A member's record: its name, its order (the record's UID), its liveness token, and
-    whether it holds (names itself the holder of) the group's claim lock."""
+    """A member's record: its name, its order (the record's UID), its liveness token,
+    whether it holds (names itself the holder of) the group's claim lock, and where it says
+    so (its lock marker, kept apart from the record so that naming itself the holder, or
+    another member clearing that, never changes its liveness token; 0: none)."""
 
     member: str
     order: int
     token: int
     locking: bool = False
+    marker: int = 0
 
 
 @dataclass(frozen=True, slots=True)

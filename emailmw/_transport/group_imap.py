@@ -9,8 +9,10 @@ Claims and takeovers are moves (``UID MOVE``, RFC 6851) made while holding the g
 claim lock, the folder ``emailmw-g-lock``: of sessions creating it at once, at most one is
 answered OK (a ``mkdir``; Dovecot may also answer every one ALREADYEXISTS and make it all
 the same: a lock that names no holder is broken after half an expiry); the taker names
-itself by the keyword ``$Locking`` on its member record (the others read the lock by LIST:
-the lock folder itself is never opened, as opening it races its deletion),
+itself by the keyword ``$Locking`` on its lock marker, a second record of each member in the
+members folder (``Subject: lock MEMBER``: a flag on the member's own record would change
+its liveness token); the others read the lock by LIST: the lock folder itself is never
+opened, as opening it races its deletion,
 while neither Dovecot's MOVE (a copy and an expunge: two sessions moving one message at
 once can both copy it) nor its conditional STORE (checked against each session's own view:
 two sessions racing can both pass) decides between sessions. ``DeliveryN`` (a keyword) says
@@ -45,6 +47,7 @@ _log = get_logger("groups")
 _DELIVERY: Final = re.compile(rb"^Delivery(\d{1,3})$")
 _ALIVE: Final = "$Alive"
 _LOCKING: Final = "$Locking"
+_MARKER: Final = "lock "  # the Subject of a member's lock marker: "lock MEMBER"
 _TAKEN: Final = "$Taken"
 
 
@@ -136,20 +139,29 @@ class ImapGroupStore(GroupStore):
                 "(UID MODSEQ FLAGS BODY.PEEK[HEADER.FIELDS (SUBJECT)])",
                 b"BODY[HEADER",
             )
-            records = []
-            for uid, item in found.items():
-                member = _fields(item).get("subject", "")
-                modseq = item.get(b"MODSEQ", (0,))
-                locking = _LOCKING.encode() in item.get(b"FLAGS", ())
-                records.append(MemberRecord(member, uid, int(modseq[0]), locking))
-            return records
+            records: dict[str, tuple[int, int]] = {}  # member -> (record UID, MODSEQ)
+            markers: dict[str, tuple[int, bool]] = {}  # member -> (marker UID, locking)
+            for uid, item in sorted(found.items()):
+                subject = _fields(item).get("subject", "")
+                if subject.startswith(_MARKER):
+                    locking = _LOCKING.encode() in item.get(b"FLAGS", ())
+                    markers[subject.removeprefix(_MARKER)] = (uid, locking)
+                else:
+                    records[subject] = (uid, int(item.get(b"MODSEQ", (0,))[0]))
+            found_records = []
+            for member, (uid, modseq) in records.items():
+                marker, locking = markers.get(member, (0, False))
+                found_records.append(MemberRecord(member, uid, modseq, locking, marker))
+            return found_records
 
         return self._run("reading the group's members", work)
 
     def join(self, member: str) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             self._ensure(client, self._members_folder())
-            client.append(self._members_folder(), f"Subject: {member}\r\n\r\n".encode())
+            # its lock marker first, then its record (a member is known by its record)
+            for subject in (f"{_MARKER}{member}", member):
+                client.append(self._members_folder(), f"Subject: {subject}\r\n\r\n".encode())
 
         self._run("joining the group", work)
 
@@ -159,8 +171,9 @@ class ImapGroupStore(GroupStore):
     def remove_member(self, record: MemberRecord) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._members_folder())
-            client.delete_messages([record.order], silent=True)
-            client.uid_expunge([record.order])
+            uids = [uid for uid in (record.order, record.marker) if uid]
+            client.delete_messages(uids, silent=True)
+            client.uid_expunge(uids)
             folder = self._claims(record.member)
             if client.folder_exists(folder) and not self._all(client, folder):
                 self._select(client, self._options.folder)
@@ -226,22 +239,25 @@ class ImapGroupStore(GroupStore):
                 if "ALREADYEXISTS" in str(exc) or "exists" in str(exc).lower():
                     return False
                 raise
-            # named on its own record, for the others to judge it alive or dead
-            self._flag(client, record.order, _LOCKING, True)
+            # named by its lock marker, for the others to judge it alive or dead by its
+            # record (a flag on the record itself would change its liveness token)
+            self._flag(client, record.marker, _LOCKING, True)
             return True
 
         return self._run("taking the claim lock", work)
 
     def unlock(self, record: MemberRecord) -> None:
         def work(client: imapclient.IMAPClient) -> None:
-            self._flag(client, record.order, _LOCKING, False)
+            self._flag(client, record.marker, _LOCKING, False)
             self._select(client, self._options.folder)  # (never in a folder that goes)
             _delete(client, self._lock_name)
 
         self._run("releasing the claim lock", work)
 
     def _flag(self, client: imapclient.IMAPClient, uid: int, flag: str, on: bool) -> None:
-        """Set (or clear) ``flag`` on the member record ``uid``."""
+        """Set (or clear) ``flag`` on the message ``uid`` of the members folder."""
+        if not uid:
+            return  # (a member that has no lock marker)
         self._select(client, self._members_folder())
         if on:
             client.add_flags([uid], [flag], silent=True)
@@ -259,7 +275,7 @@ class ImapGroupStore(GroupStore):
     def break_lock(self, holder: MemberRecord | None) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             if holder is not None:
-                self._flag(client, holder.order, _LOCKING, False)
+                self._flag(client, holder.marker, _LOCKING, False)
             self._select(client, self._options.folder)
             _delete(client, self._lock_name)
 

@@ -76,6 +76,8 @@ MODES: Final = ("topic", "stateful", "stateless")
 _GROUP_RE: Final = re.compile(r"[A-Za-z0-9_]{1,40}")
 #: the part of an expiry a lease keeps in hand for clocks that run at slightly different rates
 LEASE_MARGIN: Final = 0.1
+#: a member's second connection heartbeats when the rounds have not for this many heartbeats
+_BACKUP_BEAT: Final = 1.5
 
 
 def check_group(mode: str, group: str | None) -> None:
@@ -484,7 +486,7 @@ class GroupReceiver(EmailReceiver):
         self._seen_uid = 0
         # inbox UID wanted -> (first seen, Source-Timestamp)
         self._waiting: dict[int, tuple[float, int]] = {}
-        self._unfetched = False  # claims held that were not handed out for want of room
+        self._unfetched = False  # its claims folder may hold what it has not handed out
         self._in_lapse = False
         self._unnamed_since: float | None = None  # since when the lock names no holder
         self._busy_since: float | None = None  # since when this member fails to take it
@@ -614,7 +616,9 @@ class GroupReceiver(EmailReceiver):
         return settle
 
     def _settle_loop(self) -> None:
-        """Settlements and heartbeats, on the member's second connection."""
+        """Settlements and delivery records, on the member's second connection; and the
+        heartbeats when the rounds stall (a long fetch, a slow server): the rounds beat when
+        they read the members, the members folder then selected already."""
         while not self._closed:
             self._settle_due.wait(self._beat_wait())
             self._settle_due.clear()
@@ -625,7 +629,7 @@ class GroupReceiver(EmailReceiver):
                     if self._closed:
                         return
                     self._apply_settlements()
-                self._beat_if_due(self._settle_store, self._settle_lock)
+                self._beat_if_due(self._settle_store, self._settle_lock, _BACKUP_BEAT)
             except Exception as exc:  # noqa: BLE001 - the thread retries
                 _log.debug("group %s: settling failed (%s); retrying", self.group, exc)
                 time.sleep(0.05)
@@ -636,7 +640,7 @@ class GroupReceiver(EmailReceiver):
         last = self._last_beat
         if last is None:
             return self.settings.heartbeat / 4
-        return max(0.0, last[0] + self.settings.heartbeat - self._clock())
+        return max(0.0, last[0] + _BACKUP_BEAT * self.settings.heartbeat - self._clock())
 
     def _apply_settlements(self) -> None:
         """Move what was settled on (call with ``_settle_lock`` held)."""
@@ -666,9 +670,10 @@ class GroupReceiver(EmailReceiver):
 
     # ---------------------------------------------------------------- heartbeats
 
-    def _beat_if_due(self, store: GroupStore, lock: threading.RLock) -> None:
+    def _beat_if_due(self, store: GroupStore, lock: threading.RLock, late: float = 1.0) -> None:
+        """Beat when the last one began ``late`` heartbeats ago or more."""
         last = self._last_beat
-        if last is not None and self._clock() - last[0] < self.settings.heartbeat:
+        if last is not None and self._clock() - last[0] < late * self.settings.heartbeat:
             return
         self._beat(store, lock)
 
@@ -770,8 +775,7 @@ class GroupReceiver(EmailReceiver):
         refresh = now - self._last_members >= self.settings.heartbeat or not self._joined
         if refresh:
             self._membership(now, healthy)
-        if self._settle_thread is None:  # (with a second connection, its thread beats)
-            self._beat_if_due(store, self._store_lock)
+            self._beat_if_due(store, self._store_lock)  # (the members folder selected now)
         if not self._joined:
             return []
         lapsed = healthy and not self._lease.valid(now)
@@ -790,10 +794,13 @@ class GroupReceiver(EmailReceiver):
         waiting = [(u, now - t) for u, (t, _) in sorted(self._waiting.items(), key=self._order)]
         work = plan(self._mode, self.member, self._alive if healthy else [], dead_claims,
                     waiting, held, self.settings, limit)  # fmt: skip
-        busy = (lapsed or work.take or work.claim) and not self._under_lock(
+        # only this member puts claims in its folder: with nothing claimed or taken now, and
+        # nothing left behind, there is nothing new to hand out (no IMAP command)
+        if (lapsed or work.take or work.claim) and self._under_lock(
             now, waiting, held, limit, healthy, lapsed
-        )
-        return [] if busy else self._hand_out(now)
+        ):
+            self._unfetched = True
+        return self._hand_out(now) if self._unfetched else []
 
     def _read_inbox(self, now: float) -> None:
         """Note the new inbox messages this member wants, and forget those gone."""
@@ -925,7 +932,7 @@ class GroupReceiver(EmailReceiver):
         receive budget), as :class:`IncomingEmail` objects with their claim."""
         store = self._store
         if not self._lease.valid(self._clock()):
-            return []
+            return []  # (what it holds stays to hand out once the lease is confirmed)
         listing = store.holding(self.member)
         member = self.member
         with self._lock:

@@ -117,13 +117,18 @@ class ImapGroupStore(GroupStore):
     def _claims(self, member: str) -> str:
         return f"{self._prefix}claims-{member}"
 
-    def _all(self, client: imapclient.IMAPClient, folder: str) -> list[int]:
-        """The UIDs in ``folder`` now: a folder selected already is brought up to date
-        first (NOOP), as a search does not report what other sessions moved away."""
+    def _view(self, client: imapclient.IMAPClient, folder: str) -> None:
+        """Select ``folder`` with this session's view of it up to date: one selected already
+        is brought up to date (NOOP): Dovecot ignores, in a SEARCH, STORE or MOVE, what
+        other sessions moved in or away since this one last heard of it."""
         if self._selected == folder:
             client.noop()
         else:
             self._select(client, folder)
+
+    def _all(self, client: imapclient.IMAPClient, folder: str) -> list[int]:
+        """The UIDs in ``folder`` now."""
+        self._view(client, folder)
         return sorted(int(u) for u in client.search(["ALL"]))
 
     # ---------------------------------------------------------------- membership
@@ -170,7 +175,7 @@ class ImapGroupStore(GroupStore):
 
     def remove_member(self, record: MemberRecord) -> None:
         def work(client: imapclient.IMAPClient) -> None:
-            self._select(client, self._members_folder())
+            self._view(client, self._members_folder())
             uids = [uid for uid in (record.order, record.marker) if uid]
             client.delete_messages(uids, silent=True)
             client.uid_expunge(uids)
@@ -258,7 +263,7 @@ class ImapGroupStore(GroupStore):
         """Set (or clear) ``flag`` on the message ``uid`` of the members folder."""
         if not uid:
             return  # (a member that has no lock marker)
-        self._select(client, self._members_folder())
+        self._view(client, self._members_folder())  # (a record appended by another session)
         if on:
             client.add_flags([uid], [flag], silent=True)
         else:
@@ -304,10 +309,7 @@ class ImapGroupStore(GroupStore):
         def work(client: imapclient.IMAPClient) -> dict[int, Holding]:
             if folder not in self._folders and not client.folder_exists(folder):
                 return {}
-            if self._selected == folder:
-                client.noop()
-            else:
-                self._select(client, folder)
+            self._view(client, folder)
             found = _uid_fetch(client, "1:*", "(UID RFC822.SIZE FLAGS)", b"RFC822.SIZE")
             return {
                 uid: Holding(
@@ -322,8 +324,7 @@ class ImapGroupStore(GroupStore):
 
     def take(self, uids: Sequence[int], dead: str, member: str) -> None:
         def work(client: imapclient.IMAPClient) -> None:
-            self._select(client, self._claims(dead))
-            client.noop()
+            self._view(client, self._claims(dead))
             client.add_flags(list(uids), [_TAKEN], silent=True)
             self._move(client, uids, self._claims(member))
 
@@ -339,7 +340,7 @@ class ImapGroupStore(GroupStore):
 
     def mark(self, member: str, uid: int, delivered: int) -> None:
         def work(client: imapclient.IMAPClient) -> None:
-            self._select(client, self._claims(member))
+            self._view(client, self._claims(member))  # a STORE ignores UIDs not seen yet
             client.add_flags([uid], [f"Delivery{delivered}"], silent=True)
 
         self._run("recording a delivery", work)

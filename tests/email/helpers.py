@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import smtplib
 import ssl
@@ -57,10 +58,13 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
 class Peer:
     """A ``tests.email.peer`` process; its stdout lines are collected as they come."""
 
-    def __init__(self, role: str, config: Path, name: str, *options: str) -> None:
+    def __init__(
+        self, role: str, config: Path, name: str, *options: str, env: dict[str, str] | None = None
+    ) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.email.peer", role, str(config), name, *options],
             cwd=ROOT,
+            env=None if env is None else {**os.environ, **env},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -2,11 +2,13 @@
 
     python -m tests.email.peer sub CONFIG TOPIC [--take-every S] [--mode M --group G]
                                               [--depth N] [--hold] [--node]
+                                              [--die-holding-lock N]
         prints one JSON line per message it takes (waiting S seconds before each take;
         ``t``: when its application got it), then acknowledges it (``--hold``: never: it
         stays on the first message it takes); ``--node``: through
         ``Node.create_subscription`` (depth: the QoS depth); a group member also prints
-        {"joined": NAME} each time it joins its group under a new name
+        {"joined": NAME} each time it joins its group under a new name; after N messages,
+        ``--die-holding-lock`` takes the group's claim lock and kills itself (SIGKILL)
     python -m tests.email.peer server CONFIG SERVICE
         answers "a b" with their sum
     python -m tests.email.peer pub CONFIG TOPIC --count N [--guarantee G] [--rate R]
@@ -22,6 +24,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -47,6 +51,7 @@ def main() -> None:
     parser.add_argument("--hold", action="store_true")
     parser.add_argument("--node", action="store_true")
     parser.add_argument("--size", type=int, default=0)
+    parser.add_argument("--die-holding-lock", type=int, default=0)
     args = parser.parse_args()
     with emailmw.Context(args.config) as ctx:
         if args.role == "sub" and args.node:
@@ -57,6 +62,7 @@ def main() -> None:
             )
             _say("ready")
             _report_joins(lambda: sub.member)
+            done = 0
             while True:
                 # wait for a message without taking it, then take it after a pause: the
                 # messages behind it sit handed out but not taken
@@ -76,6 +82,9 @@ def main() -> None:
                 if args.hold:
                     threading.Event().wait()  # the application is stuck on it
                 ticket.release()
+                done += 1
+                if done == args.die_holding_lock:
+                    _die_holding_the_lock(args.config, args.group, sub.member)
         elif args.role == "pub":
             pub = emailmw.Publisher(args.name, context=ctx, guarantee=args.guarantee)
             _say("ready")
@@ -106,6 +115,19 @@ def _say(line: str) -> None:
     with _PRINTING:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
+
+
+def _die_holding_the_lock(config: str, group: str, member: str | None) -> None:
+    """Take the group's claim lock as ``member`` (on a connection of its own), and die."""
+    from emailmw._config import load_options
+    from emailmw._transport.group_imap import ImapGroupStore
+
+    store = ImapGroupStore(load_options(config), group)
+    record = next(r for r in store.members() if r.member == member)
+    while not store.try_lock(record):
+        time.sleep(0.001)
+    _say(json.dumps({"dies": member}))
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _report_joins(member: Any) -> None:

@@ -713,14 +713,7 @@ class GroupReceiver(EmailReceiver):
         records = store.members()
         mine = next((r for r in records if r.member == self.member), None)
         if mine is None and self._joined:  # removed as dead: what it held is others' now
-            with self._lock:
-                keys = list(self._held)
-            self._lose(keys, "removed from the group as dead")
-            self._lease.end()
-            self._in_lapse = False
-            self.member = _new_member()
-            self._joined = False
-            self.counts["rejoined"] += 1
+            self._new_membership("removed from the group as dead")
         if mine is None and healthy:
             started = now
             store.join(self.member)
@@ -754,17 +747,23 @@ class GroupReceiver(EmailReceiver):
                 self.group, self.member, now - oldest, self.settings.ack_timeout,
             )  # fmt: skip
         if healthy and not self._healthy:  # back, under a new name at the end of the order
-            with self._lock:
-                keys = list(self._held)
-            self._lose(keys, "it hung past ack-timeout")
-            self._lease.end()
-            self._in_lapse = False
-            self.member = _new_member()
-            self._joined = False
-            self._record = None
-            self.counts["rejoined"] += 1
+            self._new_membership("it hung past ack-timeout")
         self._healthy = healthy
         return healthy
+
+    def _new_membership(self, why: str) -> None:
+        """This membership is over (``why``): what it held is dropped (the others have
+        it, or will), and the member joins again under a new name, at the end of the
+        order, at its next round."""
+        with self._lock:
+            keys = list(self._held)
+        self._lose(keys, why)
+        self._lease.end()
+        self._in_lapse = False
+        self.member = _new_member()
+        self._joined = False
+        self._record = None
+        self.counts["rejoined"] += 1
 
     def _round(self, now: float) -> list[IncomingEmail]:
         store = self._store

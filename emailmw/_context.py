@@ -88,7 +88,13 @@ class Context:
         self.options = load_options(config)
         if (sender is None) != (receiver is None):
             raise ValueError("give both sender and receiver, or neither")
-        self._security = Security(self.options.security, state_file=self.options.state_file)
+        in_process = self.options.transport == "intraprocess"
+        self._security = Security(
+            self.options.security,
+            state_file=self.options.state_file,
+            hub=own_hub(self.address, self.options.routing.hub),
+            accounts=() if in_process else (self.address,),
+        )
         self._budget = ReceiveBudget(self.options.queue_bytes, self.options.queue_limit)
         if sender is None or receiver is None:
             try:

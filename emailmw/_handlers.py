@@ -39,6 +39,9 @@ class RequestSink(Protocol):
 
 
 class AckSink(Protocol):
+    @property
+    def topic(self) -> str: ...
+
     def _push_ack(self, ack: Ack) -> None: ...
 
 
@@ -156,8 +159,9 @@ class ServiceHandler:
 
 
 class AckHandler:
-    """Hands each acknowledgement to the publisher whose GID it names (an acknowledgement
-    for a publisher not here is ignored)."""
+    """Hands each acknowledgement to the publisher whose GID it names, when it is on that
+    publisher's topic (the one the signer's subscribe grant was checked on); any other is
+    ignored."""
 
     def __init__(self) -> None:
         self._publishers: Table[int, AckSink] = Table()
@@ -171,4 +175,5 @@ class AckHandler:
     def __call__(self, email: Email, route: Route, ticket: Ticket = NO_TICKET) -> None:
         if isinstance(route, AckRoute):
             for publisher in self._publishers.get(route.info.publisher_gid.value):
-                publisher._push_ack(route.info)
+                if publisher.topic == route.topic:
+                    publisher._push_ack(route.info)

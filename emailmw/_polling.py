@@ -347,7 +347,9 @@ class PollingManager:
             return
         if self._security is not None:
             try:
-                decision = self._security.incoming(email, route, redelivered=incoming.redelivered)
+                decision = self._security.incoming(
+                    email, route, redelivered=incoming.redelivered, arrival_ns=incoming.arrival_ns
+                )
             except Exception:  # noqa: BLE001 - the decision is total; this is the last guard
                 _log.exception("deciding on email %s failed (a bug in emailmw)", email.message_id)
                 incoming.quarantine()

@@ -116,9 +116,11 @@ class RoutedRoute:
 @dataclass(frozen=True, slots=True)
 class AckRoute:
     """An acknowledgement of a published message, for the publisher whose GID it names
-    (``info`` is an :class:`~emailmw.Ack`)."""
+    (``info`` is an :class:`~emailmw.Ack`), on ``topic`` (its Subject: a reply keeps the
+    message's)."""
 
     info: Ack
+    topic: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +385,8 @@ def _ack(email: Email, received_timestamp: int) -> Route:
     if seq is None or source is None or not subscriber:
         return Unroutable("acknowledgement without its sequence number, time or subscriber",
                           malformed=True)  # fmt: skip
-    return AckRoute(Ack(subscriber[:200], Gid(gid), seq, count or 1, source, received_timestamp))
+    ack = Ack(subscriber[:200], Gid(gid), seq, count or 1, source, received_timestamp)
+    return AckRoute(ack, email.subject)
 
 
 def ack_email(

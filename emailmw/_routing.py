@@ -38,6 +38,7 @@ from ._handlers import Table
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import Route, RoutedRoute, address_domain, routed_email
+from ._security import ORIGIN_HEADER, VIA_HEADER
 from ._transport.base import EmailSender
 from ._types import Email, RoutedInfo
 
@@ -55,6 +56,8 @@ __all__ = [
 _log = get_logger("routing")
 K = TypeVar("K")
 T = TypeVar("T")
+#: what a relay carries over: the originator's signature, the relays so far
+_CUSTODY: Final = frozenset({ORIGIN_HEADER.lower(), VIA_HEADER.lower()})
 #: distinct drop reasons a router counts one by one (the rest as "other reasons")
 _DISTINCT_REASONS: Final = 100
 
@@ -258,6 +261,9 @@ class Router:
             from_=hop.outlet.from_,
             timestamp_ns=route.info.source_timestamp,
         ).with_message_id(forwarded_message_id(email.message_id, envelope))
+        custody = [(k, v) for k, v in email.headers.items() if k.lower() in _CUSTODY]
+        if custody:  # the originator's signature and the relays so far go on with it
+            copy = copy.replace(headers=[*copy.headers.items(), *custody])
         try:
             hop.outlet.sender.send(copy)
         except EmailMWError as exc:

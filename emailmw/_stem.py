@@ -13,9 +13,10 @@ mailbox; nothing a message holds can stop a cell.
 
 from __future__ import annotations
 
-import itertools
 import json
+import secrets
 import threading
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -25,6 +26,7 @@ from ._exceptions import ClosedError, RemoteError, RoutingError
 from ._log import get_logger
 from ._polling import Ticket
 from ._routing import DeliveryThread, Pending, Routed, parse_address
+from ._security import REPLY_TYPES, stem_send_name
 from ._types import RoutedInfo
 
 if TYPE_CHECKING:
@@ -35,7 +37,8 @@ __all__ = ["Cell", "StemMessage", "read_stem"]
 _log = get_logger("stem")
 FACE: Final = "stem"
 _MSG_ID_WRAP: Final = 2**31
-_msg_ids = itertools.count(1)
+#: messages a cell remembers having asked for a reply (a request, ``ack_req``)
+_ASKED: Final = 10_000
 _DELIMITERS: Final = ":/@-"
 _KEYS: Final = frozenset({"type", "cmd", "status", "data", "ack_req", "msg_id", "reply_id"})
 
@@ -120,7 +123,15 @@ def _is_id(value: object) -> bool:
 
 
 def _next_msg_id() -> int:
-    return next(_msg_ids) % _MSG_ID_WRAP
+    """A fresh ``msg_id``: random (1 .. 2**31-1), so that no one can guess the id of a
+    request to answer it in its place."""
+    return 1 + secrets.randbelow(_MSG_ID_WRAP - 1)
+
+
+def _answers(reply_from: Address, asked: Address) -> bool:
+    """Whether a reply from ``reply_from`` comes from where the message it answers went
+    (``asked``: a cell, on a hub when it named one)."""
+    return reply_from.name == asked.name and (not asked.hub or reply_from.hub == asked.hub)
 
 
 class Cell:
@@ -150,8 +161,10 @@ class Cell:
             )
         self.address = address
         self._router = router
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # request() holds it around send()
         self._pending: Pending[int, Any] = Pending()
+        # msg_id -> where it went, for each message that asked for a reply
+        self._asked: OrderedDict[int, Address] = OrderedDict()
         self._closed = False
         self._delivery = DeliveryThread(f"emailmw-stem-{name}", self._deliver)
         router.register(FACE, name, target, self)
@@ -199,6 +212,11 @@ class Cell:
         )
         body = message.body()  # raises TypeError for data JSON cannot hold
         subject = f"{type} {cmd}" if cmd else type
+        if ack_req or type == "cmd":
+            with self._lock:
+                self._asked[message.msg_id] = message.to
+                while len(self._asked) > _ASKED:
+                    self._asked.popitem(last=False)
         self._router.send(message.envelope(), f"stem {subject} to {message.to}", body)
         return message
 
@@ -226,15 +244,25 @@ class Cell:
         self._delivery.put(stem, ticket)
 
     def _deliver(self, message: StemMessage) -> bool:
-        if message.reply_id is not None and message.type in ("response", "error"):
+        if message.reply_id is not None and message.type in REPLY_TYPES:
             with self._lock:
-                future = self._pending.get(message.reply_id)
-            if future is not None:
+                asked = self._asked.get(message.reply_id)
+                bound = asked is not None and _answers(message.from_, asked)
+                future = self._pending.get(message.reply_id) if bound else None
+            if future is not None and message.type != "msg_ack":
                 if message.type == "error":
                     future.set_exception(RemoteError(f"{message.from_}: {message.data}"))
                 else:
                     future.set_result(message.data)
                 return True
+            if not bound and not self._may_send(message):
+                self._router.drop(
+                    message.message_id,
+                    message.envelope(),
+                    f"{message.type} from {message.from_} answers nothing {self.address} "
+                    "sent there, and its sender has no grant to send it",
+                )
+                return True  # refused: not for the application (logged, counted)
         first, default = stem_methods(message.type, message.cmd)
         method = getattr(self, first, None) or getattr(self, default, None)
         if not callable(method):
@@ -258,6 +286,14 @@ class Cell:
         if message.ack_req:
             self._answer(message, "msg_ack", None, to=message.from_)
         return True
+
+    def _may_send(self, message: StemMessage) -> bool:
+        """Whether the verified sender of ``message`` holds the ``stem.send`` grant for it
+        (always, without a permissions file): what a reply that answers nothing needs."""
+        security = self.context.security
+        identity = message.info.identity if message.info is not None else None
+        name = stem_send_name(message.to, self._router.hub, message.type, message.cmd)
+        return security.allows(identity, "stem.send", name)
 
     def _answer(
         self, message: StemMessage, type_: str, data: Any, to: Address | None = None

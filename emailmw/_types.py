@@ -281,13 +281,16 @@ class ServiceInfo:
 @dataclass(frozen=True, slots=True)
 class RoutedInfo:
     """Metadata of a received routed message (Stem, YMP, floctrl; ``docs/addressing.md``):
-    timestamps in ns since the epoch, ``redelivered`` and ``identity`` as in
-    :class:`MessageInfo`."""
+    timestamps in ns since the epoch, ``redelivered`` as in :class:`MessageInfo`.
+    ``identity``: the verified identity of its originator (through relays: the chain of
+    custody, ``docs/security.md``); ``via``: the verified identities of the relays it
+    passed, in order."""
 
     source_timestamp: int
     received_timestamp: int
     redelivered: bool = False
     identity: str | None = None
+    via: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

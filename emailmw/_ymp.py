@@ -6,12 +6,14 @@ A :class:`YmpHost` is its context's hub. A request is routed host -> protocol ->
 the future of the request whose ``id`` its ``reply-to`` names. The connection rule ("MUST
 validate sender.host against the connection"): the email must come from the mail address
 the route table gives for ``sender.host`` (the host's account, or the gateway that relays
-for it). Whatever fails a check is logged with its reason, counted on the router and left
-in the mailbox. One email may carry a packet (``{"messages": [...]}``).
+for it); an answer counts only from the host its request went to. Whatever fails a check
+is logged with its reason, counted on the router and left in the mailbox. One email may
+carry a packet (``{"messages": [...]}``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import uuid
@@ -60,6 +62,7 @@ class YmpHost:
         self._lock = threading.Lock()
         self._services: dict[tuple[str, str], dict[str, Action]] = {}
         self._pending: Pending[str, YmpAnswer] = Pending()
+        self._asked: dict[str, str] = {}  # pending request id -> the host it went to
         self._closed = False
         self._delivery = DeliveryThread(f"emailmw-ymp-{self.name}", self._deliver)
         router.register(FACE, ENDPOINT, "", self)
@@ -115,7 +118,11 @@ class YmpHost:
                     "payload": dict(payload),
                 }
             )
-            futures.append(self._pending.add(id_))
+            future = self._pending.add(id_)
+            with self._lock:
+                self._asked[id_] = host
+            future.add_done_callback(functools.partial(self._forget_done, id_))
+            futures.append(future)
         if not messages:
             return []
         first = messages[0]
@@ -125,8 +132,16 @@ class YmpHost:
         except BaseException:
             for message in messages:
                 self._pending.discard(str(message["id"]))
+                self._forget(str(message["id"]))
             raise
         return futures
+
+    def _forget_done(self, id_: str, _: Future[YmpAnswer]) -> None:
+        self._forget(id_)
+
+    def _forget(self, id_: str) -> None:
+        with self._lock:
+            self._asked.pop(id_, None)
 
     def _send(self, host: str, messages: list[dict[str, Any]], subject: str) -> None:
         to = Address.make(ENDPOINT, host)
@@ -180,9 +195,16 @@ class YmpHost:
         if message.host != self.name:
             return f"addressed to host {message.host!r}, not to this host {self.name!r}"
         if isinstance(message, YmpAnswer):
+            with self._lock:
+                asked = self._asked.get(message.reply_to)
             future = self._pending.get(message.reply_to)
-            if future is None:
+            if future is None or asked is None:
                 return f"answer to {message.reply_to!r}: no pending request with that id"
+            if message.sender_host != asked:
+                return (
+                    f"answer to {message.reply_to!r} from host {message.sender_host!r}: the "
+                    f"request went to host {asked!r}"
+                )
             future.set_result(message)
             return None
         with self._lock:

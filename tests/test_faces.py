@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 import logging
 from collections import Counter
@@ -617,11 +618,12 @@ def test_a_message_sent_in_a_callback_is_delivered_after_the_callback_returned(
     assert calls.items == ["foo_in returns", "bar_in"]
 
 
-def test_msg_ids_wrap_at_two_to_the_31(monkeypatch: pytest.MonkeyPatch, hubs: Any) -> None:
-    import itertools
-
-    from emailmw import _stem
-
-    monkeypatch.setattr(_stem, "_msg_ids", itertools.count(2**31 - 1))
+def test_msg_ids_are_random_and_fit_stems_range(hubs: Any) -> None:
+    """A msg_id cannot be guessed from the last one (a forged reply would have to): random
+    in 1 .. 2**31-1, never a counter."""
     cell = stem.Cell("c", context=hubs("lab@hubs.test", "lab", {}))
-    assert [cell.send("c", data=i).msg_id for i in range(2)] == [2**31 - 1, 0]
+    ids = [cell.send("c", data=i).msg_id for i in range(200)]
+    assert all(0 < i < 2**31 for i in ids)
+    assert len(set(ids)) == len(ids)
+    steps = {b - a for a, b in itertools.pairwise(ids)}
+    assert len(steps) > 190  # a counter would step by 1

@@ -7,15 +7,30 @@ on the way out (:class:`SecureSender`) and in (the polling thread).
 """
 
 from ._encryption import decrypt, encrypt, is_encrypted
+from ._grants import REPLY_TYPES, routed_grants, stem_send_name
 from ._keystore import Identity, Keystore, PublicIdentity, check_identity_name
 from ._permissions import Permissions, load_permissions, name_matches
 from ._policy import Decision, ReplayGuard, Security, route_action
 from ._sender import SecureSender
-from ._signing import ENCRYPTION_HEADER, SIGNATURE_HEADER, canonical, read_signature, sign, verify
+from ._signing import (
+    ENCRYPTION_HEADER,
+    ORIGIN_HEADER,
+    RECIPIENTS_HEADER,
+    SIGNATURE_HEADER,
+    VIA_HEADER,
+    canonical,
+    read_signature,
+    sign,
+    verify,
+)
 
 __all__ = [
     "ENCRYPTION_HEADER",
+    "ORIGIN_HEADER",
+    "RECIPIENTS_HEADER",
     "SIGNATURE_HEADER",
+    "VIA_HEADER",
+    "REPLY_TYPES",
     "Decision",
     "Identity",
     "Keystore",
@@ -33,6 +48,8 @@ __all__ = [
     "name_matches",
     "read_signature",
     "route_action",
+    "routed_grants",
     "sign",
+    "stem_send_name",
     "verify",
 ]

@@ -1,11 +1,13 @@
 """Encrypting bodies to recipients' public keys: pure functions.
 
-The body is sealed with a fresh 256-bit key (ChaCha20-Poly1305, RFC 8439, the Subject as
-associated data); that key is wrapped for each recipient with X25519 (RFC 7748) between a
-fresh ephemeral key and the recipient's key, HKDF-SHA256 (RFC 5869) and ChaCha20-Poly1305.
+The body is sealed with a fresh 256-bit key (ChaCha20-Poly1305, RFC 8439; associated
+data: the signer's identity, the Message-ID and the Subject, so a body moved into another
+email, or re-signed by someone else, does not open); that key is wrapped for each
+recipient with X25519 (RFC 7748) between a fresh ephemeral key and the recipient's key,
+HKDF-SHA256 (RFC 5869) and ChaCha20-Poly1305.
 Every primitive is the ``cryptography`` package's. The email carries::
 
-    Emailmw-Encryption: v=1; e=EPHEMERAL; n=NONCE; r=NAME1:WRAPPED1,NAME2:WRAPPED2
+    Emailmw-Encryption: v=2; e=EPHEMERAL; n=NONCE; r=NAME1:WRAPPED1,NAME2:WRAPPED2
 
 and the sealed body in base64. Headers needed for routing (Subject, the metadata) stay
 clear; the ``Emailmw-Encryption`` header is covered by the signature. A recipient whose
@@ -34,6 +36,7 @@ from ._signing import ENCRYPTION_HEADER
 __all__ = ["decrypt", "encrypt", "is_encrypted"]
 
 _INFO: Final = b"emailmw-encryption/1"
+_AD: Final = b"emailmw-encryption/2"
 _ZERO_NONCE: Final = bytes(12)
 
 
@@ -41,19 +44,27 @@ def _wrap_key(shared: bytes, ephemeral: bytes, recipient: bytes) -> bytes:
     return HKDF(hashes.SHA256(), 32, ephemeral + recipient, _INFO).derive(shared)
 
 
+def _associated(email: Email, signer: str) -> bytes:
+    """What the sealed body is bound to: its signer, its Message-ID, its Subject."""
+    return b"\0".join(
+        (_AD, signer.encode(), (email.message_id or "").encode(), email.subject.encode())
+    )
+
+
 def is_encrypted(email: Email) -> bool:
     return ENCRYPTION_HEADER in email.headers
 
 
-def encrypt(email: Email, recipients: Iterable[PublicIdentity]) -> Email:
-    """``email`` with its body sealed for ``recipients`` (at least one)."""
+def encrypt(email: Email, recipients: Iterable[PublicIdentity], signer: str = "") -> Email:
+    """``email`` (its Message-ID set) with its body sealed for ``recipients`` (at least
+    one), bound to ``signer`` (the identity that signs it; '' for none)."""
     recipients = list(recipients)
     if not recipients:
         raise ValueError("encrypt needs at least one recipient")
     content_key = ChaCha20Poly1305.generate_key()
     nonce = os.urandom(12)
     sealed = ChaCha20Poly1305(content_key).encrypt(
-        nonce, email.body.encode("utf-8"), email.subject.encode("utf-8")
+        nonce, email.body.encode("utf-8"), _associated(email, signer)
     )
     ephemeral = X25519PrivateKey.generate()
     ephemeral_raw = raw_public(ephemeral.public_key())
@@ -64,20 +75,21 @@ def encrypt(email: Email, recipients: Iterable[PublicIdentity]) -> Email:
         wrapped.append(
             f"{recipient.name}:{b64(ChaCha20Poly1305(key).encrypt(_ZERO_NONCE, content_key, b''))}"
         )
-    header = f"v=1; e={b64(ephemeral_raw)}; n={b64(nonce)}; r={','.join(wrapped)}"
+    header = f"v=2; e={b64(ephemeral_raw)}; n={b64(nonce)}; r={','.join(wrapped)}"
     headers = [*email.headers.items(), (ENCRYPTION_HEADER, header)]
     body = base64.encodebytes(sealed).decode("ascii").rstrip("\n")  # 76-column lines
     return email.replace(body=body, headers=headers)
 
 
-def decrypt(email: Email, identity: Identity | None) -> Email:
-    """``email`` with its body opened by ``identity``; :class:`UndecryptableError` when it
-    is not for it or does not open."""
+def decrypt(email: Email, identity: Identity | None, signer: str = "") -> Email:
+    """``email`` with its body opened by ``identity``, as signed by ``signer`` ('' for
+    none); :class:`UndecryptableError` when it is not for it or does not open (changed,
+    moved to another email or re-signed by another identity)."""
     value = email.headers.get(ENCRYPTION_HEADER, "")
     tags = dict(part.strip().partition("=")[::2] for part in value.split(";"))
     try:
-        if tags.get("v") != "1":
-            raise ValueError("version is not 1")
+        if tags.get("v") != "2":
+            raise ValueError(f"version {tags.get('v')!r} is not 2")
         ephemeral_raw = base64.b64decode(tags["e"], validate=True)
         nonce = base64.b64decode(tags["n"], validate=True)
         wrapped = {}
@@ -100,12 +112,13 @@ def decrypt(email: Email, identity: Identity | None) -> Email:
         )
         content_key = ChaCha20Poly1305(wrap_key).decrypt(_ZERO_NONCE, wrapped[identity.name], b"")
         body = ChaCha20Poly1305(content_key).decrypt(
-            nonce, base64.b64decode(email.body, validate=False), email.subject.encode("utf-8")
+            nonce, base64.b64decode(email.body, validate=False), _associated(email, signer)
         )
         text = body.decode("utf-8")
     except (InvalidTag, ValueError, binascii.Error) as exc:
         raise UndecryptableError(
             f"the body encrypted for {identity.name!r} does not decrypt "
-            f"({type(exc).__name__}): it was changed, or made with another key"
+            f"({type(exc).__name__}): it was changed, moved from another email, re-signed "
+            "by another identity, or made with another key"
         ) from None
     return email.replace(body=text)

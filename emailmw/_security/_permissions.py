@@ -11,6 +11,16 @@ A YAML file in the spirit of SROS2's permissions (grants per identity, default d
         subscribe: ["/cmd/*", /chatter]
         call: [/add_two_ints]
         serve: ["/robot1/*"]
+        stem: {send: ["/robot1/arm/cmd/*"], as: ["/base/station"]}
+        ymp: {send: ["/robot1/motion/arm/*"], as: [base]}
+        floctrl: {as: ["/plant/line1"], to: ["/plant/*"], topics: [status]}
+
+The faces have grants in their own vocabulary (``docs/security.md``): Stem ``send`` names
+``/hub/cell/TYPE`` (``/hub/cell/cmd/CMD`` for a command) and ``as`` the cells
+(``/hub/cell``) the identity may speak and answer as; YMP ``send`` names
+``/host/protocol/service/action`` and ``as`` the hosts it may speak and answer as; floctrl
+``as`` names the paths (``/orch/node``, ``/orch``) it may publish as, ``to`` the addresses
+(``/orch/*``, ``/*/*``, ...) and ``topics`` the topics it may publish to.
 
 Patterns are ROS names with wildcards: ``*`` stands for one name token (no ``/``), ``**``
 for any number of tokens, ``/**`` at the end for the name and everything under it. An
@@ -32,9 +42,24 @@ from .._config import read_yaml
 from .._exceptions import ConfigError
 from ._keystore import NAME_RE
 
-__all__ = ["ACTIONS", "INTERNAL_PREFIX", "Permissions", "load_permissions", "name_matches"]
+__all__ = [
+    "ACTIONS",
+    "FACE_ACTIONS",
+    "INTERNAL_PREFIX",
+    "Permissions",
+    "load_permissions",
+    "name_matches",
+]
 
 ACTIONS: Final = ("publish", "subscribe", "call", "serve")
+#: each face's grants, as ``face.key`` actions
+FACE_ACTIONS: Final = {
+    "stem": ("send", "as"),
+    "ymp": ("send", "as"),
+    "floctrl": ("as", "to", "topics"),
+}
+#: face grants whose patterns are plain names (no leading '/')
+_PLAIN: Final = frozenset({"ymp.as", "floctrl.topics"})
 INTERNAL_PREFIX: Final = "/_emailmw/"
 
 
@@ -72,9 +97,9 @@ class Permissions:
     source: str = "<dict>"
 
     def allows(self, identity: str, action: str, name: str) -> bool:
-        """True when ``identity`` may do ``action`` (publish, subscribe, call, serve) on
-        ``name``."""
-        if name.startswith(INTERNAL_PREFIX):
+        """True when ``identity`` may do ``action`` (publish, subscribe, call, serve, or a
+        face's ``stem.send`` ...) on ``name``."""
+        if "." not in action and name.startswith(INTERNAL_PREFIX):
             return True
         patterns = self.grants.get(identity, {}).get(action, ())
         return any(name_matches(pattern, name) for pattern in patterns)
@@ -99,27 +124,51 @@ class Permissions:
                                   source=source, key=key)  # fmt: skip
             grants[identity] = {}
             for action, patterns in actions.items():
-                if action not in ACTIONS:
-                    raise ConfigError(f"unknown action (expected one of: {', '.join(ACTIONS)})",
-                                      source=source, key=f"{key}.{action}")  # fmt: skip
-                items = [] if patterns is None else patterns
-                if isinstance(items, str):
-                    items = [items]
-                if not isinstance(items, list):
-                    raise ConfigError("expected a list of names", source=source,
-                                      key=f"{key}.{action}")  # fmt: skip
-                for index, pattern in enumerate(items):
-                    if (
-                        not isinstance(pattern, str)
-                        or not pattern.startswith("/")
-                        or any(c in pattern for c in "\r\n\x00")
-                    ):
+                if action in FACE_ACTIONS:
+                    face = {} if patterns is None else patterns
+                    if not isinstance(face, Mapping):
                         raise ConfigError(
-                            f"expected a ROS name starting with '/', got {pattern!r}",
-                            source=source, key=f"{key}.{action}[{index}]",
+                            f"expected a mapping with keys {', '.join(FACE_ACTIONS[action])}",
+                            source=source, key=f"{key}.{action}",
                         )  # fmt: skip
-                grants[identity][action] = tuple(items)
+                    for sub, listed_patterns in face.items():
+                        if sub not in FACE_ACTIONS[action]:
+                            raise ConfigError(
+                                "unknown key (expected one of: "
+                                f"{', '.join(FACE_ACTIONS[action])})",
+                                source=source, key=f"{key}.{action}.{sub}",
+                            )  # fmt: skip
+                        name = f"{action}.{sub}"
+                        grants[identity][name] = _patterns(
+                            listed_patterns, source, f"{key}.{name}", plain=name in _PLAIN
+                        )
+                    continue
+                if action not in ACTIONS:
+                    expected = ", ".join((*ACTIONS, *FACE_ACTIONS))
+                    raise ConfigError(f"unknown action (expected one of: {expected})",
+                                      source=source, key=f"{key}.{action}")  # fmt: skip
+                grants[identity][action] = _patterns(patterns, source, f"{key}.{action}")
         return cls(grants, source)
+
+
+def _patterns(patterns: Any, source: str, key: str, *, plain: bool = False) -> tuple[str, ...]:
+    """One grant's list of patterns, validated (a single string counts as a list)."""
+    items = [] if patterns is None else patterns
+    if isinstance(items, str):
+        items = [items]
+    if not isinstance(items, list):
+        raise ConfigError("expected a list of names", source=source, key=key)
+    for index, pattern in enumerate(items):
+        if (
+            not isinstance(pattern, str)
+            or not pattern
+            or (not plain and not pattern.startswith("/"))
+            or any(c in pattern for c in "\r\n\x00")
+        ):
+            what = "a name" if plain else "a name starting with '/'"
+            raise ConfigError(f"expected {what}, got {pattern!r}", source=source,
+                              key=f"{key}[{index}]")  # fmt: skip
+    return tuple(items)
 
 
 def load_permissions(path: str | Path) -> Permissions:

@@ -32,25 +32,43 @@ from typing import Final
 from .._config import SecurityOptions
 from .._exceptions import PermissionDeniedError, SecurityError, UndecryptableError
 from .._log import get_logger
-from .._protocol import PublishRoute, RequestRoute, ResponseRoute, Route, classify
+from .._protocol import (
+    AckRoute,
+    PublishRoute,
+    RequestRoute,
+    ResponseRoute,
+    Route,
+    RoutedRoute,
+    classify,
+)
 from .._transport.common import prepare_outgoing
 from .._types import Email
 from ._encryption import decrypt, encrypt, is_encrypted
+from ._grants import routed_grants
 from ._keystore import Identity, Keystore, PublicIdentity
 from ._permissions import Permissions, load_permissions, name_matches
 from ._signing import (
     ALWAYS_SIGNED,
+    RECIPIENTS_HEADER,
     TRANSIT_HEADERS,
+    VIA_HEADER,
     Signature,
+    read_origin,
     read_signature,
+    recipients_header,
     sign,
+    sign_origin,
+    signed_for,
     verify,
+    verify_origin,
 )
 
 __all__ = ["Decision", "ReplayGuard", "Security", "route_action"]
 
 _log = get_logger("security")
 _NS: Final = 1_000_000_000
+_RECIPIENTS: Final = RECIPIENTS_HEADER.lower()
+_VIA: Final = VIA_HEADER.lower()
 
 
 def route_action(route: Route) -> tuple[str, str] | None:
@@ -68,8 +86,10 @@ def route_action(route: Route) -> tuple[str, str] | None:
 class ReplayGuard:
     """The Message-IDs of accepted signed mail, kept for the replay window.
 
-    An email is a replay when its Source-Timestamp is further than ``window`` from now
-    (either way: clocks differ) or its Message-ID was accepted before. With a ``path``
+    An email is a replay when its Source-Timestamp is further than ``window`` from when
+    it arrived (the receiving server's INTERNALDATE: a receiver that was down for longer
+    than the window still takes what arrived meanwhile; either way: clocks differ) or its
+    Message-ID was accepted before. With a ``path``
     (the state file's name plus ``.seen``) every acceptance is appended to the file before
     the email is delivered (a write, no fsync: it survives the process being killed, not
     the machine losing power) and a restarted process reads it back, so a restart does not
@@ -108,14 +128,15 @@ class ReplayGuard:
             os.close(self._fd)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
-    def check(self, message_id: str | None, source_ns: int, now_ns: int) -> str | None:
-        """Why the email is a replay, or None."""
-        age = now_ns - source_ns
+    def check(self, message_id: str | None, source_ns: int, arrival_ns: int) -> str | None:
+        """Why the email (sent at ``source_ns``, arrived at ``arrival_ns``) is a replay, or
+        None."""
+        age = arrival_ns - source_ns
         if abs(age) > self.window_ns:
             when = "old" if age > 0 else "in the future"
             return (
-                f"Source-Timestamp {abs(age) / _NS:.0f} s {when}, outside the "
-                f"{self.window_ns / _NS:.0f} s replay window"
+                f"Source-Timestamp {abs(age) / _NS:.0f} s {when} when it arrived, outside "
+                f"the {self.window_ns / _NS:.0f} s replay window"
             )
         if message_id is None:
             return "signed email without a Message-ID"
@@ -171,8 +192,20 @@ class Security:
     identity or permissions file.
     """
 
-    def __init__(self, options: SecurityOptions, *, state_file: str | None = None) -> None:
+    def __init__(
+        self,
+        options: SecurityOptions,
+        *,
+        state_file: str | None = None,
+        hub: str = "",
+        accounts: tuple[str, ...] = (),
+    ) -> None:
         self.mode = options.verify
+        #: the hub routed mail arrives at (an empty hub in an address means this one)
+        self.hub = hub
+        #: the mail accounts this context receives for: signed mail must be signed for one
+        #: of them (empty: not checked, as in-process)
+        self.accounts = accounts
         self.keystore = Keystore(options.keystore) if options.keystore else None
         self.identity: Identity | None = None
         if options.identity is not None:
@@ -217,6 +250,13 @@ class Security:
 
     # ------------------------------------------------------------------ sending side
 
+    def allows(self, identity: str | None, action: str, name: str) -> bool:
+        """Whether ``identity`` may do ``action`` on ``name`` (True without a permissions
+        file; False for no identity when there is one)."""
+        if self.permissions is None:
+            return True
+        return identity is not None and self.permissions.allows(identity, action, name)
+
     def check_local(self, action: str, name: str) -> None:
         """Raise :class:`PermissionDeniedError` when this context's identity may not do
         ``action`` on ``name`` (no permissions file, or no identity: everything may)."""
@@ -227,6 +267,15 @@ class Security:
                 f"identity {self.identity.name!r} may not {action} {name!r}: add it to "
                 f"identities.{self.identity.name}.{action} in {self.permissions.source}"
             )
+
+    def _needs(self, email: Email, route: Route) -> list[tuple[str, str]] | str:
+        """The grants the signer of ``email`` needs (a reason when it contradicts itself)."""
+        if isinstance(route, RoutedRoute):
+            return routed_grants(route.envelope, email.body, self.hub)
+        if isinstance(route, AckRoute):
+            return [("subscribe", route.topic)]
+        action = route_action(route)
+        return [] if action is None else [action]
 
     def _recipients(self, name: str) -> list[PublicIdentity] | None:
         for pattern, names in self._encrypt:
@@ -245,15 +294,35 @@ class Security:
     def outgoing(self, email: Email, from_: str) -> Email:
         """``email`` as it goes out: completed (From, Message-ID, Date), checked against
         the permissions, its body encrypted when its name is configured so, signed when
-        this context has an identity."""
+        this context has an identity: for whom (``Emailmw-Recipients``), and for a routed
+        message it originates also as its originator (``Emailmw-Origin``); a relayed copy
+        keeps its originator's and names this identity in ``Route-Via``."""
         email = prepare_outgoing(email, from_)
-        action = route_action(classify(email, 0))
-        if action is not None:
-            self.check_local(*action)
-            recipients = None if is_encrypted(email) else self._recipients(email.subject)
+        route = classify(email, 0)
+        relayed = isinstance(route, RoutedRoute) and route.envelope.hops > 0
+        if not relayed:  # a relay acts for the originator, whose grants are checked
+            needs = self._needs(email, route)
+            if isinstance(needs, str):
+                raise PermissionDeniedError(f"cannot send {email.subject!r}: {needs}")
+            for action, name in needs:
+                self.check_local(action, name)
+        signer = self.identity.name if self.identity is not None else ""
+        if isinstance(route, (PublishRoute, RequestRoute, ResponseRoute)) and not is_encrypted(
+            email
+        ):
+            recipients = self._recipients(email.subject)
             if recipients is not None:
-                email = encrypt(email, recipients)
+                email = encrypt(email, recipients, signer)
         if self.identity is not None:
+            headers = [(k, v) for k, v in email.headers.items() if k.lower() != _RECIPIENTS]
+            headers.append((RECIPIENTS_HEADER, recipients_header(email)))
+            if relayed:
+                via = [v for v in email.headers.get(VIA_HEADER, "").split(",") if v.strip()]
+                headers = [(k, v) for k, v in headers if k.lower() != _VIA]
+                headers.append((VIA_HEADER, ", ".join([*(v.strip() for v in via), signer])))
+            email = email.replace(headers=headers)
+            if isinstance(route, RoutedRoute) and not relayed:
+                email = sign_origin(email, self.identity)
             email = sign(email, self.identity)
         return email
 
@@ -269,69 +338,131 @@ class Security:
         with self._counts_lock:
             self.counts["quarantined"] += 1
 
+    def _trusted_key(self, identity: str, now_ns: int) -> PublicIdentity | str:
+        trusted = self.keystore.trusted() if self.keystore is not None else {}
+        public = trusted.get(identity)
+        if public is None:
+            return f"identity {identity!r} is not trusted"
+        if public.expired(now_ns / _NS):
+            return f"the key of {identity!r} expired at {public.expiry_text()}"
+        return public
+
     def _verify(
-        self, email: Email, route: Route, now_ns: int, redelivered: bool
-    ) -> tuple[str, str, Signature | None]:
-        """(status, reason, the signature once it verified)."""
+        self, email: Email, route: Route, now_ns: int, arrival_ns: int, redelivered: bool
+    ) -> tuple[str, str, _Verified | None]:
+        """(status, reason, who signed it once the signatures verified)."""
         signature = read_signature(email)
         if signature is None:
             return "unsigned", "no signature", None
         if isinstance(signature, str):
             return "invalid", signature, None
-        trusted = self.keystore.trusted() if self.keystore is not None else {}
-        public = trusted.get(signature.identity)
-        if public is None:
-            return "untrusted", f"identity {signature.identity!r} is not trusted", None
-        if public.expired(now_ns / _NS):
-            return (
-                "untrusted",
-                f"the key of {signature.identity!r} expired at {public.expiry_text()}",
-                None,
-            )
+        public = self._trusted_key(signature.identity, now_ns)
+        if isinstance(public, str):
+            return "untrusted", public, None
         if not verify(email, signature, public.verify_key):
             return "invalid", f"signature of {signature.identity!r} does not verify", None
+        who = self._custody(email, route, signature, now_ns)
+        if isinstance(who, tuple):
+            return (*who, None)
+        if self.accounts:
+            listed = signed_for(email, self.accounts)
+            if not listed:
+                whom = ", ".join(self.accounts)
+                return (
+                    "replayed",
+                    f"signed for other recipients, not for {whom}"
+                    if listed is False
+                    else f"signed without {RECIPIENTS_HEADER} (whom it is for)",
+                    who,
+                )
         info = getattr(route, "info", None)
         source_ns = info.source_timestamp if info is not None else 0
-        if not (redelivered and email.message_id and self.replay.seen(email.message_id)):
-            replayed = self.replay.check(email.message_id, source_ns, now_ns)
+        if not (redelivered and who.message_id and self.replay.seen(who.message_id)):
+            replayed = self.replay.check(who.message_id, source_ns, arrival_ns)
             if replayed is not None:
-                return "replayed", replayed, signature
-        action = route_action(route)
-        if (
-            action is not None
-            and self.permissions is not None
-            and not self.permissions.allows(signature.identity, *action)
-        ):
+                return "replayed", replayed, who
+        needs = self._needs(email, route)
+        if isinstance(needs, str):
+            return "denied", needs, who
+        if self.permissions is not None:
+            for action, name in needs:
+                if not self.permissions.allows(who.identity, action, name):
+                    return (
+                        "denied",
+                        f"identity {who.identity!r} has no grant to {action} {name!r}",
+                        who,
+                    )
+        return "verified", "", who
+
+    def _custody(
+        self, email: Email, route: Route, signature: Signature, now_ns: int
+    ) -> _Verified | tuple[str, str]:
+        """Who originated ``email`` (its hop ``signature`` verified): for a routed message,
+        its originator's signature verified and its relays checked against ``Route-Via``;
+        else the signer. A (status, reason) when the chain does not hold."""
+        origin = read_origin(email) if isinstance(route, RoutedRoute) else None
+        if origin is None:
+            if isinstance(route, RoutedRoute) and route.envelope.hops > 0:
+                return "invalid", "relayed without its originator's signature (Emailmw-Origin)"
+            return _Verified(signature.identity, email.message_id, ())
+        if isinstance(origin, str):
+            return "invalid", origin
+        assert isinstance(route, RoutedRoute)
+        public = self._trusted_key(origin.identity, now_ns)
+        if isinstance(public, str):
+            return "untrusted", f"originator: {public}"
+        if not verify_origin(email, origin, public.verify_key):
+            return "invalid", f"originator signature of {origin.identity!r} does not verify"
+        via = tuple(v.strip() for v in email.headers.get(VIA_HEADER, "").split(",") if v.strip())
+        if len(via) != route.envelope.hops:
+            return "invalid", f"Route-Via names {len(via)} relays, Route-Hops {route.envelope.hops}"
+        last = via[-1] if via else origin.identity
+        if last != signature.identity:
             return (
-                "denied",
-                f"identity {signature.identity!r} has no grant to {action[0]} {action[1]!r}",
-                signature,
+                "invalid",
+                f"signed by {signature.identity!r}, but the last hop is {last!r} (Route-Via)",
             )
-        return "verified", "", signature
+        return _Verified(origin.identity, origin.message_id, via)
 
     def incoming(
-        self, email: Email, route: Route, *, redelivered: bool = False, now_ns: int | None = None
+        self,
+        email: Email,
+        route: Route,
+        *,
+        redelivered: bool = False,
+        now_ns: int | None = None,
+        arrival_ns: int | None = None,
     ) -> Decision:
-        """The decision for one received emailmw email (``route`` is its classification)."""
+        """The decision for one received emailmw email (``route`` is its classification;
+        ``arrival_ns``: when the mail server stored it, the time freshness is judged at;
+        None: now)."""
         now = time.time_ns() if now_ns is None else now_ns
+        arrival = now if arrival_ns is None else arrival_ns
         status, reason = "unchecked", ""
+        signer = ""
         if self.mode != "off":
-            status, reason, signature = self._verify(email, route, now, redelivered)
+            status, reason, who = self._verify(email, route, now, arrival, redelivered)
             deliver = status == "verified" or self.mode == "permissive"
             if not deliver:
                 self._count(status)
                 return Decision(False, status, reason, email, route)
             if status == "verified":
-                assert email.message_id is not None
-                assert signature is not None
-                info = route.info  # type: ignore[union-attr]  # verified: a routed email
-                self.replay.accept(email.message_id, info.source_timestamp, now)
+                assert who is not None
+                assert who.message_id is not None  # the replay check refuses mail without
+                info = route.info  # type: ignore[union-attr]  # verified: an emailmw email
+                self.replay.accept(who.message_id, info.source_timestamp, now)
+                signature = read_signature(email)
+                assert isinstance(signature, Signature)
                 email = _signed_part(email, signature)
-                route = replace(route, info=replace(info, identity=signature.identity))  # type: ignore[arg-type]
+                route = _with_identity(route, who)
+                signer = signature.identity
             self._count(status)
         if is_encrypted(email):
+            if not signer:
+                claimed = read_signature(email)
+                signer = claimed.identity if isinstance(claimed, Signature) else ""
             try:
-                email = decrypt(email, self.identity)
+                email = decrypt(email, self.identity, signer)
             except UndecryptableError as exc:
                 self._count("undecryptable")
                 return Decision(False, "undecryptable", str(exc), email, route)
@@ -345,6 +476,29 @@ class Security:
                 return False
             self._told_unsigned.add(email.from_)
             return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """Who an email is from once its signatures verified: its originator's identity and
+    Message-ID (the signer's own for mail that was not relayed), and the relays."""
+
+    identity: str
+    message_id: str | None
+    via: tuple[str, ...]
+
+
+def _with_identity(route: Route, who: _Verified) -> Route:
+    """``route`` with the verified identity in its info (an acknowledgement's subscriber
+    is that identity, not what its header says)."""
+    if isinstance(route, AckRoute):
+        info = replace(route.info, identity=who.identity, subscriber=who.identity)
+        return replace(route, info=info)
+    if isinstance(route, RoutedRoute):
+        return replace(route, info=replace(route.info, identity=who.identity, via=who.via))
+    if isinstance(route, (PublishRoute, RequestRoute, ResponseRoute)):
+        return replace(route, info=replace(route.info, identity=who.identity))  # type: ignore[arg-type]
+    return route
 
 
 def _signed_part(email: Email, signature: Signature) -> Email:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from dataclasses import dataclass
 from email.utils import parseaddr
 from typing import Final
@@ -38,17 +39,33 @@ from ._keystore import NAME_RE, Identity
 __all__ = [
     "ALWAYS_SIGNED",
     "ENCRYPTION_HEADER",
+    "ORIGIN_HEADER",
+    "RECIPIENTS_HEADER",
+    "VIA_HEADER",
+    "Origin",
     "SIGNATURE_HEADER",
     "TRANSIT_HEADERS",
     "Signature",
     "canonical",
+    "read_origin",
     "read_signature",
+    "recipient_tag",
+    "recipients_header",
     "sign",
+    "sign_origin",
+    "signed_for",
     "verify",
+    "verify_origin",
 ]
 
 SIGNATURE_HEADER: Final = "Emailmw-Signature"
 ENCRYPTION_HEADER: Final = "Emailmw-Encryption"
+#: the originator's signature over what no relay may change (routed mail)
+ORIGIN_HEADER: Final = "Emailmw-Origin"
+#: who a signed email is for (tags of its To, Cc and Bcc addresses)
+RECIPIENTS_HEADER: Final = "Emailmw-Recipients"
+#: the identities of the relays a routed message passed, in order
+VIA_HEADER: Final = "Route-Via"
 _SIGNATURE_LOWER: Final = SIGNATURE_HEADER.lower()
 ALWAYS_SIGNED: Final = (
     "subject",
@@ -173,3 +190,113 @@ def verify(email: Email, signature: Signature, key: Ed25519PublicKey) -> bool:
     except InvalidSignature:
         return False
     return True
+
+
+# ------------------------------------------------------------------ chain of custody
+
+#: what an originator signs of a routed message: what a relay carries over unchanged
+ORIGIN_SIGNED: Final = (
+    "subject",
+    "source-timestamp",
+    "route-to",
+    "route-from",
+    "route-reply",
+    "route-orig",
+    "route-face",
+    "emailmw-encryption",
+)
+_ORIGIN_MAGIC: Final = b"emailmw-origin/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """A parsed ``Emailmw-Origin`` header: who first sent a routed message, and the
+    Message-ID it sent it with."""
+
+    identity: str
+    message_id: str
+    signature: bytes
+
+
+def _origin_canonical(email: Email, identity: str, message_id: str) -> bytes:
+    parts = [_ORIGIN_MAGIC, identity.encode(), message_id.encode()]
+    for name in ORIGIN_SIGNED:
+        parts.append(name.encode())
+        parts.append(_value(email, name).encode("utf-8", "surrogateescape"))
+    body = email.body.encode("utf-8", "surrogateescape")
+    return b"\0".join(parts) + b"\0\0" + len(body).to_bytes(8, "big") + body
+
+
+def sign_origin(email: Email, identity: Identity) -> Email:
+    """``email`` (a routed message leaving its originator, Message-ID set) with its
+    ``Emailmw-Origin`` header: a signature over :data:`ORIGIN_SIGNED` and the body, which
+    every relay carries over, so the destination verifies the originator."""
+    message_id = email.message_id or ""
+    raw = identity.signing_key.sign(_origin_canonical(email, identity.name, message_id))
+    value = f"v=1; i={identity.name}; m={message_id}; s={base64.b64encode(raw).decode('ascii')}"
+    headers = [(k, v) for k, v in email.headers.items() if k.lower() != ORIGIN_HEADER.lower()]
+    return email.replace(headers=[*headers, (ORIGIN_HEADER, value)])
+
+
+def read_origin(email: Email) -> Origin | str | None:
+    """The email's origin signature; None without one; a reason when it is malformed."""
+    value = email.headers.get(ORIGIN_HEADER)
+    if value is None:
+        return None
+    tags: dict[str, str] = {}
+    for part in value.split(";"):
+        key, eq, val = part.strip().partition("=")
+        if not eq or key in tags:
+            return f"malformed {ORIGIN_HEADER} header"
+        tags[key] = val.strip()
+    if tags.get("v") != "1":
+        return f"{ORIGIN_HEADER} version {tags.get('v')!r} is not 1"
+    identity, message_id = tags.get("i", ""), tags.get("m", "")
+    if not NAME_RE.fullmatch(identity) or not message_id:
+        return f"{ORIGIN_HEADER} names no valid identity or Message-ID"
+    try:
+        raw = base64.b64decode(tags.get("s", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return f"{ORIGIN_HEADER} signature is not base64"
+    if len(raw) != 64:
+        return f"{ORIGIN_HEADER} signature is not an Ed25519 signature"
+    return Origin(identity, message_id, raw)
+
+
+def verify_origin(email: Email, origin: Origin, key: Ed25519PublicKey) -> bool:
+    """True when ``origin`` (read from ``email``) is valid under ``key``."""
+    try:
+        key.verify(origin.signature, _origin_canonical(email, origin.identity, origin.message_id))
+    except InvalidSignature:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------ recipients
+
+
+def recipient_tag(message_id: str, address: str) -> str:
+    """The tag of one recipient ``address`` of email ``message_id``: a salted hash, so the
+    signed list says who an email is for without showing its Bcc addresses in clear."""
+    bare = (parseaddr(address)[1] or address).strip().lower()
+    digest = hashlib.sha256(f"{message_id}\0{bare}".encode()).digest()[:12]
+    return base64.urlsafe_b64encode(digest).decode("ascii")
+
+
+def recipients_header(email: Email) -> str:
+    """The ``Emailmw-Recipients`` value of ``email``: a tag for each To, Cc and Bcc
+    address (mail servers drop Bcc, so the header is what covers them)."""
+    message_id = email.message_id or ""
+    tags = sorted({recipient_tag(message_id, a) for a in (*email.to, *email.cc, *email.bcc)})
+    return "v=1; t=" + " ".join(tags)
+
+
+def signed_for(email: Email, accounts: tuple[str, ...]) -> bool | None:
+    """True when ``email``'s ``Emailmw-Recipients`` lists one of ``accounts``; False when
+    it lists none of them; None when it has no such header."""
+    value = email.headers.get(RECIPIENTS_HEADER)
+    if value is None:
+        return None
+    listed = set(value.partition("t=")[2].split())
+    message_id = email.message_id or ""
+    return any(recipient_tag(message_id, a) in listed for a in accounts)

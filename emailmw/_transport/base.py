@@ -77,9 +77,12 @@ class IncomingEmail:
     ``claim``: set by a receiver that shares its mailbox with others; whoever hands the
     email to the application asks it first (:class:`Claim`). An email whose claim is lost
     is dropped from memory unsettled (:meth:`withdraw`).
+
+    ``arrival_ns``: when the receiving mail server stored it (IMAP INTERNALDATE, ns since
+    the epoch), None when the receiver cannot tell; security judges freshness by it.
     """
 
-    __slots__ = ("_settle", "claim", "delivery_count", "email", "redelivered")
+    __slots__ = ("_settle", "arrival_ns", "claim", "delivery_count", "email", "redelivered")
 
     def __init__(
         self,
@@ -89,8 +92,10 @@ class IncomingEmail:
         settle: Settle | None = None,
         delivery_count: int = 1,
         claim: Claim | None = None,
+        arrival_ns: int | None = None,
     ) -> None:
         self.email = email
+        self.arrival_ns = arrival_ns
         self.redelivered = redelivered
         self.delivery_count = delivery_count
         self.claim = claim

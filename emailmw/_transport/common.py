@@ -618,6 +618,7 @@ class MailboxReceiver(EmailReceiver):
                 email,
                 redelivered=position.redelivered(uid, email.message_id, listed[uid][1]),
                 settle=functools.partial(self._settle, position.uidvalidity, uid),
+                arrival_ns=listed[uid][1],
             )
             for uid, email in parsed
         ]

@@ -4,6 +4,7 @@ the decision state machine, without a transport."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import quopri
 import subprocess
@@ -213,23 +214,30 @@ def test_a_permissions_file_with_a_mistake_names_file_and_key(tmp_path: Path) ->
 
 def test_encrypted_bodies_open_for_their_recipients_only(keystore: Keystore) -> None:
     trusted = keystore.trusted()
-    email = encrypt(message("secret plans " * 50), [trusted["listener"], trusted["robot"]])
+    email = encrypt(
+        message("secret plans " * 50), [trusted["listener"], trusted["robot"]], "talker"
+    )
     assert "secret" not in email.body
     assert all(len(line) <= 76 for line in email.body.splitlines())
     arrived = parse(build(email))
     for name in ("listener", "robot"):
-        assert decrypt(arrived, keystore.identity(name)).body == "secret plans " * 50
+        assert decrypt(arrived, keystore.identity(name), "talker").body == "secret plans " * 50
     with pytest.raises(UndecryptableError, match="encrypted for listener, robot, not for"):
-        decrypt(arrived, keystore.identity("talker"))
+        decrypt(arrived, keystore.identity("talker"), "talker")
     with pytest.raises(UndecryptableError, match="no identity"):
-        decrypt(arrived, None)
+        decrypt(arrived, None, "talker")
     flipped = arrived.replace(body=arrived.body[:10] + ("A" if arrived.body[10] != "A" else "B")
                               + arrived.body[11:])  # fmt: skip
     with pytest.raises(UndecryptableError, match="does not decrypt"):
-        decrypt(flipped, keystore.identity("robot"))
-    moved = arrived.replace(subject="/elsewhere")  # bound to its Subject
-    with pytest.raises(UndecryptableError, match="does not decrypt"):
-        decrypt(moved, keystore.identity("robot"))
+        decrypt(flipped, keystore.identity("robot"), "talker")
+    # bound to its Subject, its Message-ID and its signer
+    for moved, signer in (
+        (arrived.replace(subject="/elsewhere"), "talker"),
+        (arrived.with_message_id("<other@example.test>"), "talker"),
+        (arrived, "robot"),
+    ):
+        with pytest.raises(UndecryptableError, match="does not decrypt"):
+            decrypt(moved, keystore.identity("robot"), signer)
 
 
 # ------------------------------------------------------------------------------ replay guard
@@ -342,7 +350,7 @@ def test_grants_decide_on_both_sides(keystore: Keystore, tmp_path: Path) -> None
 def test_encrypted_mail_without_the_key_is_refused_with_the_reason_in_every_mode(
     keystore: Keystore,
 ) -> None:
-    email = signed(keystore, encrypt(message("s"), [keystore.trusted()["robot"]]))
+    email = signed(keystore, encrypt(message("s"), [keystore.trusted()["robot"]], "talker"))
     for mode in ("off", "permissive", "enforce"):
         decision = security(keystore, mode).incoming(email, classify(email, time.time_ns()))
         assert (decision.deliver, decision.status) == (False, "undecryptable")
@@ -438,3 +446,224 @@ def test_the_seen_file_forgets_what_the_window_refuses_anyway(tmp_path: Path) ->
     guard.accept("<new@b>", now, now)  # the 4096th: the old ones are past twice the window
     guard.close()
     assert path.read_text().splitlines() == [f"{now} <new@b>"]
+
+
+# ------------------------------------------------------------------ faces, acks, custody
+
+FACE_PERMISSIONS = """\
+identities:
+  talker:
+    publish: [/chatter]
+    stem: {send: ["/robot/arm/cmd/status"], as: ["/base/station"]}
+    ymp: {send: ["/robot/motion/arm/move"], as: [base]}
+  listener:
+    subscribe: [/chatter]
+    stem: {as: ["/robot/arm"]}
+    ymp: {as: [robot]}
+    floctrl: {as: ["/plant/*"], to: ["/plant/*"], topics: [status]}
+  robot: {}
+"""
+
+
+def _face_security(keystore: Keystore, tmp_path: Path, identity: str, **more: object) -> Security:
+    perms = tmp_path / "faces.yaml"
+    perms.write_text(FACE_PERMISSIONS)
+    options = SecurityOptions(keystore=str(keystore.path), identity=identity, verify="enforce",
+                              permissions=str(perms))  # fmt: skip
+    return Security(options, **more)  # type: ignore[arg-type]
+
+
+def _routed(face: str, to: str, from_: str, body: str, *, hops: int = 0) -> Email:
+    from emailmw._addressing import Address, Envelope
+    from emailmw._protocol import routed_email
+
+    to_hub, to_name = to.split(":")
+    from_hub, from_name = from_.split(":")
+    envelope = Envelope(Address(to_name, to_hub), Address(from_name, from_hub), face, hops=hops)
+    email = routed_email(envelope, f"{face} test", body, to="robot@example.test",
+                         from_="base@example.test", timestamp_ns=time.time_ns())  # fmt: skip
+    return prepare_outgoing(email, "base@example.test")
+
+
+def _decide_routed(sec: Security, email: Email) -> tuple[bool, str, str]:
+    arrived = parse(build(email))
+    decision = sec.incoming(arrived, classify(arrived, time.time_ns()))
+    return decision.deliver, decision.status, decision.reason
+
+
+def test_face_grants_in_the_permissions_file_name_file_and_key(tmp_path: Path) -> None:
+    good = tmp_path / "p.yaml"
+    good.write_text(FACE_PERMISSIONS)
+    perms = load_permissions(good)
+    assert perms.allows("talker", "stem.send", "/robot/arm/cmd/status")
+    assert not perms.allows("talker", "stem.send", "/robot/arm/cmd/reboot")
+    assert perms.allows("listener", "floctrl.as", "/plant/line1")
+    assert not perms.allows("robot", "stem.as", "/robot/arm")
+    for text, key in (
+        ("identities: {a: {stem: {sned: []}}}", "identities.a.stem.sned"),
+        ("identities: {a: {ymp: [x]}}", "identities.a.ymp"),
+        ("identities: {a: {stem: {send: [robot]}}}", r"identities.a.stem.send\[0\]"),
+        ("identities: {a: {bogus: []}}", "identities.a.bogus"),
+    ):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=rf"bad.yaml.*{key}"):
+            load_permissions(bad)
+
+
+def test_routed_mail_needs_its_faces_grants_on_both_sides(
+    keystore: Keystore, tmp_path: Path
+) -> None:
+    robot = _face_security(keystore, tmp_path, "listener", hub="robot")
+    status = '{"type":"cmd","cmd":"status","msg_id":5}'
+    reboot = '{"type":"cmd","cmd":"reboot","msg_id":6}'
+    cases = [  # (signer, email, delivered)
+        ("talker", _routed("stem", "robot:arm", "base:station", status), True),
+        ("talker", _routed("stem", "robot:arm", "base:station", reboot), False),
+        ("robot", _routed("stem", "robot:arm", "base:station", status), False),  # no grants
+        ("talker", _routed("stem", "robot:arm", "base:other", status), False),  # speaks as?
+        ("talker", _routed("stem", ":arm", "base:station", status), True),  # this hub
+    ]
+    for signer, email, delivered in cases:
+        got = _decide_routed(robot, signed(keystore, email, signer))
+        assert got[:2] == ((True, "verified") if delivered else (False, "denied")), (signer, got)
+    # a local send without the grant raises, as for topics
+    base = _face_security(keystore, tmp_path, "talker", hub="base")
+    base.outgoing(_routed("stem", "robot:arm", "base:station", status), "base@example.test")
+    with pytest.raises(PermissionDeniedError, match=r"stem.send '/robot/arm/cmd/reboot'.*"
+                       r"identities.talker.stem.send in .*faces.yaml"):  # fmt: skip
+        base.outgoing(_routed("stem", "robot:arm", "base:station", reboot), "base@example.test")
+
+
+def test_a_ymp_sender_host_is_the_signed_route_not_a_header(
+    keystore: Keystore, tmp_path: Path
+) -> None:
+    robot = _face_security(keystore, tmp_path, "listener", hub="robot")
+
+    def request(sender_host: str, action: str) -> str:
+        return json.dumps({"sender": {"host": sender_host, "protocol": "p", "service": "s"},
+                           "id": "1", "host": "robot", "protocol": "motion", "service": "arm",
+                           "action": action, "payload": {}})  # fmt: skip
+
+    ok = _routed("ymp", "robot:ymp", "base:ymp", request("base", "move"))
+    assert _decide_routed(robot, signed(keystore, ok))[:2] == (True, "verified")
+    for email, why in (
+        (_routed("ymp", "robot:ymp", "base:ymp", request("base", "reboot")), "ymp.send"),
+        (_routed("ymp", "robot:ymp", "base:ymp", request("plant", "move")), "not the hub"),
+        (_routed("ymp", "robot:ymp", "plant:ymp", request("plant", "move")), "ymp.as 'plant'"),
+    ):
+        deliver, status, reason = _decide_routed(robot, signed(keystore, email))
+        assert (deliver, status) == (False, "denied")
+        assert why in reason
+
+
+def _ack(topic: str, subscriber: str) -> Email:
+    from emailmw._protocol import ack_email
+
+    published = message(topic=topic)
+    return prepare_outgoing(
+        ack_email(published, subscriber=subscriber, delivery_count=1, from_="x@example.test",
+                  timestamp_ns=time.time_ns()),
+        "x@example.test",
+    )  # fmt: skip
+
+
+def test_an_ack_counts_from_a_subscriber_of_its_topic_named_by_its_signature(
+    keystore: Keystore, tmp_path: Path
+) -> None:
+    talker = _face_security(keystore, tmp_path, "talker")
+    deliver, status, _ = _decide_routed(talker, signed(keystore, _ack("/chatter", "bob"), "robot"))
+    assert (deliver, status) == (False, "denied")
+    arrived = parse(build(signed(keystore, _ack("/chatter", "bob"), "listener")))
+    decision = talker.incoming(arrived, classify(arrived, time.time_ns()))
+    assert decision.deliver
+    assert decision.route.info.subscriber == "listener"  # type: ignore[union-attr]
+
+
+def test_a_relayed_message_keeps_its_originators_signature(
+    keystore: Keystore, tmp_path: Path
+) -> None:
+    """A relay's copy carries the originator's signature: the destination names the
+    originator and the relays, checks the grants on the originator, and refuses a copy
+    whose relay changed what it may not, dropped the origin or lied about the path."""
+    from emailmw._protocol import routed_email
+    from emailmw._routing import forwarded_message_id
+
+    base = _face_security(keystore, tmp_path, "talker", hub="base")
+    relay = _face_security(keystore, tmp_path, "robot", hub="gw")  # no grants at all
+    robot = _face_security(keystore, tmp_path, "listener", hub="robot")
+    status = '{"type":"cmd","cmd":"status","msg_id":5}'
+    first = base.outgoing(_routed("stem", "robot:arm", "base:station", status), "b@example.test")
+
+    def relayed(email: Email, **change: str) -> Email:
+        route = classify(email, 0)
+        envelope = route.envelope.forwarded()  # type: ignore[union-attr]
+        stamp = route.info.source_timestamp  # type: ignore[union-attr]
+        copy = routed_email(envelope, email.subject, change.get("body", email.body),
+                            to="robot@example.test", from_="gw@example.test",
+                            timestamp_ns=stamp)  # fmt: skip
+        copy = copy.with_message_id(forwarded_message_id(email.message_id, envelope))
+        keep = {"emailmw-origin", "route-via"} - set(change.get("strip", "").split(","))
+        custody = [(k, v) for k, v in email.headers.items() if k.lower() in keep]
+        return relay.outgoing(copy.replace(headers=[*copy.headers.items(), *custody]),
+                              "gw@example.test")  # fmt: skip
+
+    copy = relayed(first)
+    arrived = parse(build(copy))
+    decision = robot.incoming(arrived, classify(arrived, time.time_ns()))
+    assert (decision.deliver, decision.status) == (True, "verified"), decision.reason
+    info = decision.route.info  # type: ignore[union-attr]
+    assert (info.identity, info.via) == ("talker", ("robot",))
+    assert _decide_routed(robot, copy)[1] == "replayed"  # the same message, by its origin
+    reboot = '{"type":"cmd","cmd":"reboot","msg_id":5}'
+    forged = _routed("stem", "robot:arm", "base:station", reboot, hops=1)
+    for bad, why in (
+        (relayed(first, body=reboot), "originator signature of 'talker' does not verify"),
+        (relayed(first, strip="emailmw-origin"), "without its originator's signature"),
+        (relay.outgoing(forged, "gw@example.test"), "without its originator's signature"),
+    ):
+        deliver, status, reason = _decide_routed(robot, bad)
+        assert (deliver, status) == (False, "invalid"), reason
+        assert why in reason
+    lying = copy.replace(headers=copy.headers.merged({"Route-Via": "talker"}))
+    assert _decide_routed(robot, sign(lying, keystore.identity("robot")))[2].startswith(
+        "signed by 'robot', but the last hop is 'talker'"
+    )
+
+
+def test_signed_mail_is_for_its_recipients_only(keystore: Keystore, tmp_path: Path) -> None:
+    talker = _face_security(keystore, tmp_path, "talker")
+    email = talker.outgoing(
+        message().replace(to=("inbox@example.test",), bcc=("hidden@example.test",)),
+        RECIPIENTS.from_,
+    )
+    assert "hidden" not in build(email).decode()
+    for account, delivered in (
+        ("inbox@example.test", True),
+        ("Hidden@Example.test", True),  # Bcc counts, however spelled
+        ("other@example.test", False),
+    ):
+        sec = _face_security(keystore, tmp_path, "listener", accounts=(account,))
+        deliver, status, reason = _decide_routed(sec, email)
+        assert deliver is delivered, (account, reason)
+        if not delivered:
+            assert status == "replayed"
+            assert "signed for other recipients" in reason
+
+
+def test_freshness_is_judged_at_arrival(keystore: Keystore) -> None:
+    """A receiver that was down longer than the window takes what arrived meanwhile; a
+    copy that arrives after the window is refused."""
+    sec = security(keystore, "enforce")
+    email = signed(keystore, message())
+    arrived = parse(build(email))
+    route = classify(arrived, 0)
+    sent = route.info.source_timestamp  # type: ignore[union-attr]
+    later = sent + 3600 * 10**9
+    ok = sec.incoming(arrived, route, now_ns=later, arrival_ns=sent + 10**9)
+    assert (ok.deliver, ok.status) == (True, "verified")
+    again = signed(keystore, message())
+    route = classify(again, 0)
+    late = sec.incoming(again, route, now_ns=later, arrival_ns=later)
+    assert (late.deliver, late.status) == (False, "replayed")
+    assert "when it arrived" in late.reason

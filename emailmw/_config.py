@@ -77,7 +77,7 @@ _TOP_KEYS: Final = frozenset(
 _ROUTING_KEYS: Final = frozenset({"hub", "routes"})
 VERIFY_MODES: Final = ("off", "permissive", "enforce")
 _SECURITY_KEYS: Final = frozenset(
-    {"keystore", "identity", "verify", "permissions", "replay-window", "encrypt"}
+    {"keystore", "identity", "verify", "permissions", "replay-window", "encrypt", "servers"}
 )
 #: the quarantine folder of ``verify: enforce`` when ``quarantine`` names none
 DEFAULT_QUARANTINE: Final = "Quarantine"
@@ -176,6 +176,8 @@ class SecurityOptions:
     permissions: str | None = None
     replay_window: float = 600.0
     encrypt: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: service name patterns -> the identities whose responses a client accepts
+    servers: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -629,32 +631,45 @@ def _read_security(reader: _Reader) -> SecurityOptions:
     permissions = sec.string("permissions")
     if permissions is not None and not Path(permissions).expanduser().is_file():
         raise sec.error("permissions", f"expected a readable file, {permissions!r} is not")
-    encrypt: list[tuple[str, tuple[str, ...]]] = []
-    raw_encrypt = data.get("encrypt")
-    if raw_encrypt is not None:
-        if not isinstance(raw_encrypt, Mapping):
-            raise sec.error("encrypt", "expected a mapping of name patterns to identity lists")
-        for pattern, names in raw_encrypt.items():
-            items = [names] if isinstance(names, str) else names
-            if (
-                not isinstance(pattern, str)
-                or not pattern.startswith("/")
-                or not isinstance(items, list)
-                or not items
-                or not all(isinstance(n, str) and n for n in items)
-            ):
-                raise sec.error(
-                    f"encrypt.{pattern}", "expected a ROS name pattern and a list of identities"
-                )
-            encrypt.append((pattern, tuple(items)))
+    encrypt = _identity_lists(sec, data, "encrypt")
+    servers = _identity_lists(sec, data, "servers")
+    if servers and keystore is None:
+        raise sec.error("keystore", "required with servers (whose signatures are checked)")
     return SecurityOptions(
         keystore=str(Path(keystore).expanduser()) if keystore else None,
         identity=identity,
         verify=mode,
         permissions=str(Path(permissions).expanduser()) if permissions else None,
         replay_window=sec.number("replay-window", 600.0),
-        encrypt=tuple(encrypt),
+        encrypt=encrypt,
+        servers=servers,
     )
+
+
+def _identity_lists(
+    sec: _Reader, data: Mapping[str, Any], key: str
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A mapping of ROS name patterns to lists of identities (``encrypt``, ``servers``)."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+    raw = data.get(key)
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise sec.error(key, "expected a mapping of name patterns to identity lists")
+    for pattern, names in raw.items():
+        items = [names] if isinstance(names, str) else names
+        if (
+            not isinstance(pattern, str)
+            or not pattern.startswith("/")
+            or not isinstance(items, list)
+            or not items
+            or not all(isinstance(n, str) and n for n in items)
+        ):
+            raise sec.error(
+                f"{key}.{pattern}", "expected a ROS name pattern and a list of identities"
+            )
+        found.append((pattern, tuple(items)))
+    return tuple(found)
 
 
 def _reply_domains(reader: _Reader, recipients: Recipients) -> frozenset[str] | None:

@@ -13,13 +13,14 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from types import TracebackType
 from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
 from ._exceptions import (
     ClosedError,
+    ConfigError,
     SendError,
     ServiceTimeoutError,
     TransportError,
@@ -418,9 +419,20 @@ class ServiceClient(_Entity, Waitable):
     such reply wins (later copies, answers from other servers, replies to abandoned calls
     and forgeries are dropped and counted in :attr:`unexpected_responses`). Memory is
     bounded by the requests the application has not collected the answers of.
+
+    ``servers``: the identities whose responses it accepts (their signatures verified;
+    ``docs/security.md``); default: the context's ``security.servers`` for this service,
+    else any identity the permissions grant to serve it (as in SROS2). A response from
+    another identity, or unsigned, is dropped and counted like a forgery.
     """
 
-    def __init__(self, service_name: str, *, context: Context | None = None) -> None:
+    def __init__(
+        self,
+        service_name: str,
+        *,
+        context: Context | None = None,
+        servers: Iterable[str] | None = None,
+    ) -> None:
         self._service = validate_name(service_name, "service name")
         Waitable.__init__(self)
         self.gid = Gid.new()
@@ -436,6 +448,14 @@ class ServiceClient(_Entity, Waitable):
         self._response_hook: Callable[[str, ServiceInfo], bool] | None = None
         self._failure_hook: Callable[[int, SendError], None] | None = None
         ctx = self._setup(context, "call", self._service)
+        if servers is None:
+            servers = ctx.security.servers_for(self._service)
+        self._servers = None if servers is None else frozenset(servers)
+        if self._servers is not None and ctx.security.mode == "off":
+            raise ConfigError(
+                f"{self!r}: servers= needs signatures checked: set security.verify to "
+                "enforce (or permissive) with a keystore"
+            )
         self._recipients = ctx.options.recipients
         self._guarantee = ctx.check_guarantee(None)
         ctx.register_client(self.gid.value, self)
@@ -458,17 +478,20 @@ class ServiceClient(_Entity, Waitable):
                 expected is not None
                 and email.in_reply_to == expected
                 and seq not in self._responses
+                and (self._servers is None or info.identity in self._servers)
             )
             if not wanted:
                 self.unexpected_responses += 1
         if not wanted:
             _log.info(
                 "%r dropped response %s: it answers no request pending here (sequence "
-                "number %d, In-Reply-To %s)",
+                "number %d, In-Reply-To %s), or comes from an identity it does not accept "
+                "(%s)",
                 self,
                 email.message_id,
                 seq,
                 email.in_reply_to,
+                info.identity,
             )
             ticket.release()
             return

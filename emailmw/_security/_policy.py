@@ -219,6 +219,7 @@ class Security:
             load_permissions(permissions_file) if permissions_file else None
         )
         self._encrypt = options.encrypt
+        self._servers = options.servers
         checking = self.keystore is not None and self.mode != "off"
         self.replay = ReplayGuard(
             options.replay_window, f"{state_file}.seen" if state_file and checking else None
@@ -267,6 +268,14 @@ class Security:
                 f"identity {self.identity.name!r} may not {action} {name!r}: add it to "
                 f"identities.{self.identity.name}.{action} in {self.permissions.source}"
             )
+
+    def servers_for(self, service: str) -> tuple[str, ...] | None:
+        """The identities whose responses a client of ``service`` accepts, as configured
+        (``security.servers``); None: any identity with the serve grant."""
+        for pattern, names in self._servers:
+            if name_matches(pattern, service):
+                return names
+        return None
 
     def _needs(self, email: Email, route: Route) -> list[tuple[str, str]] | str:
         """The grants the signer of ``email`` needs (a reason when it contradicts itself)."""

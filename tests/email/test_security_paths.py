@@ -1,0 +1,394 @@
+"""Trust on every path (docs/security.md), against the real server, each test written as
+the attack: routed Stem/YMP/floctrl mail, acknowledgements, relays through a gateway,
+replays to another account, a receiver down for longer than the replay window, responses
+from the wrong server and a transplanted ciphertext. Receivers run in ``enforce``; every
+attack is quarantined with its reason (never deleted), legitimate traffic arrives and the
+receiver goes on, on both transports."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import emailmw
+from emailmw import Email, Keystore, floctrl, stem, ymp
+from emailmw.testing._modes import wait_for
+from emailmw.testing.mailserver import MailServer
+from tests.conftest import MakeContext
+
+from .helpers import TRANSPORTS, Peer, folder_subjects, inject, transport_extra, write_config
+from .test_security_server import wait_for_files, wait_for_quarantined
+
+PERMISSIONS = """\
+identities:
+  station:
+    publish: [/chatter]
+    call: [/add]
+    stem: {send: ["/robot/arm/cmd/status", "/far/arm/cmd/status"], as: ["/base/*", "/lab/*"]}
+    ymp: {send: ["/robot/motion/arm/*"], as: [base]}
+    floctrl: {as: ["/plant/line1"], to: ["/plant/*"], topics: [status]}
+  arm:
+    subscribe: [/chatter, /secret]
+    serve: [/add]
+    stem: {as: ["/robot/arm", "/far/arm"]}
+    ymp: {as: [robot]}
+  talker: {publish: [/chatter, /secret], call: [/add]}
+  robot: {publish: [/secret], serve: [/add]}
+  mallory: {}
+  gw: {}
+"""
+ALLOW_ALL = """\
+identities:
+  mallory:
+    publish: ["/**"]
+    subscribe: ["/**"]
+    serve: ["/**"]
+    stem: {send: ["/**"], as: ["/**"]}
+    ymp: {send: ["/**"], as: ["*"]}
+    floctrl: {as: ["/**"], to: ["/**"], topics: ["**"]}
+  robot: {publish: ["/**"], serve: ["/**"]}
+"""
+
+
+@pytest.fixture(scope="module")
+def keystore(tmp_path_factory: pytest.TempPathFactory) -> Keystore:
+    store = Keystore.create(tmp_path_factory.mktemp("paths") / "keystore")
+    for name in ("station", "arm", "talker", "robot", "mallory", "gw"):
+        store.create_key(name)
+    (store.path / "permissions.yaml").write_text(PERMISSIONS)
+    (store.path.parent / "allow-all.yaml").write_text(ALLOW_ALL)
+    return store
+
+
+def secure(keystore: Keystore, identity: str, **more: Any) -> dict[str, Any]:
+    """An identity's security section; mallory and robot believe they may do anything
+    (their own permissions file says so): the receiver's decides."""
+    if identity in ("mallory", "robot") and "permissions" not in more:
+        more["permissions"] = str(keystore.path.parent / "allow-all.yaml")
+    return {"security": {"keystore": str(keystore.path), "identity": identity,
+                         "verify": "enforce", **more}}  # fmt: skip
+
+
+def hub(hub: str, routes: dict[str, str]) -> dict[str, Any]:
+    return {"routing": {"hub": hub, "routes": routes}}
+
+
+Made = Callable[..., emailmw.Context]
+
+
+@pytest.fixture
+def made(email_context: MakeContext, keystore: Keystore) -> Made:
+    def make(address: str, identity: str, transport: str = "native", **extra: Any) -> Any:
+        more = {k: extra.pop(k) for k in ("encrypt",) if k in extra}
+        return email_context(address, transport=transport, **transport_extra(transport),
+                             **secure(keystore, identity, **more), **extra)  # fmt: skip
+
+    return make
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_stem_commands_and_responses_need_their_grants(
+    account: Callable[[], str], made: Made, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    """mallory, trusted but granted nothing, cannot make a cell reboot nor answer a
+    pending request in the cell's place; the station, granted status, gets its answer."""
+    robot_box, base_box, evil_box = account(), account(), account()
+    robot = made(robot_box, "arm", transport, **hub("robot", {"base": base_box}))
+    base = made(base_box, "station", transport, **hub("base", {"robot": robot_box}))
+    evil = made(evil_box, "mallory", **hub("base", {"robot": robot_box}))
+    ran: list[str] = []
+    release = threading.Event()
+
+    class Arm(stem.Cell):
+        def status_cmd(self, msg: stem.StemMessage) -> str:
+            ran.append(f"status by {msg.info.identity if msg.info else None}")
+            assert release.wait(30)
+            return "fine"
+
+        def reboot_cmd(self, msg: stem.StemMessage) -> str:
+            ran.append("reboot")
+            return "rebooting"
+
+    Arm("arm", context=robot)
+    station = stem.Cell("station", context=base)
+    with caplog.at_level(logging.WARNING, logger="emailmw"):
+        stem.Cell("station", context=evil).send("robot:arm", type="cmd", cmd="reboot")
+        asked = station.send("robot:arm", type="cmd", cmd="status")  # its msg_id, to forge
+        future = station._pending.add(asked.msg_id)
+        # mallory answers in the arm's place (she read the msg_id off the wire)
+        as_arm = made(account(), "mallory", **hub("robot", {"base": base_box}))
+        stem.Cell("arm", context=as_arm).send(
+            "base:station", type="response", data="forged", reply_id=asked.msg_id
+        )
+        reasons = wait_for_quarantined(caplog, 2)
+        release.set()
+        assert future.result(30) == "fine"
+    assert any("cmd reboot" in r and "denied" in r and "'mallory'" in r for r in reasons)
+    assert any("response" in r and "'mallory' has no grant to stem.as '/robot/arm'" in r
+               for r in reasons)  # fmt: skip
+    assert ran == ["status by station"]
+    with pytest.raises(emailmw.PermissionDeniedError, match=r"identities.station.stem.send"):
+        station.send("robot:arm", type="cmd", cmd="reboot")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ymp_and_floctrl_mail_needs_its_grants(
+    account: Callable[[], str], made: Made, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    """mallory sends as host base (From set to base's account, which a header cannot
+    prove) and injects a floctrl message: both quarantined; the station's go through."""
+    robot_box, base_box = account(), account()
+    robot = made(robot_box, "arm", transport, **hub("robot", {"base": base_box}))
+    base = made(base_box, "station", transport, **hub("base", {"robot": robot_box}))
+    host = ymp.YmpHost(context=robot)
+    calls: list[str] = []
+    host.add_service("motion", "arm", {"move": lambda r: calls.append("move") or {"ok": 1}})
+    got: list[floctrl.Message] = []
+    floctrl.Node("plant", "line2", context=robot).subscribe_to("status", got.append)
+    evil = made(account(), "mallory", **{"from": base_box}, **hub("base", {"robot": robot_box}))
+    with caplog.at_level(logging.WARNING, logger="emailmw"):
+        ymp.YmpHost(context=evil).request("robot", "motion", "arm", "move", {})
+        node = floctrl.Node("plant", "line1", supernode_hub="robot", context=evil)
+        node.publish(floctrl.Message(1, "/plant", "status", "forged"))
+        reasons = wait_for_quarantined(caplog, 2)
+        answer = ymp.YmpHost(context=base).request("robot", "motion", "arm", "move", {})
+        assert answer.result(30).payload == {"ok": 1}
+    assert calls == ["move"]
+    assert got == []
+    assert any("ymp.as 'base'" in r and "mallory" in r for r in reasons), reasons
+    assert any("floctrl.as '/plant/line1'" in r and "mallory" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_forged_acknowledgement_is_not_counted(
+    account: Callable[[], str], made: Made, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    talker_box, arm_box = account(), account()
+    talker = made(talker_box, "talker", transport, to=arm_box)
+    pub = emailmw.Publisher("/chatter", context=talker)
+    arm = made(arm_box, "arm")
+    sub = emailmw.Subscription("/chatter", context=arm)  # not receiving yet
+    evil = made(account(), "mallory", to=talker_box)
+    with caplog.at_level(logging.WARNING, logger="emailmw"):
+        future = pub.publish("hello", ack=True)
+        assert future is not None
+        forged = Email("/chatter", "", to=(talker_box,), headers={
+            "Source-Timestamp": str(time.time_ns()), "Ack-Publisher-GID": str(pub.gid.value),
+            "Ack-Sequence-Number": "0", "Ack-Subscriber": "arm", "Delivery-Count": "1",
+        }, in_reply_to="<x@y>")  # fmt: skip
+        evil.sender.send(forged)
+        (reason,) = wait_for_quarantined(caplog, 1)
+        assert not future.done()
+        assert emailmw.wait_for_message(sub, 30) == "hello"
+        ack = future.result(30)
+    assert "denied" in reason
+    assert "'mallory' has no grant to subscribe '/chatter'" in reason
+    assert (ack.subscriber, ack.identity) == ("arm", "arm")
+    assert [a.subscriber for a in pub.acks(0)] == ["arm"]
+
+
+def test_a_relay_keeps_the_originators_signature_and_cannot_speak_for_others(
+    mailserver: MailServer,
+    second_mailserver: MailServer,
+    made: Made,
+    keystore: Keystore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Through a gateway (identity gw, granted nothing) the far cell sees the station as
+    originator and gw as the hop; mallory, an account holder on the first server, cannot
+    speak as the station through it."""
+    from .test_routing_servers import gateway_context
+
+    a, b = mailserver, second_mailserver
+    la, ga, ea = a.fresh_account(), a.fresh_account(), a.fresh_account()
+    fb, gb = b.fresh_account(), b.fresh_account()
+    lab = made(la, "station", **hub("lab", {"far": ga}))
+    far = emailmw.Context({"email": b.config(fb, **secure(keystore, "arm"),
+                                             **hub("far", {"lab": gb}))})  # fmt: skip
+    evil = made(ea, "mallory", **hub("lab", {"far": ga}))
+    seen: list[tuple[Any, ...]] = []
+
+    class Arm(stem.Cell):
+        def status_cmd(self, msg: stem.StemMessage) -> str:
+            assert msg.info is not None
+            seen.append((str(msg.from_), msg.info.identity, msg.info.via))
+            return "fine"
+
+    Arm("arm", context=far)
+    gateway_security = secure(keystore, "gw")
+
+    def relay(server: MailServer, address: str, name: str) -> emailmw.Context:
+        config = server.config(address, routing={"hub": name}, **gateway_security)
+        return emailmw.Context({"email": config})
+
+    assert gateway_context  # (the plain gateway of the routing tests, here with identities)
+    with (
+        caplog.at_level(logging.WARNING, logger="emailmw"),
+        emailmw.Gateway(
+            {"a": relay(a, ga, "gwa"), "b": relay(b, gb, "gwb")},
+            {"lab": (la, "a"), "far": (fb, "b")},
+        ) as gateway,  # fmt: skip
+    ):
+        gateway.start()
+        station = stem.Cell("station", context=lab)
+        assert station.request("far:arm", "status").result(30) == "fine"
+        stem.Cell("station", context=evil).send("far:arm", type="cmd", cmd="status")
+        (reason,) = wait_for_quarantined(caplog, 1)
+        assert station.request("far:arm", "status").result(30) == "fine"
+    far.shutdown()
+    assert seen == [("lab:station", "station", ("gw",))] * 2
+    assert "denied" in reason
+    assert "'mallory' has no grant to stem.as '/lab/station'" in reason
+
+
+def _verbatim(stored: Path) -> bytes:
+    """A stored email as it was sent (Maildir keeps LF line ends; SMTP wants CRLF, and
+    adds a line end to mail that lacks one)."""
+    return stored.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_message_replayed_to_another_account_is_refused(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    made: Made,
+    caplog: pytest.LogCaptureFixture,
+    transport: str,
+) -> None:
+    first, second = account(), account()
+    one = made(first, "arm")
+    two = made(second, "arm", transport)
+    sub_one = emailmw.Subscription("/chatter", context=one)
+    sub_two = emailmw.Subscription("/chatter", context=two)
+    talker = made(account(), "talker", to=first)
+    emailmw.Publisher("/chatter", context=talker).publish("for the first account")
+    assert emailmw.wait_for_message(sub_one, 30) == "for the first account"
+    (captured,) = wait_for_files(mailserver.maildir(first), 1)
+    two.start_receiving()
+    with caplog.at_level(logging.WARNING, logger="emailmw"):
+        inject(mailserver, second, _verbatim(captured))
+        (reason,) = wait_for_quarantined(caplog, 1)
+        emailmw.Publisher("/chatter", context=made(account(), "talker", to=second)).publish("ok")
+        assert emailmw.wait_for_message(sub_two, 30) == "ok"
+    assert "replayed" in reason
+    assert f"signed for other recipients, not for {second}" in reason
+    assert sub_two.get_message() is None
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_receiver_down_longer_than_the_window_loses_nothing_and_still_refuses_replays(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    made: Made,
+    keystore: Keystore,
+    tmp_path: Path,
+    transport: str,
+) -> None:
+    window = 3.0
+    inbox = account()
+    config = write_config(tmp_path / "arm.yml", mailserver.config(
+        inbox, transport=transport, **transport_extra(transport),
+        **secure(keystore, "arm", **{"replay-window": window}),
+        **{"state-file": str(tmp_path / "state.json")},
+    ))  # fmt: skip
+    pub = emailmw.Publisher("/chatter", context=made(account(), "talker", to=inbox))
+    peer = Peer("sub", config, "/chatter")
+    try:
+        peer.wait_ready()
+        pub.publish("before")
+        assert [m["body"] for m in peer.messages(1)] == ["before"]
+        peer.kill()
+        for i in range(5):
+            pub.publish(f"while down {i}")
+        down_since = time.monotonic()
+        wait_for_files(mailserver.maildir(inbox), 6)
+        # down for longer than the window: the condition is time itself
+        assert wait_for(lambda: time.monotonic() - down_since > window + 1, window + 5)
+        peer = Peer("sub", config, "/chatter")
+        peer.wait_ready()
+        got = sorted(m["body"] for m in peer.messages(5))
+        assert got == [f"while down {i}" for i in range(5)]
+        # a verbatim copy of one of them, arriving now, is outside the window
+        stored = sorted(
+            p for d in ("cur", "new") for p in (mailserver.maildir(inbox) / d).glob("*")
+        )
+        copy = next(p for p in stored if b"while down 0" in p.read_bytes())
+        inject(mailserver, inbox, _verbatim(copy))
+        pub.publish("after")
+        assert peer.messages(6)[5]["body"] == "after"
+        assert wait_for(lambda: b"Subject: /chatter" in folder_subjects(
+            mailserver, inbox, "Quarantine"), 30)  # fmt: skip
+    finally:
+        peer.stop()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_client_takes_responses_only_from_the_servers_it_accepts(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    made: Made,
+    caplog: pytest.LogCaptureFixture,
+    transport: str,
+) -> None:
+    """robot may serve /add (on its own account), but the client accepts arm only: its
+    forged answer to the client's pending call is dropped; the real one returns."""
+    from .test_security_server import _read_request
+
+    client_box, server_box = account(), account()
+    release = threading.Event()
+
+    def add(request: str) -> str:
+        assert release.wait(30)
+        return str(sum(map(int, request.split())))
+
+    emailmw.ServiceServer("/add", add, context=made(server_box, "arm", to=client_box))
+    client_ctx = made(client_box, "talker", transport, to=server_box)
+    client = emailmw.ServiceClient("/add", context=client_ctx, servers=["arm"])
+    answer: list[str] = []
+    caller = threading.Thread(target=lambda: answer.append(client.call("2 3", 60)))
+    caller.start()
+    request = _read_request(mailserver, server_box)
+    robot = made(account(), "robot", to=client_box)
+    forged = Email("/add", "666", to=(client_box,), in_reply_to=request["message-id"],
+                   references=(request["message-id"],), headers={
+                       "Source-Timestamp": str(time.time_ns()),
+                       "Client-GID": request["client-gid"],
+                       "Request-Sequence-Number": request["request-sequence-number"]})  # fmt: skip
+    robot.sender.send(forged)
+    assert wait_for(lambda: client.unexpected_responses == 1, 30)
+    release.set()
+    caller.join(60)
+    assert answer == ["5"]
+
+
+def test_a_ciphertext_re_signed_by_another_identity_does_not_open(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    made: Made,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inbox = account()
+    arm = made(inbox, "arm")
+    sub = emailmw.Subscription("/secret", context=arm)  # not receiving yet
+    talker = made(account(), "talker", to=inbox, encrypt={"/secret": ["arm"]})
+    emailmw.Publisher("/secret", context=talker).publish("the plans")
+    (stored,) = wait_for_files(mailserver.maildir(inbox), 1)
+    original = emailmw.parse_email(stored.read_bytes())
+    robot = made(account(), "robot", to=inbox)  # may publish /secret, itself
+    keep = {"source-timestamp", "publisher-gid", "publisher-sequence-number",
+            "emailmw-encryption"}  # fmt: skip
+    transplanted = Email("/secret", original.body, to=(inbox,), headers={
+        k: v for k, v in original.headers.items() if k.lower() in keep})  # fmt: skip
+    robot.sender.send(transplanted)  # under robot's signature and a new Message-ID
+    with caplog.at_level(logging.WARNING, logger="emailmw"):
+        assert emailmw.wait_for_message(sub, 30) == "the plans"
+        (reason,) = wait_for_quarantined(caplog, 1)
+    assert "undecryptable" in reason
+    assert "re-signed by another identity" in reason
+    assert sub.get_message() is None

@@ -27,9 +27,10 @@ Guarantees:
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Final
 
@@ -211,6 +212,51 @@ def _described(email: Email) -> str:
     return f"email {email.message_id} (subject {email.subject[:80]!r}) from {email.from_[:80]}"
 
 
+class RefusalLog:
+    """The log of refused mail, bounded: the first refusal of each kind (its status and
+    its reason but for Message-IDs and numbers) in an interval is logged whole (WARNING);
+    the rest of that interval are counted and said in one line when it ends (``flush``),
+    so a flood of refused mail cannot drown the log. At most :data:`_KINDS` kinds are told
+    apart; the rest count as one. Not thread-safe (the polling thread's)."""
+
+    _KINDS: Final = 100
+    _VARIES: Final = re.compile(r"<[^<>]*>|\d+")
+
+    def __init__(self, interval: float = 10.0) -> None:
+        self.interval = interval
+        self._since: dict[str, float] = {}  # kind -> when its interval began
+        self._more: Counter[str] = Counter()  # kind -> refusals not logged in it
+        self._last: dict[str, str] = {}  # kind -> the last reason not logged
+
+    def refused(self, status: str, line: str, reason: str, now: float) -> None:
+        self.flush(now)
+        kind = f"{status}: {self._VARIES.sub('#', reason)[:200]}"
+        if kind not in self._since and len(self._since) >= self._KINDS:
+            kind = f"{status}: other reasons"
+        if kind in self._since:
+            self._more[kind] += 1
+            self._last[kind] = reason
+            return
+        self._since[kind] = now
+        _log.warning("%s", line)
+
+    def flush(self, now: float, *, all_: bool = False) -> None:
+        """Say what was counted in each interval that ended (every one with ``all_``)."""
+        for kind, since in list(self._since.items()):
+            if not all_ and now - since < self.interval:
+                continue
+            del self._since[kind]
+            more = self._more.pop(kind, 0)
+            if more:
+                _log.warning(
+                    "quarantined %d more emails in the last %.0f s as %s (the last: %s)",
+                    more,
+                    now - since,
+                    kind.partition(":")[0],
+                    self._last.pop(kind, ""),
+                )
+
+
 class PollingManager:
     """Owns the polling thread. ``register_handler`` is thread-safe; start/stop are not
     meant to race with each other (the context calls them)."""
@@ -240,6 +286,7 @@ class PollingManager:
         self.duplicates = 0
         self._health = ReceiveHealth()
         self._health_changed = threading.Condition()
+        self._refusals = RefusalLog()
 
     @property
     def error(self) -> Exception | None:
@@ -311,6 +358,8 @@ class PollingManager:
             backoff = _BACKOFF_MIN
             for item in incoming:
                 self.dispatch(item)
+            self._refusals.flush(time.monotonic())
+        self._refusals.flush(time.monotonic(), all_=True)
 
     def dispatch(self, incoming: IncomingEmail) -> None:
         """Classify one email and hand it to every handler (the thread's loop body).
@@ -355,8 +404,11 @@ class PollingManager:
                 incoming.quarantine()
                 return
             if not decision.deliver:
-                _log.warning(
-                    "quarantined %s: %s: %s", _described(email), decision.status, decision.reason
+                self._refusals.refused(
+                    decision.status,
+                    f"quarantined {_described(email)}: {decision.status}: {decision.reason}",
+                    decision.reason,
+                    time.monotonic(),
                 )
                 incoming.quarantine(self._security.quarantined)  # counted once moved
                 return

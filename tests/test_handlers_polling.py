@@ -274,3 +274,26 @@ def test_receive_health_speaks_once_per_change_of_state() -> None:
     assert back == ("warning", "receiving works again after 12.0 s and 13 attempts")
     assert health.error is None
     assert health.succeeded(14.0) is None
+
+
+def test_a_flood_of_refused_mail_is_one_line_per_kind_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from emailmw._polling import RefusalLog
+
+    log = RefusalLog(interval=10)
+    with caplog.at_level(logging.WARNING, logger="emailmw"):
+        for i in range(4000):
+            log.refused("unsigned", f"quarantined <{i}@x>: unsigned", "no signature", i / 1000)
+        log.refused("denied", "quarantined <d@x>: denied", "no grant to publish '/x'", 4.0)
+        log.refused("denied", "quarantined <e@x>: denied", "no grant to publish '/y'", 4.0)
+        log.refused("unsigned", "quarantined <late@x>: unsigned", "no signature", 10.5)
+        log.flush(11.0, all_=True)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "quarantined <0@x>: unsigned",
+        "quarantined <d@x>: denied",
+        "quarantined <e@x>: denied",
+        "quarantined 3999 more emails in the last 10 s as unsigned (the last: no signature)",
+        "quarantined <late@x>: unsigned",
+    ]

@@ -10,8 +10,10 @@ Layout (after SROS2's: private keys apart from the trusted public keys)::
 An identity is trusted while its file is in ``public/`` and not expired: removing the file
 revokes it; the directory is read again when it changes (a receiver notices within one
 email). Private keys are checked at load: a key file or directory that group or others may
-read is refused, with the ``chmod`` that fixes it. Keys are made and used with the
-``cryptography`` package only. Thread-safe.
+read is refused, with the ``chmod`` that fixes it; so is a public key file, ``public/`` or
+the keystore itself that group or others may *write* (they could plant a trusted identity):
+the keystore is made 0700, ``public/`` 0755 with files 0644, whatever the umask. Keys are
+made and used with the ``cryptography`` package only. Thread-safe.
 """
 
 from __future__ import annotations
@@ -103,6 +105,18 @@ class Identity:
         return raw_public(self.decrypt_key.public_key())
 
 
+def _writable(path: Path, st: os.stat_result) -> str:
+    """Why ``path`` (its ``st``) cannot hold trust: group or others may write it; ''."""
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & 0o022:
+        return ""
+    fixed = mode & ~0o022
+    return (
+        f"{path} may be written by others (mode {mode:o}), who could plant a trusted "
+        f"identity: run 'chmod {fixed:o} {path}'"
+    )
+
+
 def _fingerprint(verify_raw: bytes) -> str:
     return "SHA256:" + b64(hashlib.sha256(verify_raw).digest())[:43]
 
@@ -120,7 +134,7 @@ class Keystore:
             )
         self._lock = threading.Lock()
         self._trusted: dict[str, PublicIdentity] = {}
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int, int] | None = None
         #: why files in public/ were left out, as of the last reading
         self.problems: list[str] = []
 
@@ -132,9 +146,10 @@ class Keystore:
         """Make an empty keystore at ``path`` (which may exist, empty or a keystore)."""
         root = Path(path).expanduser()
         root.mkdir(parents=True, exist_ok=True)
-        (root / "public").mkdir(mode=0o755, exist_ok=True)
-        (root / "private").mkdir(mode=0o700, exist_ok=True)
-        os.chmod(root / "private", 0o700)
+        (root / "public").mkdir(exist_ok=True)
+        (root / "private").mkdir(exist_ok=True)
+        for item, mode in ((root, 0o700), (root / "public", 0o755), (root / "private", 0o700)):
+            os.chmod(item, mode)  # whatever the umask
         return cls(root)
 
     @property
@@ -173,7 +188,10 @@ class Keystore:
             "not-after": None if not_after is None else int(not_after),
         }
         tmp = public_path.with_name(f".{public_path.name}.tmp")
-        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            os.fchmod(out.fileno(), 0o644)  # whatever the umask
+            out.write(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, public_path)
         return self._read_public(public_path)
 
@@ -231,26 +249,43 @@ class Keystore:
 
     def trusted(self) -> dict[str, PublicIdentity]:
         """The trusted identities by name (expired ones included: callers check), read
-        again when ``public/`` changed. A file that cannot be read is left out, logged by
-        the caller from :attr:`problems`."""
+        again when ``public/`` changed. A file that cannot be read, or that group or others
+        may write, is left out, logged by the caller from :attr:`problems`; when the
+        keystore or ``public/`` may be written by them, nothing is trusted."""
         public = self.path / "public"
         try:
             st = public.stat()
+            root = self.path.stat()
         except OSError:
             return {}
-        stamp = (st.st_mtime_ns, st.st_ino)
+        stamp = (st.st_mtime_ns, st.st_ino, st.st_mode, root.st_mode)
         with self._lock:
             if stamp == self._stamp:
                 return self._trusted
             found: dict[str, PublicIdentity] = {}
-            problems: list[str] = []
-            for path in sorted(public.glob("*.json")):
+            problems = [
+                _writable(item, mode) for item, mode in ((self.path, root), (public, st))
+                if _writable(item, mode)
+            ]  # fmt: skip
+            for path in [] if problems else sorted(public.glob("*.json")):
                 try:
+                    problem = _writable(path, path.stat())
+                    if problem:
+                        problems.append(problem)
+                        continue
                     found[path.stem] = self._read_public(path)
-                except SecurityError as exc:
+                except (SecurityError, OSError) as exc:
                     problems.append(str(exc))
             self._trusted, self._stamp, self.problems = found, stamp, problems
             return found
+
+    def check(self) -> None:
+        """Raise :class:`SecurityError` when group or others may write the keystore,
+        ``public/`` or a public key file (with the ``chmod`` that fixes it)."""
+        self.trusted()
+        for problem in self.problems:
+            if "may be written by others" in problem:
+                raise SecurityError(problem)
 
     def list_keys(self) -> list[tuple[PublicIdentity, bool]]:
         """Every trusted identity and whether its private key is here too."""

@@ -122,7 +122,10 @@ class ReplayGuard:
     def _rewrite(self, path: Path) -> None:
         """Replace the file with what is in memory (atomically) and append to it from now."""
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(f"{t} {m}\n" for m, t in self._seen.items()), encoding="utf-8")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            os.fchmod(out.fileno(), 0o600)  # it names what was received: private
+            out.write("".join(f"{t} {m}\n" for m, t in self._seen.items()))
         os.replace(tmp, path)
         if self._fd is not None:
             os.close(self._fd)
@@ -238,7 +241,7 @@ class Security:
         self._counts_lock = threading.Lock()
         self._told_unsigned: set[str] = set()
         if self.keystore is not None:
-            self.keystore.trusted()
+            self.keystore.check()  # refuses a keystore others may write to
             for problem in self.keystore.problems:
                 _log.warning("keystore: %s (left out of the trusted keys)", problem)
 

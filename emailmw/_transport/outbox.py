@@ -97,7 +97,8 @@ class Spool:
 
     Held by one process at a time (an exclusive ``flock`` on ``.lock``, released by the
     kernel when the process dies). A file is ``<ns>-<n>-<id>.msg``: one JSON line with
-    the envelope, then the message bytes.
+    the envelope, then the message bytes. The directory is 0700 and its files 0600 (they
+    hold bodies in clear); a ``.msg.tmp`` a crash left behind is removed at start.
     """
 
     def __init__(self, directory: str) -> None:
@@ -105,6 +106,8 @@ class Spool:
         self.failed = self.directory / "failed"
         try:
             self.failed.mkdir(parents=True, exist_ok=True)
+            for item in (self.directory, self.failed):
+                os.chmod(item, 0o700)  # it holds message bodies in clear: private
             self._lock_fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise ConfigError(f"cannot use the spool directory: {exc}", key="email.spool") from exc
@@ -115,6 +118,8 @@ class Spool:
             raise ConfigError(
                 f"spool directory {directory} is in use by another process", key="email.spool"
             ) from exc
+        for stale in self.directory.glob(".*.msg.tmp"):  # a write cut short by a crash
+            stale.unlink(missing_ok=True)
         self._names = itertools.count()
 
     def leftovers(self) -> list[Path]:
@@ -132,7 +137,8 @@ class Spool:
         name = f"{time.time_ns():020d}-{next(self._names):08d}-{uuid.uuid4().hex[:8]}.msg"
         path = self.directory / name
         tmp = self.directory / f".{name}.tmp"
-        with open(tmp, "wb") as out:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
             out.write(head + b"\n" + envelope.raw)
             out.flush()
             os.fsync(out.fileno())

@@ -667,3 +667,52 @@ def test_freshness_is_judged_at_arrival(keystore: Keystore) -> None:
     late = sec.incoming(again, route, now_ns=later, arrival_ns=later)
     assert (late.deliver, late.status) == (False, "replayed")
     assert "when it arrived" in late.reason
+
+
+# ------------------------------------------------------------------ files
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_files_that_hold_trust_or_mail_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    from emailmw._transport.outbox import Envelope as SpoolEnvelope
+    from emailmw._transport.outbox import Spool
+
+    old = os.umask(0)
+    try:
+        store = Keystore.create(tmp_path / "ks")
+        store.create_key("talker")
+        (tmp_path / "spool").mkdir(mode=0o777)
+        (tmp_path / "spool" / ".1-2-3.msg.tmp").write_bytes(b"half a write")
+        spool = Spool(str(tmp_path / "spool"))
+        written = spool.write(SpoolEnvelope("a@b", ("c@d",), b"Subject: x\r\n\r\nbody", "<m@b>"))
+        guard = ReplayGuard(600, tmp_path / "state.json.seen")
+        guard.accept("<m@b>", time.time_ns(), time.time_ns())
+        guard.close()
+    finally:
+        os.umask(old)
+    assert (_mode(store.path), _mode(store.path / "public"), _mode(store.path / "private")) == (
+        0o700, 0o755, 0o700,
+    )  # fmt: skip
+    assert _mode(store.path / "public" / "talker.json") == 0o644
+    assert _mode(store.path / "private" / "talker.pem") == 0o600
+    assert (_mode(tmp_path / "spool"), _mode(written)) == (0o700, 0o600)
+    assert not (tmp_path / "spool" / ".1-2-3.msg.tmp").exists()  # cleaned up at start
+    spool.close()
+    assert _mode(tmp_path / "state.json.seen") == 0o600
+
+
+@pytest.mark.parametrize("where", ["public/talker.json", "public", "."])
+def test_a_keystore_others_may_write_to_is_refused_with_the_fix(tmp_path: Path, where: str) -> None:
+    store = Keystore.create(tmp_path / "ks")
+    store.create_key("talker")
+    planted = store.path / where
+    planted.chmod(planted.stat().st_mode | 0o022)
+    fixed = {"public/talker.json": "644", "public": "755", ".": "700"}[where]
+    options = SecurityOptions(keystore=str(store.path), identity="talker", verify="enforce")
+    with pytest.raises(SecurityError, match=rf"may be written by others.*chmod {fixed} "):
+        Security(options)
+    planted.chmod(planted.stat().st_mode & ~0o022)
+    Security(options).close()

@@ -17,7 +17,18 @@ All in one run, on this machine:
   ``verify: off`` and with ``verify: enforce`` (signed by the publisher, a permissions file,
   the seen set in a state file), ``--messages`` at ``--rate`` msg/s, interleaved runs.
 
+* ``routed_off_p50_ms`` / ``routed_enforce_p50_ms``: a Stem command round trip (request
+  and response, each signed, its originator signature checked and its face grants
+  decided in enforce) between two accounts of the local server;
+* ``relay_off_p50_ms`` / ``relay_verify_p50_ms``: a Stem message from one mail server to
+  another through one ``Gateway`` (publish -> delivered), the chain of custody checked at
+  the end (originator signature, hop signature, Route-Via) with enforce;
+* ``quiet_legit_p50_ms`` / ``refused_flood_legit_p50_ms``: publish -> received in enforce,
+  without and with 2,000 refused (unsigned) mails sent into the same inbox meanwhile.
+
 Targets (issue #24): sign + verify <= 200 us per message; enforce p50 <= 1.1x off p50.
+Targets (issue #35): routed enforce <= 1.15x off; relay verify <= 1.2x off; legit p50
+during a refused-mail flood <= 3x quiet.
 Starts its own server (state /tmp/emailmw-benchsec, ports free at start; needs root).
 Prints a table, writes JSON (``--json``), exits 0.
 """
@@ -207,11 +218,155 @@ def latency_run(
             "verified": verified}  # fmt: skip
 
 
+PATH_PERMISSIONS = """\
+identities:
+  talker: {publish: [/bench], stem: {send: ["/**"], as: ["/**"]}}
+  listener: {subscribe: [/bench], stem: {send: ["/**"], as: ["/**"]}}
+  gw: {}
+"""
+
+
+def _secure(keystore: Keystore | None, identity: str) -> dict[str, Any]:
+    if keystore is None:
+        return {}
+    return {"security": {"keystore": str(keystore.path), "identity": identity}}
+
+
+def routed_run(server: MailServer, keystore: Keystore | None, count: int) -> float:
+    """p50 (ms) of ``count`` Stem command round trips base -> robot -> base."""
+    from emailmw import stem
+
+    base_box, robot_box = server.fresh_account(), server.fresh_account()
+    robot = emailmw.Context({"email": server.config(
+        robot_box, routing={"hub": "robot", "routes": {"base": base_box}},
+        **_secure(keystore, "listener"))})  # fmt: skip
+    base = emailmw.Context({"email": server.config(
+        base_box, routing={"hub": "base", "routes": {"robot": robot_box}},
+        **_secure(keystore, "talker"))})  # fmt: skip
+
+    class Arm(stem.Cell):
+        def status_cmd(self, msg: stem.StemMessage) -> str:
+            return "fine"
+
+    Arm("arm", context=robot)
+    station = stem.Cell("station", context=base)
+    station.request("robot:arm", "status").result(60)  # warm up
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        station.request("robot:arm", "status").result(60)
+        times.append((time.perf_counter() - start) * 1000)
+    base.shutdown()
+    robot.shutdown()
+    return statistics.median(times)
+
+
+def relay_run(
+    a: MailServer, b: MailServer, keystore: Keystore | None, count: int, rate: float
+) -> float:
+    """p50 (ms) of ``count`` Stem messages lab (server a) -> gateway -> far (server b)."""
+    from emailmw import stem
+
+    la, ga, fb, gb = a.fresh_account(), a.fresh_account(), b.fresh_account(), b.fresh_account()
+    lab = emailmw.Context({"email": a.config(la, routing={"hub": "lab", "routes": {"far": ga}},
+                                             **_secure(keystore, "talker"))})  # fmt: skip
+    far = emailmw.Context({"email": b.config(fb, routing={"hub": "far", "routes": {"lab": gb}},
+                                             **_secure(keystore, "listener"))})  # fmt: skip
+    got: dict[int, float] = {}
+    arrived = threading.Condition()
+
+    class Arm(stem.Cell):
+        def data_in(self, msg: stem.StemMessage) -> None:
+            with arrived:
+                got[int(msg.data)] = time.time_ns() / 1e6
+                arrived.notify_all()
+
+    Arm("arm", context=far)
+    gateway = emailmw.Gateway(
+        {name: emailmw.Context({"email": server.config(
+            box, routing={"hub": name}, **_secure(keystore, "gw"))})
+         for name, server, box in (("a", a, ga), ("b", b, gb))},
+        {"lab": (la, "a"), "far": (fb, "b")},
+    )  # fmt: skip
+    sent: dict[int, float] = {}
+    with gateway:
+        gateway.start()
+        cell = stem.Cell("station", context=lab)
+        start = time.monotonic()
+        for i in range(count):
+            time.sleep(max(0.0, start + i / rate - time.monotonic()))
+            sent[i] = time.time_ns() / 1e6
+            cell.send("far:arm", data=i)
+        with arrived:
+            arrived.wait_for(lambda: len(got) == count, 300)
+    lab.shutdown()
+    far.shutdown()
+    return statistics.median(got[i] - sent[i] for i in got)
+
+
+def flood_run(
+    server: MailServer, keystore: Keystore, count: int, rate: float, flood: int
+) -> dict[str, float]:
+    """publish -> received p50 in enforce; ``flood`` unsigned mails sent into the same
+    inbox meanwhile (by 4 SMTP connections), all quarantined."""
+    sender, receiver = server.fresh_account(), server.fresh_account()
+    sub_ctx = emailmw.Context({"email": server.config(receiver, **_secure(keystore, "listener"))})
+    pub_ctx = emailmw.Context({"email": server.config(sender, to=receiver,
+                                                      **_secure(keystore, "talker"))})  # fmt: skip
+    sub = emailmw.Subscription("/bench", context=sub_ctx)
+    pub = emailmw.Publisher("/bench", context=pub_ctx)
+    sent: dict[int, int] = {}
+    latencies: list[float] = []
+
+    def listen() -> None:
+        for _ in range(count):
+            found = emailmw.wait_for_message_with_info(sub, 120)
+            if found is None:
+                break
+            seq = found[1].sequence_number
+            assert seq is not None
+            latencies.append((time.time_ns() - sent[seq]) / 1e6)
+
+    def flooder(n: int) -> None:
+        context = ssl.create_default_context(cafile=str(server.ca_file))
+        with smtplib.SMTP_SSL(server.host, server.smtps_port, context=context) as smtp:
+            smtp.login(server.address("alice"), server.password)
+            for i in range(n):
+                raw = (f"From: alice@example.test\r\nTo: {receiver}\r\nSubject: /bench\r\n"
+                       f"Message-ID: <f{i}.{time.time_ns()}@flood.test>\r\n"
+                       f"Source-Timestamp: {time.time_ns()}\r\nPublisher-GID: 9\r\n\r\n"
+                       "forged\r\n").encode()  # fmt: skip
+                smtp.sendmail(server.address("alice"), [receiver], raw)
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    floods = [
+        threading.Thread(target=flooder, args=(flood // 4,)) for _ in range(4 if flood else 0)
+    ]
+    for thread in floods:
+        thread.start()
+    start = time.monotonic()
+    for i in range(count):
+        time.sleep(max(0.0, start + i / rate - time.monotonic()))
+        sent[i] = time.time_ns()
+        pub.publish(f"n: {i}")
+    listener.join(600)
+    for thread in floods:
+        thread.join(600)
+    refused = sub_ctx.security.counts["unsigned"]
+    pub_ctx.shutdown()
+    sub_ctx.shutdown()
+    return {"p50_ms": statistics.median(latencies), "max_ms": max(latencies),
+            "received": len(latencies), "refused": refused}  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--rate", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved runs of each mode")
+    parser.add_argument("--round-trips", type=int, default=40, help="Stem commands per run")
+    parser.add_argument("--flood", type=int, default=2000, help="refused mails per flood run")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -219,9 +374,8 @@ def main() -> int:
     keystore = Keystore.create(work / "keystore")
     for name in ("talker", "listener"):
         keystore.create_key(name)
-    (keystore.path / "permissions.yaml").write_text(
-        "identities:\n  talker: {publish: [/bench]}\n  listener: {subscribe: [/bench]}\n"
-    )
+    keystore.create_key("gw")
+    (keystore.path / "permissions.yaml").write_text(PATH_PERMISSIONS)
     talker = keystore.identity("talker")
     email = message()
     signed = sign(email, talker)
@@ -277,8 +431,43 @@ def main() -> int:
         for _ in range(args.rounds):
             for mode, (keys, state) in modes.items():
                 runs[mode].append(latency_run(server, keys, args.messages, args.rate, state))
+        routed: dict[str, list[float]] = {"off": [], "enforce": []}
+        relayed: dict[str, list[float]] = {"off": [], "verify": []}
+        flooded: dict[str, list[dict[str, float]]] = {"quiet": [], "flood": []}
+        second = MailServer(state_dir=Path("/tmp/emailmw-benchsec-b"), domain="b.test",
+                            pool_size=60)  # fmt: skip
+        second.start(fresh=True)
+        try:
+            for _ in range(args.rounds):
+                routed["off"].append(routed_run(server, None, args.round_trips))
+                routed["enforce"].append(routed_run(server, keystore, args.round_trips))
+                relayed["off"].append(relay_run(server, second, None, args.messages // 2,
+                                                args.rate))  # fmt: skip
+                relayed["verify"].append(relay_run(server, second, keystore, args.messages // 2,
+                                                   args.rate))  # fmt: skip
+                flooded["quiet"].append(flood_run(server, keystore, args.messages, args.rate, 0))
+                flooded["flood"].append(flood_run(server, keystore, args.messages, args.rate,
+                                                  args.flood))  # fmt: skip
+        finally:
+            second.stop()
     finally:
         server.stop()
+    results["routed_off_p50_ms"] = statistics.median(routed["off"])
+    results["routed_enforce_p50_ms"] = statistics.median(routed["enforce"])
+    results["routed_enforce_over_off"] = (
+        results["routed_enforce_p50_ms"] / results["routed_off_p50_ms"]
+    )
+    results["relay_off_p50_ms"] = statistics.median(relayed["off"])
+    results["relay_verify_p50_ms"] = statistics.median(relayed["verify"])
+    results["relay_verify_over_off"] = results["relay_verify_p50_ms"] / results["relay_off_p50_ms"]
+    results["quiet_legit_p50_ms"] = statistics.median(r["p50_ms"] for r in flooded["quiet"])
+    results["refused_flood_legit_p50_ms"] = statistics.median(r["p50_ms"] for r in flooded["flood"])
+    results["refused_flood_legit_max_ms"] = max(r["max_ms"] for r in flooded["flood"])
+    results["refused_flood_over_quiet"] = (
+        results["refused_flood_legit_p50_ms"] / results["quiet_legit_p50_ms"]
+    )
+    results["refused_flood_refused"] = sum(r["refused"] for r in flooded["flood"])
+    results["refused_flood_received"] = sum(r["received"] for r in flooded["flood"])
     for mode, found in runs.items():
         results[f"latency_p50_ms_{mode}"] = statistics.median(r["p50_ms"] for r in found)
         results[f"received_{mode}"] = sum(r["received"] for r in found)
@@ -299,7 +488,10 @@ def main() -> int:
         "sign_us", "verify_us", "sign_plus_verify_us", "decide_us", "dkim_sign_us",
         "dkim_verify_us", "latency_p50_ms_off", "latency_p50_ms_enforce", "enforce_over_off",
         "latency_p50_ms_off_state_file", "latency_p50_ms_enforce_state_file",
-        "enforce_over_off_state_file",
+        "enforce_over_off_state_file", "routed_off_p50_ms", "routed_enforce_p50_ms",
+        "routed_enforce_over_off", "relay_off_p50_ms", "relay_verify_p50_ms",
+        "relay_verify_over_off", "quiet_legit_p50_ms", "refused_flood_legit_p50_ms",
+        "refused_flood_legit_max_ms", "refused_flood_over_quiet",
     )  # fmt: skip
     for key in shown:
         print(f"{key:34} {results[key]:12.2f}")
@@ -309,11 +501,18 @@ def main() -> int:
     print(f"\n{'signature survives':34} {'emailmw':>8} {'DKIM':>8}")
     for case, (ours, theirs) in survival.items():
         print(f"{case:34} {ours!s:>8} {theirs!s:>8}")
-    target_sign = results["sign_plus_verify_us"] <= 200
-    target_latency = results["enforce_over_off"] <= 1.1
+    print(f"{'flood: refused / legit received':34} {results['refused_flood_refused']} / "
+          f"{results['refused_flood_received']}")  # fmt: skip
+    targets = {
+        "sign+verify <= 200 us": results["sign_plus_verify_us"] <= 200,
+        "enforce p50 <= 1.1x off": results["enforce_over_off"] <= 1.1,
+        "routed enforce <= 1.15x off": results["routed_enforce_over_off"] <= 1.15,
+        "relay verify <= 1.2x off": results["relay_verify_over_off"] <= 1.2,
+        "flood legit p50 <= 3x quiet": results["refused_flood_over_quiet"] <= 3,
+    }
+    results["targets"] = targets
     print(
-        f"\ntargets: sign+verify <= 200 us: {'met' if target_sign else 'NOT met'}; "
-        f"enforce p50 <= 1.1x off: {'met' if target_latency else 'NOT met'}"
+        "\ntargets: " + "; ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items())
     )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

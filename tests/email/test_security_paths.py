@@ -193,12 +193,14 @@ def test_a_forged_acknowledgement_is_not_counted(
     assert [a.subscriber for a in pub.acks(0)] == ["arm"]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_relay_keeps_the_originators_signature_and_cannot_speak_for_others(
     mailserver: MailServer,
     second_mailserver: MailServer,
     made: Made,
     keystore: Keystore,
     caplog: pytest.LogCaptureFixture,
+    transport: str,
 ) -> None:
     """Through a gateway (identity gw, granted nothing) the far cell sees the station as
     originator and gw as the hop; mallory, an account holder on the first server, cannot
@@ -209,7 +211,9 @@ def test_a_relay_keeps_the_originators_signature_and_cannot_speak_for_others(
     la, ga, ea = a.fresh_account(), a.fresh_account(), a.fresh_account()
     fb, gb = b.fresh_account(), b.fresh_account()
     lab = made(la, "station", **hub("lab", {"far": ga}))
-    far = emailmw.Context({"email": b.config(fb, **secure(keystore, "arm"),
+    far = emailmw.Context({"email": b.config(fb, transport=transport,
+                                             **transport_extra(transport),
+                                             **secure(keystore, "arm"),
                                              **hub("far", {"lab": gb}))})  # fmt: skip
     evil = made(ea, "mallory", **hub("lab", {"far": ga}))
     seen: list[tuple[Any, ...]] = []
@@ -367,14 +371,16 @@ def test_a_client_takes_responses_only_from_the_servers_it_accepts(
     assert answer == ["5"]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_ciphertext_re_signed_by_another_identity_does_not_open(
     mailserver: MailServer,
     account: Callable[[], str],
     made: Made,
     caplog: pytest.LogCaptureFixture,
+    transport: str,
 ) -> None:
     inbox = account()
-    arm = made(inbox, "arm")
+    arm = made(inbox, "arm", transport)
     sub = emailmw.Subscription("/secret", context=arm)  # not receiving yet
     talker = made(account(), "talker", to=inbox, encrypt={"/secret": ["arm"]})
     emailmw.Publisher("/secret", context=talker).publish("the plans")

@@ -264,9 +264,10 @@ class Keystore:
                 return self._trusted
             found: dict[str, PublicIdentity] = {}
             problems = [
-                _writable(item, mode) for item, mode in ((self.path, root), (public, st))
-                if _writable(item, mode)
-            ]  # fmt: skip
+                problem
+                for item, mode in ((self.path, root), (public, st))
+                if (problem := _writable(item, mode))
+            ]
             for path in [] if problems else sorted(public.glob("*.json")):
                 try:
                     problem = _writable(path, path.stat())

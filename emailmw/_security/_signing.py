@@ -112,14 +112,45 @@ def _value(email: Email, name: str) -> str:
     return email.headers.get(name, "")
 
 
-def canonical(email: Email, identity: str, extra: tuple[str, ...]) -> bytes:
-    """The bytes signed for ``email`` by ``identity`` with application headers ``extra``."""
-    parts = [_MAGIC, identity.encode()]
-    for name in (*ALWAYS_SIGNED, *extra):
+def _form(email: Email, head: list[bytes], names: tuple[str, ...]) -> bytes:
+    """``head``, then NUL name NUL value for each of ``names``, then NUL NUL, the body's
+    length (8 bytes big-endian) and the body: the canonical forms' common layout."""
+    parts = list(head)
+    for name in names:
         parts.append(name.encode())
         parts.append(_value(email, name).encode("utf-8", "surrogateescape"))
     body = email.body.encode("utf-8", "surrogateescape")
     return b"\0".join(parts) + b"\0\0" + len(body).to_bytes(8, "big") + body
+
+
+def canonical(email: Email, identity: str, extra: tuple[str, ...]) -> bytes:
+    """The bytes signed for ``email`` by ``identity`` with application headers ``extra``."""
+    return _form(email, [_MAGIC, identity.encode()], (*ALWAYS_SIGNED, *extra))
+
+
+def _tags(value: str, header: str) -> dict[str, str] | str:
+    """A signature header's ``k=v; ...`` tags (its version checked to be 1), or why it is
+    malformed."""
+    tags: dict[str, str] = {}
+    for part in value.split(";"):
+        key, eq, val = part.strip().partition("=")
+        if not eq or key in tags:
+            return f"malformed {header} header"
+        tags[key] = val.strip()
+    if tags.get("v") != "1":
+        return f"{header} version {tags.get('v')!r} is not 1"
+    return tags
+
+
+def _ed25519(tags: dict[str, str], header: str) -> bytes | str:
+    """The Ed25519 signature in a header's ``s=`` tag, or why it is not one."""
+    try:
+        raw = base64.b64decode(tags.get("s", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return f"{header} signature is not base64"
+    if len(raw) != 64:
+        return f"{header} signature is not an Ed25519 signature"
+    return raw
 
 
 def _extra_names(email: Email) -> tuple[str, ...]:
@@ -160,27 +191,17 @@ def read_signature(email: Email) -> Signature | str | None:
     value = email.headers.get(SIGNATURE_HEADER)
     if value is None:
         return None
-    tags: dict[str, str] = {}
-    for part in value.split(";"):
-        key, eq, val = part.strip().partition("=")
-        if not eq or key in tags:
-            return f"malformed {SIGNATURE_HEADER} header"
-        tags[key] = val.strip()
-    if tags.get("v") != "1":
-        return f"{SIGNATURE_HEADER} version {tags.get('v')!r} is not 1"
+    tags = _tags(value, SIGNATURE_HEADER)
+    if isinstance(tags, str):
+        return tags
     identity = tags.get("i", "")
     if not NAME_RE.fullmatch(identity):
         return f"{SIGNATURE_HEADER} names no valid identity"
     extra = tuple(n for n in tags.get("h", "").split(":") if n)
     if any(n in _ALWAYS or n in TRANSIT_HEADERS or n != n.lower() for n in extra):
         return f"{SIGNATURE_HEADER} lists a header it may not (h=)"
-    try:
-        raw = base64.b64decode(tags.get("s", ""), validate=True)
-    except (binascii.Error, ValueError):
-        return f"{SIGNATURE_HEADER} signature is not base64"
-    if len(raw) != 64:
-        return f"{SIGNATURE_HEADER} signature is not an Ed25519 signature"
-    return Signature(identity, extra, raw)
+    raw = _ed25519(tags, SIGNATURE_HEADER)
+    return raw if isinstance(raw, str) else Signature(identity, extra, raw)
 
 
 def verify(email: Email, signature: Signature, key: Ed25519PublicKey) -> bool:
@@ -219,12 +240,7 @@ class Origin:
 
 
 def _origin_canonical(email: Email, identity: str, message_id: str) -> bytes:
-    parts = [_ORIGIN_MAGIC, identity.encode(), message_id.encode()]
-    for name in ORIGIN_SIGNED:
-        parts.append(name.encode())
-        parts.append(_value(email, name).encode("utf-8", "surrogateescape"))
-    body = email.body.encode("utf-8", "surrogateescape")
-    return b"\0".join(parts) + b"\0\0" + len(body).to_bytes(8, "big") + body
+    return _form(email, [_ORIGIN_MAGIC, identity.encode(), message_id.encode()], ORIGIN_SIGNED)
 
 
 def sign_origin(email: Email, identity: Identity) -> Email:
@@ -243,24 +259,14 @@ def read_origin(email: Email) -> Origin | str | None:
     value = email.headers.get(ORIGIN_HEADER)
     if value is None:
         return None
-    tags: dict[str, str] = {}
-    for part in value.split(";"):
-        key, eq, val = part.strip().partition("=")
-        if not eq or key in tags:
-            return f"malformed {ORIGIN_HEADER} header"
-        tags[key] = val.strip()
-    if tags.get("v") != "1":
-        return f"{ORIGIN_HEADER} version {tags.get('v')!r} is not 1"
+    tags = _tags(value, ORIGIN_HEADER)
+    if isinstance(tags, str):
+        return tags
     identity, message_id = tags.get("i", ""), tags.get("m", "")
     if not NAME_RE.fullmatch(identity) or not message_id:
         return f"{ORIGIN_HEADER} names no valid identity or Message-ID"
-    try:
-        raw = base64.b64decode(tags.get("s", ""), validate=True)
-    except (binascii.Error, ValueError):
-        return f"{ORIGIN_HEADER} signature is not base64"
-    if len(raw) != 64:
-        return f"{ORIGIN_HEADER} signature is not an Ed25519 signature"
-    return Origin(identity, message_id, raw)
+    raw = _ed25519(tags, ORIGIN_HEADER)
+    return raw if isinstance(raw, str) else Origin(identity, message_id, raw)
 
 
 def verify_origin(email: Email, origin: Origin, key: Ed25519PublicKey) -> bool:

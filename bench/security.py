@@ -171,6 +171,44 @@ def _files(server: MailServer, address: str) -> list[Path]:
 # ----------------------------------------------------------------------------- end to end
 
 
+def paced(
+    sub: emailmw.Subscription,
+    pub: emailmw.Publisher,
+    count: int,
+    rate: float,
+    body: str,
+    *,
+    alongside: list[threading.Thread] | None = None,
+) -> list[float]:
+    """Publish ``count`` messages (``n: I`` + ``body``) at ``rate`` msg/s, the threads
+    ``alongside`` running meanwhile; each one's publish -> received latency (ms)."""
+    sent: dict[int, int] = {}
+    latencies: list[float] = []
+
+    def listen() -> None:
+        for _ in range(count):
+            got = emailmw.wait_for_message_with_info(sub, 120)
+            if got is None:
+                break
+            seq = got[1].sequence_number
+            assert seq is not None
+            latencies.append((time.time_ns() - sent[seq]) / 1e6)
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    for thread in alongside or ():
+        thread.start()
+    start = time.monotonic()
+    for i in range(count):
+        time.sleep(max(0.0, start + i / rate - time.monotonic()))
+        sent[i] = time.time_ns()
+        pub.publish(f"n: {i}{body}")
+    listener.join(600)
+    for thread in alongside or ():
+        thread.join(600)
+    return latencies
+
+
 def latency_run(
     server: MailServer, keystore: Keystore | None, count: int, rate: float, state: Path | None
 ) -> dict[str, float]:
@@ -188,29 +226,7 @@ def latency_run(
     pub_ctx = emailmw.Context({"email": server.config(sender, to=receiver, **pub_extra)})
     sub = emailmw.Subscription("/bench", context=sub_ctx)
     pub = emailmw.Publisher("/bench", context=pub_ctx)
-    sent: dict[int, int] = {}
-    latencies: list[float] = []
-    done = threading.Event()
-
-    def listen() -> None:
-        for _ in range(count):
-            got = emailmw.wait_for_message_with_info(sub, 120)
-            if got is None:
-                break
-            seq = got[1].sequence_number
-            assert seq is not None
-            latencies.append((time.time_ns() - sent[seq]) / 1e6)
-        done.set()
-
-    thread = threading.Thread(target=listen)
-    thread.start()
-    start = time.monotonic()
-    for i in range(count):
-        time.sleep(max(0.0, start + i / rate - time.monotonic()))
-        sent[i] = time.time_ns()
-        pub.publish(f"n: {i} " + BODY)
-    done.wait(600)
-    thread.join()
+    latencies = paced(sub, pub, count, rate, " " + BODY)
     verified = sub_ctx.security.counts["verified"]
     pub_ctx.shutdown()
     sub_ctx.shutdown()
@@ -315,17 +331,6 @@ def flood_run(
                                                       **_secure(keystore, "talker"))})  # fmt: skip
     sub = emailmw.Subscription("/bench", context=sub_ctx)
     pub = emailmw.Publisher("/bench", context=pub_ctx)
-    sent: dict[int, int] = {}
-    latencies: list[float] = []
-
-    def listen() -> None:
-        for _ in range(count):
-            found = emailmw.wait_for_message_with_info(sub, 120)
-            if found is None:
-                break
-            seq = found[1].sequence_number
-            assert seq is not None
-            latencies.append((time.time_ns() - sent[seq]) / 1e6)
 
     def flooder(n: int) -> None:
         context = ssl.create_default_context(cafile=str(server.ca_file))
@@ -338,21 +343,10 @@ def flood_run(
                        "forged\r\n").encode()  # fmt: skip
                 smtp.sendmail(server.address("alice"), [receiver], raw)
 
-    listener = threading.Thread(target=listen)
-    listener.start()
     floods = [
         threading.Thread(target=flooder, args=(flood // 4,)) for _ in range(4 if flood else 0)
     ]
-    for thread in floods:
-        thread.start()
-    start = time.monotonic()
-    for i in range(count):
-        time.sleep(max(0.0, start + i / rate - time.monotonic()))
-        sent[i] = time.time_ns()
-        pub.publish(f"n: {i}")
-    listener.join(600)
-    for thread in floods:
-        thread.join(600)
+    latencies = paced(sub, pub, count, rate, "", alongside=floods)
     refused = sub_ctx.security.counts["unsigned"]
     pub_ctx.shutdown()
     sub_ctx.shutdown()

@@ -59,7 +59,7 @@ import yaml
 
 import emailmw
 from emailmw._config import load_options
-from emailmw._transport.group_imap import ImapGroupStore
+from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing.mailserver import MailServer
 
 TOPIC = "/jobs"

@@ -6,7 +6,15 @@ service handlers, the :class:`Context`, the entities, and wait sets on top.
 """
 
 from ._config import Endpoint, Options, UserInfo
-from ._context import Context, get_default_context, init, ok, open_transport, shutdown
+from ._context import (
+    Context,
+    IntraprocessNetwork,
+    get_default_context,
+    init,
+    ok,
+    open_transport,
+    shutdown,
+)
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
 from ._exceptions import (
     AuthenticationError,
@@ -45,8 +53,8 @@ from ._executor import (
     spin_once,
     spin_until_future_complete,
 )
+from ._future import Future
 from ._gateway import Gateway, load_gateway
-from ._groups import GroupSettings
 from ._interfaces import (
     ServiceType,
     deserialize,
@@ -61,7 +69,6 @@ from ._interfaces import (
 from ._interfaces import builtin_interfaces as builtin_interfaces
 from ._node import (
     Client,
-    Future,
     Node,
     NodeGuardCondition,
     NodePublisher,
@@ -74,8 +81,8 @@ from ._protocol import Recipients
 from ._qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
 from ._security import Keystore
 from ._transport.base import EmailReceiver, EmailSender, IncomingEmail
+from ._transport.group import GroupSettings
 from ._transport.intraprocess import (
-    IntraprocessNetwork,
     IntraprocessReceiver,
     IntraprocessSender,
     intraprocess_pair,

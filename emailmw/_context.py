@@ -10,12 +10,11 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
-from types import TracebackType
-from typing import Any, Protocol, Self
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
+from ._closeable import Closeable
 from ._config import SEND_GUARANTEES, Options, load_options
-from ._entities import Publisher
 from ._exceptions import (
     ClosedError,
     ConfigError,
@@ -24,7 +23,6 @@ from ._exceptions import (
     EmailMWError,
     SendError,
 )
-from ._graph import GRAPH_TOPIC, Announcer
 from ._handlers import (
     AckHandler,
     AckSink,
@@ -39,12 +37,22 @@ from ._polling import PollingManager
 from ._protocol import ack_email
 from ._routing import Outlet, Router, own_hub
 from ._security import SecureSender, Security
-from ._transport.base import EmailReceiver, EmailSender
+from ._transport.base import EmailReceiver, EmailSender, Transport
 from ._transport.budget import ReceiveBudget
 from ._transport.factory import make_transport
+from ._transport.group import GroupStore
+from ._transport.intraprocess import IntraprocessNetwork as _Network
 from ._types import Email
 
-__all__ = ["Context", "get_default_context", "init", "ok", "open_transport", "shutdown"]
+__all__ = [
+    "Context",
+    "IntraprocessNetwork",
+    "get_default_context",
+    "init",
+    "ok",
+    "open_transport",
+    "shutdown",
+]
 
 _log = get_logger("context")
 
@@ -55,6 +63,9 @@ class _Closeable(Protocol):
     def close(self) -> None: ...
 
 
+S = TypeVar("S", bound=_Closeable)
+
+
 def open_transport(config: ConfigLike = None) -> tuple[EmailSender, EmailReceiver]:
     """The configured sender and receiver on their own, for tools that handle raw email.
 
@@ -62,10 +73,11 @@ def open_transport(config: ConfigLike = None) -> tuple[EmailSender, EmailReceive
     (:class:`~emailmw.AuthenticationError`, :class:`~emailmw.TLSError`, ...).
     """
     configure_from_env()
-    return make_transport(load_options(config))
+    transport = make_transport(load_options(config))
+    return transport.sender, transport.receiver
 
 
-class Context:
+class Context(Closeable):
     """An isolated emailmw instance: a transport, a polling thread and the routing tables.
 
     Creating a context connects (a wrong password or an untrusted certificate fails here);
@@ -74,7 +86,8 @@ class Context:
     block) closes every entity created on it, stops polling and closes the transport.
     Thread-safe.
 
-    ``sender``/``receiver`` replace the transport the options would build (both or neither).
+    ``transport`` (or ``sender``/``receiver``, both or neither: a transport without a
+    store for delivery-mode groups) replaces the transport the options would build.
     """
 
     def __init__(
@@ -83,11 +96,16 @@ class Context:
         *,
         sender: EmailSender | None = None,
         receiver: EmailReceiver | None = None,
+        transport: Transport | None = None,
     ) -> None:
         configure_from_env()
         self.options = load_options(config)
         if (sender is None) != (receiver is None):
             raise ValueError("give both sender and receiver, or neither")
+        if sender is not None and receiver is not None:
+            if transport is not None:
+                raise ValueError("give a transport, or a sender and a receiver, not both")
+            transport = Transport(sender, receiver)
         in_process = self.options.transport == "intraprocess"
         self._security = Security(
             self.options.security,
@@ -96,12 +114,14 @@ class Context:
             accounts=() if in_process else (self.address,),
         )
         self._budget = ReceiveBudget(self.options.queue_bytes, self.options.queue_limit)
-        if sender is None or receiver is None:
+        if transport is None:
             try:
-                sender, receiver = make_transport(self.options, self._budget)
+                transport = make_transport(self.options, self._budget)
             except BaseException:
                 self._security.close()
                 raise
+        self._group_store = transport.group_store
+        sender, receiver = transport.sender, transport.receiver
         if self._security.transforms_outgoing:
             sender = SecureSender(sender, self._security)
         self._sender = sender
@@ -109,7 +129,8 @@ class Context:
         self._lock = threading.Lock()
         self._entities: weakref.WeakSet[Any] = weakref.WeakSet()
         self._shut_down = False
-        self._announcer: Announcer | None = None  # created by announcer(), on first use
+        # what shared() created, by key: closed at shutdown before the entities
+        self._shared: dict[str, _Closeable] = {}
         self._subscription_handler = SubscriptionHandler()
         self._service_handler = ServiceHandler(self.options.reply_domains)
         self._ack_handler = AckHandler()
@@ -290,21 +311,36 @@ class Context:
         except EmailMWError as exc:
             _log.warning("acknowledging %s to %s failed: %s", email.message_id, ack.to, exc)
 
-    def announcer(self) -> Announcer:
-        """The context's graph announcer: one per context, created on first use (by the
-        first node), closed at :meth:`shutdown`."""
-        existing = self._announcer
-        if existing is not None:
-            return existing
-        # not under the lock: creating its publisher registers an entity
-        created = Announcer(Publisher(GRAPH_TOPIC, context=self))
+    def shared(self, key: str, create: Callable[[], S]) -> S:
+        """The one object of ``key`` on this context, made by ``create()`` on first use:
+        what a layer above needs once per context (the graph's announcer), without this
+        layer knowing it. Closed at :meth:`shutdown`, before the entities. Raises
+        :class:`ClosedError` once the context is shut down. Thread-safe (of racing
+        creations, one wins and the others are closed)."""
         with self._lock:
-            if self._announcer is None:
-                self._announcer = created
-            announcer = self._announcer
-        if announcer is not created:
-            created.close()  # another thread's won
-        return announcer
+            self._check_open()
+            existing = self._shared.get(key)
+        if existing is not None:
+            return existing  # type: ignore[return-value]
+        created = create()  # not under the lock: creating may register entities
+        with self._lock:
+            chosen = self._shared.setdefault(key, created) if not self._shut_down else None
+        if chosen is not created:
+            created.close()
+            if chosen is None:
+                raise ClosedError("context is shut down")
+        return chosen  # type: ignore[return-value]
+
+    def group_store(self, group: str) -> GroupStore:
+        """A new connection to the store where this account's delivery-mode group
+        ``group`` keeps its state (``docs/delivery-modes.md``). Raises
+        :class:`~emailmw.ConfigError` where the transport has none."""
+        if self._group_store is None:
+            raise ConfigError(
+                f"{type(self._receiver).__name__} has no group modes (stateful, stateless): "
+                "use the native, curl or intraprocess transport"
+            )
+        return self._group_store(group)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every email sent so far was accepted by the server."""
@@ -317,9 +353,9 @@ class Context:
                 return
             self._shut_down = True
             entities = list(self._entities)
-            announcer, self._announcer = self._announcer, None
-        if announcer is not None:
-            announcer.close()
+            shared, self._shared = list(self._shared.values()), {}
+        for item in shared:
+            item.close()
         for entity in entities:
             entity.close()
         try:
@@ -334,18 +370,27 @@ class Context:
             self._security.close()
         _log.debug("context shut down")
 
-    close = shutdown
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """:meth:`shutdown`."""
         self.shutdown()
+
+
+class IntraprocessNetwork(_Network):
+    """In-process mail between several addresses, for tests and embedded use of routed
+    messages (``docs/addressing.md``): each address has a mailbox, and a sender of the
+    network hands an email to the mailbox of each of its recipients (To, Cc, Bcc), as a
+    mail server would. An unknown recipient is refused at once with
+    :class:`~emailmw.SendError`. Thread-safe.
+
+    >>> net = IntraprocessNetwork()
+    >>> lab = net.context("lab@hubs.test")  # doctest: +SKIP
+    """
+
+    def context(self, address: str, config: Mapping[str, Any] | None = None) -> Context:
+        """A :class:`~emailmw.Context` receiving at ``address`` on this network;
+        ``config``: more keys of the ``email:`` section (``routing``, ``security``...)."""
+        options = {"intraprocess": True, "from": address, **(config or {})}
+        return Context(options, transport=self.transport(address))
 
 
 _default_lock = threading.Lock()

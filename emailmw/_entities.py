@@ -14,10 +14,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
-from types import TracebackType
-from typing import TYPE_CHECKING, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
+from ._closeable import Closeable
 from ._exceptions import (
     ClosedError,
     ConfigError,
@@ -26,12 +25,12 @@ from ._exceptions import (
     TransportError,
     UnknownRequestError,
 )
+from ._future import Future, Pending
 from ._groups import GroupConsumer, GroupSettings, check_group
 from ._handlers import SubscriptionHandler
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import publish_email, request_email, response_email
-from ._routing import Pending
 from ._types import Ack, Email, Gid, MessageInfo, RequestId, ServiceInfo, ServiceRequest
 from ._waitable import Waitable, wait_until
 from ._wire import (
@@ -56,7 +55,7 @@ def _resolve(context: Context | None) -> Context:
     return resolve(context)
 
 
-class _Entity:
+class _Entity(Closeable):
     _closed: bool
     _context: Context
 
@@ -90,17 +89,6 @@ class _Entity:
         if isinstance(self, Waitable):
             self._notify()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 class Publisher(_Entity):
     """Publishes messages on a topic: each message is one email, Subject = topic.
@@ -126,7 +114,7 @@ class Publisher(_Entity):
         self.failures = 0
         self._ack_lock = threading.Lock()
         self._acks: dict[int, list[Ack]] = {}
-        self._ack_futures: Pending[int, Ack] = Pending()
+        self._ack_futures: Pending[int, Ack, None] = Pending(f"the acknowledgement on {topic!r}")
         ctx.register_publisher(self.gid.value, self)
 
     def _unregister(self) -> None:
@@ -167,7 +155,7 @@ class Publisher(_Entity):
             headers = {**(headers or {}), HEADER_ACK_REQUEST: "yes"}
             with self._ack_lock:
                 self._acks[sequence_number] = []
-            future = self._ack_futures.add(sequence_number)
+            future = self._ack_futures.add(sequence_number, None)
             self._context.start_receiving()
         self._send(
             publish_email(
@@ -196,9 +184,9 @@ class Publisher(_Entity):
             if found is None:
                 return  # not one this publisher asked about
             found.append(ack)
-        future = self._ack_futures.get(ack.sequence_number)
-        if future is not None and not future.done():
-            future.set_result(ack)
+        pending = self._ack_futures.get(ack.sequence_number)
+        if pending is not None:
+            pending[0].set_result(ack)
 
     def _failed(self, email: Email, error: SendError) -> None:
         self.failures += 1
@@ -414,6 +402,11 @@ class Subscription(_Entity, Waitable):
 class ServiceClient(_Entity, Waitable):
     """Sends requests to a service and collects the responses by sequence number.
 
+    Two ways to call: :meth:`send_request_async` returns a :class:`~emailmw.Future` of the
+    response; :meth:`send_request` returns the sequence number, whose response
+    :meth:`get_response` takes (the client is a :class:`~emailmw.WaitSet` member, ready
+    when a response or a refusal is waiting). :meth:`call` blocks for one.
+
     Sequence numbers start at 0 per client. Only a reply to a request this client has
     pending is kept: its ``In-Reply-To`` must be that request's Message-ID, and the first
     such reply wins (later copies, answers from other servers, replies to abandoned calls
@@ -424,6 +417,10 @@ class ServiceClient(_Entity, Waitable):
     ``docs/security.md``); default: the context's ``security.servers`` for this service,
     else any identity the permissions grant to serve it (as in SROS2). A response from
     another identity, or unsigned, is dropped and counted like a forgery.
+
+    A response to :meth:`send_request` counts as taken when :meth:`get_response` returns
+    it (with a ``state-file``, a restarted process gets it again until then); one to
+    :meth:`send_request_async` when its future completes.
     """
 
     def __init__(
@@ -438,15 +435,17 @@ class ServiceClient(_Entity, Waitable):
         self.gid = Gid.new()
         self._seq = itertools.count()
         self._lock = threading.Lock()
-        self._outstanding: dict[int, str] = {}  # sequence number -> the request's Message-ID
-        self._responses: dict[int, tuple[str, ServiceInfo, Ticket]] = {}
-        self._failed: dict[int, SendError] = {}
+        # sequence number -> its future, with the request's Message-ID (what a reply's
+        # In-Reply-To must be) and whether the reply waits for get_response()
+        self._pending: Pending[int, tuple[str, ServiceInfo], tuple[str, bool]] = Pending(
+            f"the call to service {self._service!r}"
+        )
+        # send_request()'s futures until get_response() takes them, and the tickets of
+        # their responses (settled when taken)
+        self._waiting: dict[int, Future[tuple[str, ServiceInfo]]] = {}
+        self._held: dict[int, Ticket] = {}
         #: replies dropped because they answered nothing this client has pending
         self.unexpected_responses = 0
-        # set by typed clients: takes a response (returns True) before it is stored, and
-        # hears of requests the server refused after send_request() returned
-        self._response_hook: Callable[[str, ServiceInfo], bool] | None = None
-        self._failure_hook: Callable[[int, SendError], None] | None = None
         ctx = self._setup(context, "call", self._service)
         if servers is None:
             servers = ctx.security.servers_for(self._service)
@@ -469,20 +468,23 @@ class ServiceClient(_Entity, Waitable):
 
     def _unregister(self) -> None:
         self._context.unregister_client(self.gid.value, self)
+        self._pending.fail_all(repr(self))
+        with self._lock:
+            held, self._held = list(self._held.values()), {}
+        for ticket in held:
+            ticket.release()
 
     def _push_response(self, email: Email, info: ServiceInfo, ticket: Ticket) -> None:
         seq = info.sequence_number
-        with self._lock:
-            expected = self._outstanding.get(seq)
-            wanted = (
-                expected is not None
-                and email.in_reply_to == expected
-                and seq not in self._responses
-                and (self._servers is None or info.identity in self._servers)
-            )
-            if not wanted:
+        entry = self._pending.get(seq)
+        wanted = (
+            entry is not None
+            and email.in_reply_to == entry[1][0]
+            and (self._servers is None or info.identity in self._servers)
+        )
+        if entry is None or not wanted:
+            with self._lock:
                 self.unexpected_responses += 1
-        if not wanted:
             _log.info(
                 "%r dropped response %s: it answers no request pending here (sequence "
                 "number %d, In-Reply-To %s), or comes from an identity it does not accept "
@@ -495,25 +497,20 @@ class ServiceClient(_Entity, Waitable):
             )
             ticket.release()
             return
-        hook = self._response_hook
-        if hook is not None and hook(email.body, info):
+        future, (_, hold) = entry
+        if hold:
             with self._lock:
-                self._outstanding.pop(seq, None)
-            ticket.release()
-            return
-        with self._lock:
-            if seq in self._outstanding:
-                self._responses[seq] = (email.body, info, ticket)
-                ticket = NO_TICKET
-        ticket.release()  # abandoned meanwhile: settled
+                if self._waiting.get(seq) is future:
+                    self._held[seq] = ticket
+                    ticket = NO_TICKET
+        future.set_result((email.body, info))
+        ticket.release()  # taken by its future (or abandoned meanwhile): settled
         self._notify()
 
     def _is_ready(self) -> bool:
-        return bool(self._responses) or bool(self._failed)
+        return any(f.done() for f in self._waiting.values())
 
-    def send_request(self, request: str) -> int:
-        """Send ``request``; returns its sequence number for :meth:`get_response`. Starts the
-        context's receiving: the response is on its way."""
+    def _send(self, request: str, hold: bool) -> tuple[int, Future[tuple[str, ServiceInfo]]]:
         self._check_open()
         self._context.start_receiving()
         if not isinstance(request, str):
@@ -529,33 +526,54 @@ class ServiceClient(_Entity, Waitable):
         )
         email = email.with_message_id(new_message_id(self._recipients.from_))
         assert email.message_id is not None
-        with self._lock:
-            self._outstanding[seq] = email.message_id
+        future = self._pending.add(seq, (email.message_id, hold))
+        if hold:
+            with self._lock:
+                self._waiting[seq] = future
         try:
             self._context.sender.send(email, guarantee=self._guarantee, on_failure=self._not_sent)
         except BaseException:
-            with self._lock:
-                self._outstanding.pop(seq, None)
+            self._forget(seq)
             raise
-        return seq
+        return seq, future
+
+    def send_request(self, request: str) -> int:
+        """Send ``request``; returns its sequence number for :meth:`get_response`. Starts the
+        context's receiving: the response is on its way."""
+        return self._send(request, hold=True)[0]
+
+    def send_request_async(self, request: str) -> Future[tuple[str, ServiceInfo]]:
+        """Send ``request``; returns the future of its response and
+        :class:`~emailmw.ServiceInfo` (failed with :class:`~emailmw.SendError` when the
+        server refused the request after this returned). Cancelling the future abandons
+        the call: a later answer is dropped."""
+        seq, future = self._send(request, hold=False)
+
+        def abandoned(done: Future[tuple[str, ServiceInfo]]) -> None:
+            if done.cancelled():
+                self._forget(seq)
+
+        future.add_done_callback(abandoned)
+        return future
 
     def _not_sent(self, email: Email, error: SendError) -> None:
         seq = int(email.headers.get(HEADER_REQUEST_SEQUENCE_NUMBER, "-1"))
         _log.error("%r: request %s (%d) not delivered: %s", self, email.message_id, seq, error)
-        hook = self._failure_hook
-        with self._lock:
-            if self._outstanding.pop(seq, None) is not None and hook is None:
-                self._failed[seq] = error
-        if hook is not None:
-            hook(seq, error)
+        entry = self._pending.get(seq)
+        if entry is not None:
+            entry[0].set_exception(error)
         self._notify()
 
     def has_response(self, sequence_number: int | None = None) -> bool:
         """Any response waiting (no argument), or the one to ``sequence_number``."""
         self._context.start_receiving()
-        if sequence_number is None:
-            return bool(self._responses)
-        return sequence_number in self._responses
+        with self._lock:
+            found = (
+                list(self._waiting.values())
+                if sequence_number is None
+                else [f for f in (self._waiting.get(sequence_number),) if f is not None]
+            )
+        return any(f.done() and f.exception() is None for f in found)
 
     def get_response(self, sequence_number: int) -> str | None:
         """Take the response to ``sequence_number``; None if it has not arrived."""
@@ -570,25 +588,21 @@ class ServiceClient(_Entity, Waitable):
         """
         self._context.start_receiving()
         with self._lock:
-            failed = self._failed.pop(sequence_number, None)
-            got = self._responses.pop(sequence_number, None)
-            if got is not None:
-                self._outstanding.pop(sequence_number, None)
-        if failed is not None:
-            raise failed
-        if got is None:
-            return None
-        got[2].release()
-        return got[0], got[1]
+            future = self._waiting.get(sequence_number)
+            if future is None or not future.done():
+                return None
+            del self._waiting[sequence_number]
+            ticket = self._held.pop(sequence_number, NO_TICKET)
+        ticket.release()
+        return future.result()
 
-    def _abandon(self, sequence_number: int) -> None:
+    def _forget(self, sequence_number: int) -> None:
         """The caller gave up on this request: a later answer is dropped."""
+        self._pending.discard(sequence_number)
         with self._lock:
-            self._outstanding.pop(sequence_number, None)
-            self._failed.pop(sequence_number, None)
-            got = self._responses.pop(sequence_number, None)
-        if got is not None:
-            got[2].release()
+            self._waiting.pop(sequence_number, None)
+            ticket = self._held.pop(sequence_number, NO_TICKET)
+        ticket.release()
 
     def call(self, request: str, timeout: float | None = None) -> str:
         """Send ``request`` and block for its response (``timeout`` None: no limit).
@@ -596,19 +610,14 @@ class ServiceClient(_Entity, Waitable):
         Raises :class:`~emailmw.ServiceTimeoutError` on timeout; a response that arrives
         later is discarded.
         """
-        seq = self.send_request(request)
-
-        def answered() -> bool:  # a response, or the server refused the request
-            return self.has_response(seq) or seq in self._failed
-
-        if not wait_until(self, answered, -1 if timeout is None else timeout):
-            self._abandon(seq)
+        seq, future = self._send(request, hold=False)
+        try:
+            return future.result(timeout)[0]
+        except ServiceTimeoutError:
+            self._forget(seq)
             raise ServiceTimeoutError(
                 f"no response from service {self._service!r} within {timeout} s (request {seq})"
-            )
-        got = self.get_response_with_info(seq)
-        assert got is not None
-        return got[0]
+            ) from None
 
 
 class ServiceServer(_Entity, Waitable):

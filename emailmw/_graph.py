@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol
 
 import yaml
 
+from ._context import Context
 from ._entities import Publisher
 from ._log import get_logger
 from ._protocol import PublishRoute, classify
@@ -32,6 +33,7 @@ __all__ = [
     "Announcer",
     "Graph",
     "NodeRecord",
+    "announcer_of",
     "build_graph",
     "read_graph",
 ]
@@ -167,7 +169,7 @@ def read_graph(receiver: EmailReceiver, limit: int = 2000) -> Graph:
 
 
 class Announcer:
-    """One per context (``Context.announcer()``): announces its nodes on ``publisher`` (the
+    """One per context (:func:`announcer_of`): announces its nodes on ``publisher`` (the
     graph topic's), at once on every change and periodically on a thread of its own (it
     waits on an event between rounds: no busy loop). Owns ``publisher``. Thread-safe."""
 
@@ -214,3 +216,12 @@ class Announcer:
         self._stop.set()
         self._thread.join(5)
         self._publisher.close()
+
+
+def announcer_of(context: Context) -> Announcer:
+    """The graph announcer of ``context``: one per context, created on first use (by its
+    first node) and closed when the context shuts down. Raises
+    :class:`~emailmw.ClosedError` once it is shut down."""
+    return context.shared(
+        "emailmw.graph", lambda: Announcer(Publisher(GRAPH_TOPIC, context=context))
+    )

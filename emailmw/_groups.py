@@ -1,1050 +1,72 @@
-"""Delivery modes of a subscription group (``docs/delivery-modes.md``): ``stateful`` (one
-active consumer, standbys take over in order) and ``stateless`` (each message processed by
-exactly one member), over a mailbox every member reads.
+"""A delivery-mode group member's own receiving (``docs/delivery-modes.md``), above the
+polling layer: a :class:`~emailmw._transport.group.receiver.GroupReceiver` on new
+connections of the account, and a polling thread of its own that hands what it claimed to
+a polling handler (a subscription handler, a floctrl node's), with the usual
+classification, security decisions and tickets.
 
-The protocol runs on the mail store itself, through a :class:`GroupStore` (IMAP:
-``_transport/group_imap.py``; in process: ``_transport/group_memory.py``):
-
-* **membership**: each member has a record in the group's members folder; its order is the
-  record's UID (everyone sees the same order), its liveness a token (IMAP: the record's
-  MODSEQ) it changes every ``heartbeat`` seconds. A member whose token has not changed for
-  ``expiry`` seconds, as an observer's own clock measures it, is dead to that observer;
-* **lease**: a member may hand out what it holds only while its own clock says nobody can
-  see it dead yet (:class:`Lease`); a member that finds its lease lapsed (it was paused, or
-  its heartbeats stalled) checks, under the claim lock, which of its claims are still its
-  own before it hands anything out again; what was taken over is dropped from memory;
-* **claiming**: a member claims messages by moving them (IMAP ``UID MOVE``) from the inbox
-  into its own claims folder while it holds the group's claim lock (a folder it creates:
-  of several members creating it, exactly one succeeds; neither MOVE nor a conditional
-  STORE decides between Dovecot sessions). What is in a member's claims folder is its own.
-  A member claims no more than it has room for (``prefetch``, the subscription's depth and
-  the context's receive budget): a full queue is back-pressure, never a drop;
-* **delivering**: right before the application gets a message, the member checks its lease
-  and records the delivery in the store (the keyword ``DeliveryN``: N applications got it);
-  the delivery count the application sees is that N;
-* **acknowledging**: once the application is done with it, the message moves on to the
-  member's done folder; nothing is ever deleted;
-* **taking over**: under the claim lock, with the members read again there, a dead
-  member's claims move into a live member's claims folder (flagged ``$Taken``); the record
-  and the empty folder of the dead member are then removed; a lock whose holder is dead is
-  broken by the first live member (one that names no holder, after half an expiry);
-* **hanging**: a member that holds an unacknowledged message longer than ``ack_timeout``
-  stops heartbeating, so the others take its claims as from a dead member; once it is done
-  it joins again under a new name, at the back of the order.
-
-:func:`plan` (what to claim and take in one round), :class:`Liveness` and :class:`Lease` are
-pure and tested without a store; :class:`GroupReceiver` runs them against a store as an
-:class:`~emailmw.EmailReceiver`, so a group subscription has its own polling thread with the
-usual classification, security decisions and tickets.
+The protocol itself (``plan``, ``Liveness``, ``Lease``), its store contract and its stores
+live under the transport contract, in ``_transport/group``. What a member needs of its
+context comes through :class:`GroupHost`, which a :class:`~emailmw.Context` is: this layer
+imports nothing above it.
 """
 
 from __future__ import annotations
 
-import abc
-import re
-import secrets
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import Protocol
 
-from ._exceptions import ClosedError, ConfigError
-from ._log import get_logger
-from ._transport.base import ClaimState, Done, EmailReceiver, IncomingEmail, Settle
+from ._config import Options
+from ._exceptions import ConfigError
+from ._polling import Acknowledge, Handler, PollingManager
+from ._security import Security
 from ._transport.budget import ReceiveBudget
+from ._transport.common import parse_fetched
+from ._transport.group import MODES, GroupSettings, GroupStore, Head, check_group
+from ._transport.group.receiver import GroupReceiver, Wants
 from ._types import Email
 
 __all__ = [
     "MODES",
     "GroupConsumer",
-    "GroupReceiver",
+    "GroupHost",
     "GroupSettings",
-    "GroupStore",
     "Head",
-    "Holding",
-    "Lease",
-    "Liveness",
-    "MemberRecord",
-    "Plan",
     "check_group",
-    "plan",
 ]
 
-_log = get_logger("groups")
-MODES: Final = ("topic", "stateful", "stateless")
-_GROUP_RE: Final = re.compile(r"[A-Za-z0-9_]{1,40}")
-#: the part of an expiry a lease keeps in hand for clocks that run at slightly different rates
-LEASE_MARGIN: Final = 0.1
-#: a member's second connection heartbeats when the rounds have not for this many heartbeats
-_BACKUP_BEAT: Final = 1.5
 
-
-def check_group(mode: str, group: str | None) -> None:
-    """Raise ``ValueError`` for an unknown mode, or a group name a mode needs and lacks."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "topic":
-        if group is not None:
-            raise ValueError("a group name goes with mode='stateful' or 'stateless'")
-        return
-    if group is None or not _GROUP_RE.fullmatch(group):
-        raise ValueError(
-            f"mode={mode!r} needs group=, a name of 1 to 40 letters, digits or _ (got {group!r})"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSettings:
-    """Timing of the group protocol (seconds). ``prefetch``: messages a member holds at
-    most (also bounded by its subscription's depth); ``steal_after``: how long a message
-    waits for the member whose share it is before any member may claim it (stateless);
-    ``reorder``: how long a stateful group's active member lets a message wait in the inbox
-    before claiming it, so that messages sent before it and delivered up to that much later
-    are processed first (mail servers deliver in parallel: arrival order is not send
-    order)."""
-
-    heartbeat: float = 0.2
-    expiry: float = 0.8
-    ack_timeout: float = 30.0
-    poll: float = 0.05
-    prefetch: int = 10
-    steal_after: float = 0.25
-    reorder: float = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class MemberRecord:
-    """A member's record: its name, its order (the record's UID), its liveness token,
-    whether it holds (names itself the holder of) the group's claim lock, and where it says
-    so (its lock marker, kept apart from the record so that naming itself the holder, or
-    another member clearing that, never changes its liveness token; 0: none)."""
-
-    member: str
-    order: int
-    token: int
-    locking: bool = False
-    marker: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """What a member reads of an inbox message before it claims it: its Subject,
-    Source-Timestamp (0 when absent or broken), ``Route-To`` ('' when absent) and size."""
-
-    subject: str
-    stamp: int = 0
-    route_to: str = ""
-    size: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Holding:
-    """One message in a member's claims folder: its size, how many applications got it so
-    far (the ``DeliveryN`` keyword, 0 for none) and whether it was taken over from a
-    member that failed (``$Taken``)."""
-
-    size: int
-    delivered: int = 0
-    taken: bool = False
-
-
-class Liveness:
-    """Which members are alive, as one observer sees it: a member is alive while its token
-    changed within ``expiry`` seconds of this observer's clock (a member first seen counts
-    as alive from then). Not thread-safe (one receiver's thread)."""
-
-    def __init__(self, expiry: float) -> None:
-        self.expiry = expiry
-        self._seen: dict[str, tuple[int, float]] = {}
-
-    def update(self, records: Sequence[MemberRecord], now: float) -> None:
-        seen = {}
-        for record in records:
-            old = self._seen.get(record.member)
-            seen[record.member] = (
-                old if old is not None and old[0] == record.token else (record.token, now)
-            )
-        self._seen = seen
-
-    def alive(self, records: Sequence[MemberRecord], now: float) -> list[str]:
-        """Members alive now, in order."""
-        return [
-            r.member
-            for r in sorted(records, key=lambda r: r.order)
-            if now - self._seen.get(r.member, (0, now))[1] <= self.expiry
-        ]
-
-
-class Lease:
-    """A member's right to hand out what it holds, by its own clock (the fence of
-    ``docs/delivery-modes.md``).
-
-    Another member sees this one dead only once its token has not changed for ``expiry``
-    seconds since that observer first saw it, and it saw it no earlier than the heartbeat
-    (or join) that set it began. So from the start of a heartbeat the store took, nobody can
-    take this member's claims over for ``expiry`` seconds: the lease runs until then (less
-    a margin for clock rates). A heartbeat renews it only when it completes while the lease
-    still holds; one that completes later finds the lease **lapsed** (the member was paused,
-    or its heartbeats stalled): its claims may have been taken over, and it must check them
-    under the claim lock (:meth:`start` again) before handing anything out. Pure: the times
-    are given. Thread-safe."""
-
-    def __init__(self, expiry: float, margin: float = LEASE_MARGIN) -> None:
-        self._length = expiry * (1.0 - margin)
-        self._from: float | None = None
-        self._lapsed = False
-        self._lock = threading.Lock()
-
-    def start(self, at: float) -> None:
-        """The lease holds from ``at`` (a join, or a check under the claim lock after a
-        heartbeat that began at ``at``)."""
-        with self._lock:
-            self._from, self._lapsed = at, False
-
-    def renewed(self, started: float, done: float) -> bool:
-        """A heartbeat that began at ``started`` completed at ``done``: True when it renews
-        the lease, False when it found the lease lapsed (or never started)."""
-        with self._lock:
-            if self._from is None or self._lapsed or done >= self._from + self._length:
-                self._lapsed = self._from is not None
-                return False
-            self._from = max(self._from, started)
-            return True
-
-    def valid(self, now: float) -> bool:
-        """Whether the member may hand out what it holds at ``now``."""
-        with self._lock:
-            if self._from is None or self._lapsed:
-                return False
-            if now >= self._from + self._length:
-                self._lapsed = True
-                return False
-            return True
+class GroupHost(Protocol):
+    """What a group member needs of the context it belongs to."""
 
     @property
-    def lapsed(self) -> bool:
-        return self._lapsed
-
-    def lapse(self) -> None:
-        with self._lock:
-            self._lapsed = self._from is not None
-
-    def end(self) -> None:
-        """No lease any more (the membership ended)."""
-        with self._lock:
-            self._from, self._lapsed = None, False
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """One round's work: inbox UIDs to claim, and per dead member the claims to take."""
-
-    claim: list[int] = field(default_factory=list)
-    take: dict[str, list[int]] = field(default_factory=dict)
-
-
-def owner(uid: int, alive: Sequence[str]) -> str:
-    """The member whose share message ``uid`` is: the same answer for every member that
-    sees the same live members (msm's rule, with the UID as the key)."""
-    return alive[uid % len(alive)]
-
-
-def plan(
-    mode: str,
-    me: str,
-    alive: Sequence[str],
-    dead_claims: Mapping[str, Sequence[int]],
-    waiting: Sequence[tuple[int, float]],
-    held: int,
-    settings: GroupSettings,
-    limit: int | None = None,
-) -> Plan:
-    """What member ``me`` claims and takes this round. ``alive``: the live members in
-    order (``me`` among them); ``dead_claims``: the claims of each dead member, the dead in
-    their order; ``waiting``: the unclaimed inbox messages (UID, seconds waited) in the
-    order they are to be processed (stateful: by Source-Timestamp); ``held``: messages
-    ``me`` holds unacknowledged; ``limit``: what it may hold at most (default ``prefetch``).
-    Claims and takes together never exceed the room left: a full member takes on nothing."""
-    if me not in alive:
-        return Plan()
-    limit = settings.prefetch if limit is None else limit
-    room = max(0, limit - held)
-    take: dict[str, list[int]] = {}
-    if mode == "stateful":
-        if alive[0] != me:
-            return Plan()  # a standby
-        left = False
-        for member, uids in dead_claims.items():  # the dead's claims first, in their order
-            part = list(uids)[:room]
-            if part:
-                take[member] = part
-                room -= len(part)
-            left = left or len(part) < len(uids)
-        if left:
-            return Plan([], take)  # what the dead held goes before anything newer
-        ready = []
-        for uid, waited in waiting:  # in send order: stop at the first still settling
-            if waited < settings.reorder:
-                break
-            ready.append(uid)
-        return Plan(ready[:room], take)
-    for member, uids in dead_claims.items():
-        mine = [u for u in uids if owner(u, alive) == me][:room]
-        if mine:
-            take[member] = mine
-            room -= len(mine)
-    holding = held + sum(len(uids) for uids in take.values())
-    if holding and room < (limit + 1) // 2:
-        return Plan([], take)  # claims go in batches: one claim lock for several messages
-    # its own share first, in order; then, with room left, others' messages that waited
-    # too long, newest first (their owners claim from the oldest: fewer collisions)
-    mine = [uid for uid, _ in waiting if owner(uid, alive) == me]
-    stolen = [uid for uid, waited in reversed(waiting)
-              if owner(uid, alive) != me and waited >= settings.steal_after]  # fmt: skip
-    return Plan((mine + stolen)[:room], take)
-
-
-class GroupStore(abc.ABC):
-    """The mail-store operations of the group protocol (see the module). Used by one
-    thread; every method may raise a :class:`~emailmw.TransportError`."""
-
-    @abc.abstractmethod
-    def members(self) -> list[MemberRecord]: ...
-
-    @abc.abstractmethod
-    def join(self, member: str) -> None: ...
-
-    @abc.abstractmethod
-    def beat(self, member: str, order: int, on: bool) -> None:
-        """Change the token of ``member``'s record (its UID: ``order``): ``on`` sets the
-        liveness keyword, else clears it (the caller alternates, so each beat changes it)."""
-
-    @abc.abstractmethod
-    def remove_member(self, record: MemberRecord) -> None:
-        """Remove a dead member's record and its (empty) claims folder."""
-
-    @abc.abstractmethod
-    def inbox(self) -> list[int]:
-        """The UIDs in the inbox, ascending."""
-
-    @abc.abstractmethod
-    def headers(self, uids: Sequence[int]) -> dict[int, Head]:
-        """What a member reads of inbox ``uids`` before claiming (:class:`Head`)."""
-
-    @abc.abstractmethod
-    def try_lock(self, record: MemberRecord) -> bool:
-        """Take the group's claim lock for the member of ``record`` and name it the holder
-        (its record's ``locking``): True for at most one of several members trying, until
-        :meth:`unlock`."""
-
-    @abc.abstractmethod
-    def unlock(self, record: MemberRecord) -> None:
-        """Give the claim lock back (the holder no longer named, then the lock free)."""
-
-    @abc.abstractmethod
-    def locked(self) -> bool:
-        """Whether the claim lock is taken (its holder: the record whose ``locking`` is
-        set; none while the taker has not named itself yet)."""
-
-    @abc.abstractmethod
-    def break_lock(self, holder: MemberRecord | None) -> None:
-        """Release a lock its holder (None: unnamed) left: it died holding it."""
-
-    @abc.abstractmethod
-    def claim(self, uids: Sequence[int], member: str) -> None:
-        """Move ``uids`` from the inbox into ``member``'s claims (those still there); call
-        with the claim lock held."""
-
-    @abc.abstractmethod
-    def claimed(self, member: str) -> list[int]:
-        """The UIDs in ``member``'s claims folder, ascending."""
-
-    @abc.abstractmethod
-    def holding(self, member: str) -> dict[int, Holding]:
-        """``member``'s claims by UID, with what :class:`Holding` says of each."""
-
-    @abc.abstractmethod
-    def take(self, uids: Sequence[int], dead: str, member: str) -> None:
-        """Move ``uids`` from ``dead``'s claims into ``member``'s, flagged ``$Taken``; call
-        with the claim lock held."""
-
-    @abc.abstractmethod
-    def fetch(self, member: str, uids: Sequence[int]) -> dict[int, bytes]:
-        """The raw bytes of ``member``'s claims ``uids`` (those still there)."""
-
-    @abc.abstractmethod
-    def mark(self, member: str, uid: int, delivered: int) -> None:
-        """Record that ``delivered`` applications got ``member``'s claim ``uid``."""
-
-    @abc.abstractmethod
-    def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
-        """Move ``member``'s claims ``uids`` to the done folder (``folder`` None) or to
-        ``folder`` (the quarantine)."""
-
-    def close(self) -> None:  # noqa: B027 - optional
-        pass
-
-
-#: parses a fetched email (bytes, UID), or None for mail emailmw cannot read (logged)
-ParseRaw = Callable[[bytes, int], Email | None]
-#: whether a member claims an inbox message, from what it read of it
-Wants = Callable[[Head], bool]
-
-
-@dataclass(slots=True)
-class _Held:
-    """A claim handed out and not settled yet."""
-
-    size: int
-    delivered: int
-    handed_at: float  # when it went to the consumer
-    given_at: float | None = None  # when an application got it (deliver() succeeded)
-    settling: bool = False
-
-
-class _GroupClaim:
-    """The :class:`~emailmw._transport.base.Claim` of one handed-out message."""
-
-    __slots__ = ("_key", "_receiver")
-
-    def __init__(self, receiver: GroupReceiver, key: tuple[str, int]) -> None:
-        self._receiver = receiver
-        self._key = key
-
-    def state(self) -> ClaimState:
-        return self._receiver._claim_state(self._key)
-
-    def deliver(self) -> int | None:
-        return self._receiver._deliver(self._key)
-
-
-class GroupReceiver(EmailReceiver):
-    """The receiver of one group member: runs the protocol round by round and hands out
-    the messages it holds, each fenced by its lease (:class:`Lease`) and settled
-    (acknowledged, left, quarantined) into the done or quarantine folder. Only messages
-    ``wants`` says yes to are claimed.
-
-    ``capacity``: what its consumer holds at most (a subscription's depth): the member
-    holds no more than that and ``prefetch`` unsettled; ``budget``: the context's
-    :class:`~emailmw._transport.budget.ReceiveBudget`, reserved per message handed out;
-    ``on_change``: called when what the consumer may hand out changes (a lease confirmed
-    again, claims lost), so it looks again. With ``settle_store`` (a second connection),
-    settlements, heartbeats and delivery records run on a thread of their own; without, on
-    the round's. Thread-safe as a receiver is (``wakeup``/``close`` from any thread,
-    settling and delivering from any thread)."""
-
-    def __init__(
-        self,
-        store: GroupStore,
-        *,
-        mode: str,
-        group: str,
-        wants: Wants,
-        parse: ParseRaw,
-        settings: GroupSettings | None = None,
-        quarantine: str | None = None,
-        settle_store: GroupStore | None = None,
-        capacity: int | None = None,
-        budget: ReceiveBudget | None = None,
-        on_change: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        check_group(mode, group)
-        if mode == "topic":
-            raise ConfigError("a group receiver serves the stateful and stateless modes")
-        self._store = store
-        self._settle_store = settle_store or store
-        self._mode = mode
-        self.group = group
-        self._wants = wants
-        self._parse = parse
-        self.settings = settings or GroupSettings()
-        self._limit = min(self.settings.prefetch, capacity or self.settings.prefetch)
-        self._budget = budget
-        self._on_change = on_change
-        self._clock = clock
-        self._quarantine = quarantine
-        self.member = _new_member()
-        self._record: MemberRecord | None = None
-        self._liveness = Liveness(self.settings.expiry)
-        self._lease = Lease(self.settings.expiry)
-        self._lock = threading.Lock()  # what is held and settling
-        self._store_lock = threading.RLock()  # the round's connection
-        self._settle_lock = self._store_lock if settle_store is None else threading.RLock()
-        self._beat_lock = threading.Lock()
-        self._beat_on = False
-        self._last_beat: tuple[float, float] | None = None  # (started, completed)
-        self._wake = threading.Event()
-        self._closed = False
-        self._settlements: list[tuple[tuple[str, int], str, Done | None]] = []
-        # (member, uid) -> what is handed out and not settled yet
-        self._held: dict[tuple[str, int], _Held] = {}
-        # settled, and still listed by the round's connection (another session's move may
-        # reach its view late): not handed out again meanwhile
-        self._gone: set[tuple[str, int]] = set()
-        self._seen_uid = 0
-        # inbox UID wanted -> (first seen, Source-Timestamp)
-        self._waiting: dict[int, tuple[float, int]] = {}
-        self._unfetched = False  # its claims folder may hold what it has not handed out
-        self._in_lapse = False
-        self._unnamed_since: float | None = None  # since when the lock names no holder
-        self._busy_since: float | None = None  # since when this member fails to take it
-        self._last_members = -1e9
-        self._dead: list[MemberRecord] = []
-        self._alive: list[str] = []
-        self._joined = False
-        self._healthy = True
-        #: what this member did: processed (acknowledged), taken over, claimed, rejoined,
-        #: lock takings and busy tries, claims it lost to others, leases found lapsed
-        self.counts: dict[str, int] = dict.fromkeys(
-            ("claimed", "taken", "acked", "rejoined", "locked", "lock_busy", "lost",
-             "lapsed", "delivered"), 0,
-        )  # fmt: skip
-        self._settle_due = threading.Event()
-        self._settle_thread: threading.Thread | None = None
-        if settle_store is not None:
-            self._settle_thread = threading.Thread(
-                target=self._settle_loop, name=f"emailmw-group-{group}-settle", daemon=True
-            )
-            self._settle_thread.start()
-
-    def __repr__(self) -> str:
-        return f"<GroupReceiver {self._mode} {self.group}/{self.member}>"
+    def options(self) -> Options: ...
 
     @property
-    def joined(self) -> bool:
-        """True once this member's record is in the group."""
-        return self._joined
+    def budget(self) -> ReceiveBudget: ...
 
     @property
-    def alive(self) -> list[str]:
-        """The live members as this one saw them last, in order."""
-        return list(self._alive)
+    def security(self) -> Security: ...
 
-    @property
-    def holding(self) -> int:
-        """Messages handed out and not settled yet."""
-        with self._lock:
-            return len(self._held)
+    def group_store(self, group: str) -> GroupStore:
+        """A new connection to the account's group store (:class:`~emailmw.ConfigError`
+        where the transport has none)."""
 
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            self._on_change()
-
-    # ---------------------------------------------------------------- the fence
-
-    def _claim_state(self, key: tuple[str, int]) -> ClaimState:
-        with self._lock:
-            if key not in self._held:
-                return "lost"
-        if self._lease.valid(self._clock()):
-            return "ready"
-        self._wake.set()  # the round checks its claims under the lock
-        return "wait"
-
-    def _deliver(self, key: tuple[str, int]) -> int | None:
-        """Record that the application gets claim ``key`` now (see :class:`Lease`): its
-        delivery count, or None when it may not have it now."""
-        with self._lock:
-            held = self._held.get(key)
-        if held is None or not self._lease.valid(self._clock()):
-            self._wake.set()
-            return None
-        count = held.delivered + 1
-        try:
-            with self._settle_lock:
-                if self._closed:
-                    return None
-                self._settle_store.mark(key[0], key[1], count)
-        except Exception as exc:  # noqa: BLE001 - the round checks the claims again
-            _log.debug("group %s: recording a delivery failed (%s)", self.group, exc)
-            self._lease.lapse()
-            self._wake.set()
-            return None
-        # the record reached the store while nobody could take the claim over: a member
-        # that takes it later sees the count (one that completes later may have raced a
-        # takeover: not handed out; the count stays raised, which errs on the side of a flag)
-        if not self._lease.valid(self._clock()):
-            self._wake.set()
-            return None
-        with self._lock:
-            if key not in self._held:
-                return None
-            held.delivered, held.given_at = count, self._clock()
-            self.counts["delivered"] += 1
-        return count
-
-    def _lose(self, keys: Sequence[tuple[str, int]], why: str) -> None:
-        """``keys`` are no longer this member's: dropped from memory, unsettled."""
-        with self._lock:
-            lost = [(k, self._held.pop(k)) for k in keys if k in self._held]
-            self.counts["lost"] += len(lost)
-        if not lost:
-            return
-        given = sum(held.given_at is not None for _, held in lost)
-        _log.info(
-            "group %s: %s lost %d claim(s) (%d of them with the application): %s",
-            self.group, self.member, len(lost), given, why,
-        )  # fmt: skip
-        if self._budget is not None:
-            for _, held in lost:
-                if not held.settling:
-                    self._budget.release(held.size)
-        self._changed()
-
-    # ---------------------------------------------------------------- settling
-
-    def _settler(self, key: tuple[str, int]) -> Settle:
-        def settle(outcome: str, then: Done | None = None) -> None:
-            """Queued: with a settling connection of its own, the message moves within
-            milliseconds, on the settling thread (the settlements of that moment in one
-            MOVE); else at the next round. On a store error, it is tried again."""
-            with self._lock:
-                held = self._held.get(key)
-                if held is None or held.settling:
-                    return  # lost to another member meanwhile: not this one's to move
-                held.settling = True
-                self._settlements.append((key, outcome, then))
-            if self._budget is not None:
-                self._budget.release(held.size)
-            if self._settle_thread is not None:
-                self._settle_due.set()
-            else:
-                self._wake.set()
-
-        return settle
-
-    def _settle_loop(self) -> None:
-        """Settlements and delivery records, on the member's second connection; and the
-        heartbeats when the rounds stall (a long fetch, a slow server): the rounds beat when
-        they read the members, the members folder then selected already."""
-        while not self._closed:
-            self._settle_due.wait(self._beat_wait())
-            self._settle_due.clear()
-            if self._closed:
-                return
-            try:
-                with self._settle_lock:
-                    if self._closed:
-                        return
-                    self._apply_settlements()
-                self._beat_if_due(self._settle_store, self._settle_lock, _BACKUP_BEAT)
-            except Exception as exc:  # noqa: BLE001 - the thread retries
-                _log.debug("group %s: settling failed (%s); retrying", self.group, exc)
-                time.sleep(0.05)
-                self._settle_due.set()
-            self._wake.set()  # room for another claim: the next round now
-
-    def _beat_wait(self) -> float:
-        last = self._last_beat
-        if last is None:
-            return self.settings.heartbeat / 4
-        return max(0.0, last[0] + _BACKUP_BEAT * self.settings.heartbeat - self._clock())
-
-    def _apply_settlements(self) -> None:
-        """Move what was settled on (call with ``_settle_lock`` held)."""
-        with self._lock:
-            items, self._settlements = self._settlements, []
-        by: dict[tuple[str, str | None], list[tuple[tuple[str, int], str, Done | None]]] = {}
-        for item in items:
-            # a claim cannot be left where it is (it would be handed out again): what no
-            # consumer could use is set aside as unusable mail is
-            folder = self._quarantine if item[1] in ("quarantine", "leave") else None
-            by.setdefault((item[0][0], folder), []).append(item)
-        for (member, folder), group in by.items():
-            try:
-                self._settle_store.settle(member, [key[1] for key, _, _ in group], folder)
-            except BaseException:
-                with self._lock:  # not moved: tried again
-                    self._settlements.extend(group)
-                raise
-            with self._lock:
-                for key, _, _ in group:
-                    if self._held.pop(key, None) is not None:
-                        self._gone.add(key)
-                        self.counts["acked"] += 1
-            for _, _, then in group:
-                if then is not None:
-                    then()
-
-    # ---------------------------------------------------------------- heartbeats
-
-    def _beat_if_due(self, store: GroupStore, lock: threading.RLock, late: float = 1.0) -> None:
-        """Beat when the last one began ``late`` heartbeats ago or more."""
-        last = self._last_beat
-        if last is not None and self._clock() - last[0] < late * self.settings.heartbeat:
-            return
-        self._beat(store, lock)
-
-    def _beat(self, store: GroupStore, lock: threading.RLock) -> None:
-        """One heartbeat on ``store`` (changes this member's token); renews the lease when
-        it completed in time (:class:`Lease`)."""
-        record = self._record
-        if record is None or not self._healthy or record.member != self.member:
-            return
-        with self._beat_lock, lock:
-            if self._closed:
-                return
-            started = self._clock()
-            self._beat_on = not self._beat_on
-            store.beat(record.member, record.order, self._beat_on)
-            done = self._clock()
-        self._last_beat = (started, done)
-        if not self._lease.renewed(started, done) and self._joined and not self._in_lapse:
-            self._lapsed(f"a heartbeat completed {done - started:.2f} s after it began, late")
-
-    def _lapsed(self, why: str) -> None:
-        """The lease lapsed (logged and counted once per lapse): the round checks the
-        claims under the lock before anything more is handed out."""
-        self._in_lapse = True
-        self._lease.lapse()
-        self.counts["lapsed"] += 1
-        _log.info("group %s: %s's lease lapsed (%s): checking its claims", self.group,
-                  self.member, why)  # fmt: skip
-        self._wake.set()
-
-    # ---------------------------------------------------------------- one round
-
-    def _membership(self, now: float, healthy: bool) -> None:
-        """Read the members, join if this member has no record, and decide who is alive
-        and dead (once per heartbeat interval)."""
-        store = self._store
-        records = store.members()
-        mine = next((r for r in records if r.member == self.member), None)
-        if mine is None and self._joined:  # removed as dead: what it held is others' now
-            self._new_membership("removed from the group as dead")
-        if mine is None and healthy:
-            started = now
-            store.join(self.member)
-            records = store.members()
-            mine = next((r for r in records if r.member == self.member), None)
-            self._joined = mine is not None
-            if mine is not None:
-                self._lease.start(started)
-                self._last_beat = (started, now)
-        self._record = mine
-        self._liveness.update(records, now)
-        self._alive = self._liveness.alive(records, now)
-        self._dead = [
-            r for r in sorted(records, key=lambda r: r.order)
-            if r.member not in self._alive and r.member != self.member
-        ]  # fmt: skip
-        self._last_members = now
-
-    def _check_health(self, now: float) -> bool:
-        """False while a message handed to the consumer stays unsettled longer than
-        ``ack_timeout`` (the application is stuck on it, or takes nothing): the member stops
-        heartbeating (the others take its claims); once it is done it joins again under a
-        new name."""
-        with self._lock:
-            oldest = min((h.handed_at for h in self._held.values()), default=now)
-        healthy = now - oldest < self.settings.ack_timeout
-        if not healthy and self._healthy:
-            _log.warning(
-                "group %s: member %s has held a message %.1f s (ack-timeout %.1f s): it "
-                "stops heartbeating, the others take its claims",
-                self.group, self.member, now - oldest, self.settings.ack_timeout,
-            )  # fmt: skip
-        if healthy and not self._healthy:  # back, under a new name at the end of the order
-            self._new_membership("it hung past ack-timeout")
-        self._healthy = healthy
-        return healthy
-
-    def _new_membership(self, why: str) -> None:
-        """This membership is over (``why``): what it held is dropped (the others have
-        it, or will), and the member joins again under a new name, at the end of the
-        order, at its next round."""
-        with self._lock:
-            keys = list(self._held)
-        self._lose(keys, why)
-        self._lease.end()
-        self._in_lapse = False
-        self.member = _new_member()
-        self._joined = False
-        self._record = None
-        self.counts["rejoined"] += 1
-
-    def _round(self, now: float) -> list[IncomingEmail]:
-        store = self._store
-        if self._settle_thread is None:
-            with self._settle_lock:
-                self._apply_settlements()
-        healthy = self._check_health(now)
-        refresh = now - self._last_members >= self.settings.heartbeat or not self._joined
-        if refresh:
-            self._membership(now, healthy)
-            self._beat_if_due(store, self._store_lock)  # (the members folder selected now)
-        if not self._joined:
-            return []
-        lapsed = healthy and not self._lease.valid(now)
-        if lapsed and not self._in_lapse:
-            self._lapsed("its heartbeats did not renew it in time")
-        with self._lock:
-            held = len(self._held)
-        # what it may hold: the receive budget full, no room at all (back-pressure)
-        limit = self._limit if self._budget is None or self._budget.has_room() else held
-        standby = self._mode == "stateful" and (not self._alive or self._alive[0] != self.member)
-        if not lapsed and not self._dead and (held >= limit or standby or not healthy):
-            # nothing to claim or take: no IMAP command, unless claims wait for room
-            return self._hand_out(now) if self._unfetched and held < limit else []
-        dead_claims = {r.member: store.claimed(r.member) for r in self._dead}
-        self._read_inbox(now)
-        waiting = [(u, now - t) for u, (t, _) in sorted(self._waiting.items(), key=self._order)]
-        work = plan(self._mode, self.member, self._alive if healthy else [], dead_claims,
-                    waiting, held, self.settings, limit)  # fmt: skip
-        # only this member puts claims in its folder: with nothing claimed or taken now, and
-        # nothing left behind, there is nothing new to hand out (no IMAP command)
-        if (lapsed or work.take or work.claim) and self._under_lock(
-            now, waiting, held, limit, healthy, lapsed
-        ):
-            self._unfetched = True
-        return self._hand_out(now) if self._unfetched else []
-
-    def _read_inbox(self, now: float) -> None:
-        """Note the new inbox messages this member wants, and forget those gone."""
-        store = self._store
-        inbox = store.inbox()
-        new = [uid for uid in inbox if uid > self._seen_uid]
-        if new:
-            self._seen_uid = new[-1]
-            for uid, head in store.headers(new).items():
-                if self._wants(head):
-                    self._waiting[uid] = (now, head.stamp)
-        present = set(inbox)
-        self._waiting = {u: t for u, t in self._waiting.items() if u in present}
-
-    def _under_lock(
-        self,
-        now: float,
-        waiting: list[tuple[int, float]],
-        held: int,
-        limit: int,
-        healthy: bool,
-        lapsed: bool,
-    ) -> bool:
-        """Under the group's claim lock: read the members again, check this member's own
-        claims when its lease lapsed, take what the dead held and claim (the plan made
-        again with what was read there). False when another member holds the lock (the
-        first live member breaks a lock its dead holder left)."""
-        store = self._store
-        record = self._record
-        if record is None:
-            return False
-        if not store.try_lock(record):  # busy: the next round tries again
-            self.counts["lock_busy"] += 1
-            self._maybe_break(now)
-            return False
-        self._unnamed_since = None
-        self._busy_since = None
-        self.counts["locked"] += 1
-        try:
-            alive, dead = self._alive, list(self._dead)
-            if lapsed or dead:  # decided on the members as they are now, under the lock
-                if lapsed and healthy:
-                    self._beat(store, self._store_lock)  # one that began before the check
-                records = store.members()
-                self._liveness.update(records, now)
-                if not any(r.member == self.member for r in records):
-                    self._last_members = -1e9  # the next round finds out and joins again
-                    return False
-                alive = self._liveness.alive(records, now) if healthy else []
-                dead = [r for r in sorted(records, key=lambda r: r.order)
-                        if r.member not in alive and r.member != self.member]  # fmt: skip
-                self._alive, self._dead = alive, dead
-            if lapsed:
-                self._confirm_claims()
-            # with a valid lease nobody saw this member dead: its record and claims stand
-            if not self._lease.valid(self._clock()):
-                return False  # (its heartbeats stall: nothing moves until they run again)
-            dead_claims = {r.member: store.claimed(r.member) for r in dead}
-            work = plan(self._mode, self.member, alive, dead_claims, waiting, held,
-                        self.settings, limit)  # fmt: skip
-            for member, uids in work.take.items():
-                store.take(uids, member, self.member)
-                self.counts["taken"] += len(uids)
-                _log.info(
-                    "group %s: %s took %d claims of %s (not alive for %.1f s)",
-                    self.group, self.member, len(uids), member, self.settings.expiry,
-                )  # fmt: skip
-            if work.claim:
-                store.claim(work.claim, self.member)
-                self.counts["claimed"] += len(work.claim)
-            left = []
-            for record in dead:  # a dead member whose claims are all taken is forgotten
-                taken = work.take.get(record.member)
-                if not dead_claims[record.member] or (taken and not store.claimed(record.member)):
-                    store.remove_member(record)
-                else:
-                    left.append(record)
-            self._dead = left
-        finally:
-            store.unlock(record)
-        return True
-
-    def _confirm_claims(self) -> None:
-        """After a lapsed lease, under the claim lock and with a heartbeat just done: what
-        is still in this member's claims folder is its own again (the lease starts from that
-        heartbeat); what is not was taken over and is dropped from memory."""
-        listed = set(self._store.claimed(self.member))
-        with self._lock:
-            gone = [k for k in self._held if k[0] != self.member or k[1] not in listed]
-        self._lose(gone, "taken over while its lease had lapsed")
-        last = self._last_beat
-        self._lease.start(last[0] if last is not None else self._clock())
-        self._in_lapse = False
-        self._changed()
-
-    def _maybe_break(self, now: float) -> None:
-        """Break the claim lock when its holder is dead (first live member only): seen at
-        once, the holder naming itself on its record. A live taker names itself within a
-        round trip of taking the lock; one that names nobody for half an expiry has no live
-        holder (it died between taking and naming, or the store made the lock for no one)."""
-        store = self._store
-        self._busy_since = self._busy_since or now
-        if now - self._busy_since < self.settings.heartbeat:
-            return  # taken and given back all the time (a live holder keeps it milliseconds)
-        if not store.locked():
-            self._unnamed_since = None
-            return
-        records = store.members()  # fresh: the holder is judged on what is there now
-        self._liveness.update(records, now)
-        alive = self._liveness.alive(records, now)
-        holder = next((r for r in records if r.locking), None)
-        first = alive[:1] == [self.member]
-        if holder is not None:
-            self._unnamed_since = None
-            broken = first and holder.member not in alive
-            why = f"its holder {holder.member} is dead"
-        else:
-            self._unnamed_since = self._unnamed_since or now
-            unnamed = now - self._unnamed_since
-            broken = first and unnamed >= self.settings.expiry / 2
-            why = f"it named no holder for {unnamed:.1f} s"
-        if broken:
-            _log.warning("group %s: breaking the claim lock: %s", self.group, why)
-            store.break_lock(holder)
-            self._unnamed_since = None
-
-    def _hand_out(self, now: float) -> list[IncomingEmail]:
-        """Fetch what this member holds and has not handed out, up to its room (and the
-        receive budget), as :class:`IncomingEmail` objects with their claim."""
-        store = self._store
-        if not self._lease.valid(self._clock()):
-            return []  # (what it holds stays to hand out once the lease is confirmed)
-        listing = store.holding(self.member)
-        member = self.member
-        with self._lock:
-            for key in [k for k in self._gone if k[0] != member or k[1] not in listing]:
-                self._gone.discard(key)  # settled and gone from this connection's view too
-            room = self._limit - len(self._held)
-            known = self._held.keys() | self._gone
-            fresh = [uid for uid in sorted(listing) if (member, uid) not in known]
-        chosen: list[int] = []
-        for uid in fresh[: max(0, room)]:
-            if self._budget is not None and not self._budget.reserve(listing[uid].size):
-                break
-            chosen.append(uid)
-        self._unfetched = len(chosen) < len(fresh)
-        if not chosen:
-            return []
-        raw_by_uid = store.fetch(member, chosen)
-        out = []
-        for uid in chosen:
-            key, item = (member, uid), listing[uid]
-            raw = raw_by_uid.get(uid)
-            if raw is None:  # gone meanwhile (settled by a late move of this member's)
-                if self._budget is not None:
-                    self._budget.release(item.size)
-                continue
-            with self._lock:
-                self._held[key] = _Held(item.size, item.delivered, now)
-            settle = self._settler(key)
-            email = self._parse(raw, uid)
-            if email is None:  # not an email emailmw can read: set aside at once
-                settle("quarantine", None)
-                continue
-            out.append(
-                IncomingEmail(
-                    email,
-                    redelivered=item.taken or item.delivered > 0,
-                    delivery_count=item.delivered + 1,
-                    settle=settle,
-                    claim=_GroupClaim(self, key),
-                )
-            )
-        if self._mode == "stateful":  # a batch goes out in send order, the taken ones first
-            out.sort(key=lambda item: (not item.redelivered, _stamp(item.email)))
-        return out
-
-    def _order(self, item: tuple[int, tuple[float, int]]) -> tuple[int, int]:
-        """Stateful groups process in send order (Source-Timestamp), stateless in UID."""
-        uid, (_, stamp) = item
-        return (stamp, uid) if self._mode == "stateful" else (0, uid)
-
-    # ---------------------------------------------------------------- receiver
-
-    def receive_incoming(self, timeout: float | None = None) -> list[IncomingEmail]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self._closed:
-                raise ClosedError("group receiver is closed")
-            self._wake.clear()
-            with self._store_lock:
-                found = self._round(self._clock())
-            if found:
-                return found
-            wait = self.settings.poll
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    return []
-            if self._wake.wait(wait):
-                return []  # woken (a settlement, a stop): the caller looks again
-
-    def wakeup(self) -> None:
-        self._wake.set()
-
-    def close(self) -> None:
-        """Stop; the member's claims stay in its folder until another member takes them
-        (its record expires), or it is settled by a later process."""
-        if self._closed:
-            return
-        self._wake.set()
-        with self._store_lock, self._settle_lock:
-            self._closed = True
-            self._settle_due.set()  # the settling thread ends
-            try:
-                self._apply_settlements()
-            except Exception as exc:  # noqa: BLE001 - closing: logged
-                _log.warning("group %s: settling at close failed: %s", self.group, exc)
-            self._store.close()
-            if self._settle_store is not self._store:
-                self._settle_store.close()
-
-
-def _stamp(email: Email) -> int:
-    value = email.headers.get("Source-Timestamp", "").strip()
-    return int(value) if value.isdigit() and len(value) < 20 else 0
-
-
-def _new_member() -> str:
-    return secrets.token_hex(4)
+    def acknowledge(self, email: Email, delivery_count: int, *, member: str | None) -> None:
+        """Send the acknowledgement ``email`` asked for: its ``member`` processed it."""
 
 
 class GroupConsumer:
-    """A group member's own receiving: a :class:`GroupReceiver` on new connections of the
-    context's account (from the receiver's ``group_store``) and a polling thread that hands
-    what it claimed to ``handler`` (a polling handler, with the usual classification,
-    security decisions and tickets). Joins the group at once; :meth:`close` stops it (its
-    claims pass to another member once its record expires).
+    """A group member's own receiving: a ``GroupReceiver`` on two new connections of the
+    host's account (``host.group_store``) and a polling thread that hands what it claimed
+    to ``handler``. Joins the group at once; :meth:`close` stops it (its claims pass to
+    another member once its record expires).
 
     ``wants`` selects the inbox messages this member claims; ``capacity`` and ``notify`` as
-    :class:`GroupReceiver`'s ``capacity`` and ``on_change``."""
+    the receiver's ``capacity`` and ``on_change``."""
 
     def __init__(
         self,
-        context: Context,
+        host: GroupHost,
         mode: str,
         group: str,
         wants: Wants,
@@ -1054,10 +76,7 @@ class GroupConsumer:
         capacity: int | None = None,
         notify: Callable[[], None] | None = None,
     ) -> None:
-        from ._polling import PollingManager
-        from ._transport.common import parse_fetched
-
-        options = context.options
+        options = host.options
         if options.on_receive != "keep":
             raise ConfigError(
                 f"a {mode} group reads the account's inbox with the others: on-receive must "
@@ -1066,9 +85,9 @@ class GroupConsumer:
                 source=options.source,
                 key="email.on-receive",
             )
-        store = context.receiver.group_store(group)
+        store = host.group_store(group)
         try:
-            settle_store = context.receiver.group_store(group)
+            settle_store = host.group_store(group)
         except BaseException:
             store.close()
             raise
@@ -1084,18 +103,19 @@ class GroupConsumer:
             settings=settings,
             quarantine=options.quarantine,
             capacity=capacity,
-            budget=context.budget,
+            budget=host.budget,
             on_change=notify,
+        )
+        acknowledge: Acknowledge = lambda email, count: host.acknowledge(  # noqa: E731
+            email, count, member=self.receiver.member
         )
         # no Message-ID duplicate filter: the group hands each claim out once, and a claim
         # taken back from this process's own earlier membership must not count as a copy
         self._polling = PollingManager(
             self.receiver,
             name=f"emailmw-group-{group}",
-            security=context.security,
-            acknowledge=lambda email, count: context.acknowledge(
-                email, count, member=self.receiver.member
-            ),
+            security=host.security,
+            acknowledge=acknowledge,
             drop_duplicates=False,
         )
         self._polling.register_handler(handler)
@@ -1108,8 +128,3 @@ class GroupConsumer:
     def close(self, timeout: float = 5.0) -> None:
         self._polling.stop(timeout)
         self.receiver.close()
-
-
-if TYPE_CHECKING:
-    from ._context import Context
-    from ._polling import Handler

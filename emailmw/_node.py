@@ -11,19 +11,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._context import Context, resolve
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
-from ._exceptions import (
-    InvalidCallbackError,
-    SendError,
-    ServiceTimeoutError,
-    TypeMismatchError,
-)
+from ._exceptions import ServiceTimeoutError, TypeMismatchError
+from ._future import Future, refuse_coroutine
+from ._graph import announcer_of
 from ._interfaces import (
     HEADER_MESSAGE_TYPE,
     ServiceType,
@@ -66,77 +62,7 @@ class NodeExecutor(Protocol):
 
 def _runnable(callback: Callable[..., Any], what: str) -> None:
     """Refuse a callback the executors would call without ever running its body."""
-    if inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
-        getattr(callback, "__call__", None)  # noqa: B004 - an object with an async __call__
-    ):
-        name = getattr(callback, "__qualname__", type(callback).__qualname__)
-        raise InvalidCallbackError(
-            f"{what} callback {name} is a coroutine function (async def); emailmw's "
-            "executors call plain functions: make it a def (run a coroutine from it with "
-            "asyncio.run_coroutine_threadsafe if you need one)"
-        )
-
-
-class Future(Generic[T]):
-    """The result of an asynchronous call. Thread-safe; done callbacks run in the thread
-    that completes the future."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._result: T | None = None
-        self._exception: BaseException | None = None
-        self._cancelled = False
-        self._callbacks: list[Callable[[Future[T]], None]] = []
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def result(self, timeout: float | None = None) -> T:
-        """The result, waiting up to ``timeout``; raises the call's exception if it failed."""
-        if not self._done.wait(timeout):
-            raise ServiceTimeoutError(f"future not done within {timeout} s")
-        if self._exception is not None:
-            raise self._exception
-        return self._result  # type: ignore[return-value]
-
-    def exception(self) -> BaseException | None:
-        return self._exception
-
-    def _finish(
-        self, result: T | None, exception: BaseException | None, cancelled: bool = False
-    ) -> None:
-        with self._lock:
-            if self._done.is_set():
-                return
-            self._result, self._exception, self._cancelled = result, exception, cancelled
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            try:
-                callback(self)
-            except Exception:  # noqa: BLE001 - a user callback may raise anything
-                _log.exception("future done callback failed")
-
-    def set_result(self, result: T) -> None:
-        self._finish(result, None)
-
-    def set_exception(self, exception: BaseException) -> None:
-        self._finish(None, exception)
-
-    def cancel(self) -> None:
-        self._finish(None, None, cancelled=True)
-
-    def add_done_callback(self, callback: Callable[[Future[T]], None]) -> None:
-        _runnable(callback, "done")
-        with self._lock:
-            if not self._done.is_set():
-                self._callbacks.append(callback)
-                return
-        callback(self)
+    refuse_coroutine(callback, what)
 
 
 class NodePublisher(Generic[T]):
@@ -336,47 +262,50 @@ class Client(Generic[T]):
         self.srv_type = srv_type
         self.service_name = name
         self._core = ServiceClient(name, context=node.context)
-        self._pending: dict[int, Future[Any]] = {}
-        self._lock = threading.Lock()
-        self._core._response_hook = self._on_response
-        self._core._failure_hook = self._on_failure
-
-    def _on_response(self, body: str, info: ServiceInfo) -> bool:
-        with self._lock:
-            future = self._pending.pop(info.sequence_number, None)
-        if future is None:
-            return False
-        try:
-            future.set_result(deserialize(self.srv_type.Response, body))
-        except TypeMismatchError as exc:
-            future.set_exception(exc)
-        return True
-
-    def _on_failure(self, sequence_number: int, error: SendError) -> None:
-        with self._lock:
-            future = self._pending.pop(sequence_number, None)
-        if future is not None:
-            future.set_exception(error)
 
     def call_async(self, request: Any) -> Future[Any]:
+        """Send ``request``; the future completes with the typed response (or fails with
+        the reason: the request refused, the client destroyed, a response of the wrong
+        type). Cancelling it abandons the call."""
         if not isinstance(request, self.srv_type.Request):
             raise TypeMismatchError(f"{self.srv_type.name} request expected, got {request!r}")
-        future: Future[Any] = Future()
-        with self._lock:
-            seq = self._core.send_request(serialize(request))
-            self._pending[seq] = future
+        sent = self._core.send_request_async(serialize(request))
+        future: Future[Any] = Future(f"the call to service {self.service_name!r}")
+
+        def answered(done: Future[tuple[str, ServiceInfo]]) -> None:
+            failure = done.exception()
+            if done.cancelled():
+                future.cancel()
+            elif failure is not None:
+                future.set_exception(failure)
+            else:
+                try:
+                    future.set_result(deserialize(self.srv_type.Response, done.result()[0]))
+                except TypeMismatchError as exc:
+                    future.set_exception(exc)
+
+        sent.add_done_callback(answered)
+
+        def abandoned(done: Future[Any]) -> None:
+            if done.cancelled():
+                sent.cancel()
+
+        future.add_done_callback(abandoned)
         return future
 
     def call(self, request: Any, timeout: float | None = None) -> Any:
-        """Block for the response; :class:`ServiceTimeoutError` after ``timeout`` s."""
-        return self.call_async(request).result(timeout)
+        """Block for the response; :class:`ServiceTimeoutError` after ``timeout`` s (the
+        call is then abandoned)."""
+        future = self.call_async(request)
+        try:
+            return future.result(timeout)
+        except ServiceTimeoutError:
+            future.cancel()
+            raise
 
     def destroy(self) -> None:
+        """Close the client: pending calls fail with :class:`~emailmw.ClosedError`."""
         self._core.close()
-        with self._lock:
-            pending, self._pending = self._pending, {}
-        for future in pending.values():
-            future.cancel()
 
 
 class Service:
@@ -491,7 +420,7 @@ class Node:
         self.guards: list[NodeGuardCondition] = []
         self.executor: NodeExecutor | None = None
         self._destroyed = False
-        self.context.announcer().add(self)
+        announcer_of(self.context).add(self)
 
     def get_name(self) -> str:
         return self._name
@@ -509,7 +438,7 @@ class Node:
         if self.executor is not None:
             self.executor.wake()
         if not self._destroyed:
-            self.context.announcer().send(self)
+            announcer_of(self.context).send(self)
 
     def create_publisher(self, msg_type: type[T], topic: str, qos: int = 10) -> NodePublisher[T]:
         del qos  # history depth matters to subscriptions; kept for rclpy's signature
@@ -612,7 +541,7 @@ class Node:
             return
         self._destroyed = True
         if self.context.ok():
-            self.context.announcer().remove(self)
+            announcer_of(self.context).remove(self)
         entities: list[Any] = [*self.publishers, *self.subscriptions, *self.clients, *self.services]
         for entity in entities:
             entity.destroy()

@@ -21,19 +21,17 @@ Registration is thread-safe (copy-on-write tables); dispatch runs on the polling
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import queue
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from ._addressing import Address, Deliver, Drop, Envelope, Forward, decide
-from ._exceptions import ClosedError, EmailMWError, RoutingError
+from ._exceptions import EmailMWError, RoutingError
 from ._handlers import Table
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
@@ -45,7 +43,6 @@ from ._types import Email, RoutedInfo
 __all__ = [
     "DeliveryThread",
     "Hop",
-    "Pending",
     "Outlet",
     "Routed",
     "RoutedSink",
@@ -298,41 +295,6 @@ def parse_address(text: str | Address) -> Address:
     if isinstance(found, str):
         raise RoutingError(found)
     return found
-
-
-class Pending(Generic[K, T]):
-    """The futures of a face's requests awaiting their answer, by key: each removed once
-    done; :meth:`fail_all` at close. Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._futures: dict[K, Future[T]] = {}
-
-    def add(self, key: K) -> Future[T]:
-        future: Future[T] = Future()
-        with self._lock:
-            self._futures[key] = future
-        future.add_done_callback(functools.partial(self._done, key))
-        return future
-
-    def _done(self, key: K, _: Future[T]) -> None:
-        self.discard(key)
-
-    def discard(self, key: K) -> None:
-        with self._lock:
-            self._futures.pop(key, None)
-
-    def get(self, key: K) -> Future[T] | None:
-        with self._lock:
-            return self._futures.get(key)
-
-    def fail_all(self, what: str) -> None:
-        """Fail every future still waiting with :class:`~emailmw.ClosedError`."""
-        with self._lock:
-            futures, self._futures = list(self._futures.values()), {}
-        for future in futures:
-            if not future.done():
-                future.set_exception(ClosedError(f"{what} closed"))
 
 
 class DeliveryThread:

@@ -17,15 +17,15 @@ import json
 import secrets
 import threading
 from collections import OrderedDict
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ._addressing import Address, Envelope, stem_methods
 from ._exceptions import ClosedError, RemoteError, RoutingError
+from ._future import Future, Pending
 from ._log import get_logger
 from ._polling import Ticket
-from ._routing import DeliveryThread, Pending, Routed, parse_address
+from ._routing import DeliveryThread, Routed, parse_address
 from ._security import REPLY_TYPES, stem_send_name
 from ._types import RoutedInfo
 
@@ -162,7 +162,7 @@ class Cell:
         self.address = address
         self._router = router
         self._lock = threading.RLock()  # request() holds it around send()
-        self._pending: Pending[int, Any] = Pending()
+        self._pending: Pending[int, Any, None] = Pending(f"a command of cell {address}")
         # msg_id -> where it went, for each message that asked for a reply
         self._asked: OrderedDict[int, Address] = OrderedDict()
         self._closed = False
@@ -226,7 +226,7 @@ class Cell:
         matched by ``reply_id`` and not delivered to a method."""
         with self._lock:  # its response is not looked for before its future exists
             message = self.send(to, type="cmd", cmd=cmd, data=data)
-            return self._pending.add(message.msg_id)
+            return self._pending.add(message.msg_id, None, f"command {cmd!r} to {message.to}")
 
     def reply_to(self, message: StemMessage, *, type: str = "response", data: Any = None) -> None:
         """Send a reply to ``message`` (to its ``reply``, else ``from``)."""
@@ -248,8 +248,9 @@ class Cell:
             with self._lock:
                 asked = self._asked.get(message.reply_id)
                 bound = asked is not None and _answers(message.from_, asked)
-                future = self._pending.get(message.reply_id) if bound else None
-            if future is not None and message.type != "msg_ack":
+                pending = self._pending.get(message.reply_id) if bound else None
+            if pending is not None and message.type != "msg_ack":
+                future = pending[0]
                 if message.type == "error":
                     future.set_exception(RemoteError(f"{message.from_}: {message.data}"))
                 else:

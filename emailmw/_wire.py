@@ -37,6 +37,7 @@ import email.header
 import email.utils
 import functools
 import re
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
@@ -51,6 +52,8 @@ from ._exceptions import (
 from ._types import Email, Headers
 
 __all__ = [
+    "envelope_recipients",
+    "prepare_outgoing",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "HEADER_ACK_PUBLISHER_GID",
     "HEADER_ACK_REQUEST",
@@ -224,6 +227,26 @@ def make_reply(
 
 
 # ----------------------------------------------------------------------------- encoding
+
+
+def prepare_outgoing(email_: Email, from_: str) -> Email:
+    """Fill what a real email needs and the caller may have left out: From, Message-ID, Date."""
+    sender = email_.from_ or from_
+    headers = email_.headers
+    if "Date" not in headers:
+        headers = headers.merged({"Date": format_date(time.time_ns())})
+    return email_.replace(
+        from_=sender, headers=headers, message_id=email_.message_id or new_message_id(sender)
+    )
+
+
+def envelope_recipients(email_: Email) -> list[str]:
+    """The SMTP RCPT TO addresses: To, Cc and Bcc without display names, deduplicated."""
+    seen: dict[str, None] = {}
+    for value in (*email_.to, *email_.cc, *email_.bcc):
+        address = email.utils.parseaddr(value)[1] or value
+        seen.setdefault(address, None)
+    return list(seen)
 
 
 def _encode_words(value: str) -> str:

@@ -13,20 +13,19 @@ carry a packet (``{"messages": [...]}``).
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from email.utils import parseaddr
 from typing import TYPE_CHECKING, Any, Final
 
 from ._addressing import Address, Envelope, YmpAnswer, YmpRequest, read_ymp_packet
 from ._exceptions import ClosedError, RoutingError
+from ._future import Future, Pending
 from ._log import get_logger
 from ._polling import Ticket
-from ._routing import DeliveryThread, Pending, Routed
+from ._routing import DeliveryThread, Routed
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -61,8 +60,10 @@ class YmpHost:
         self.name = router.hub
         self._lock = threading.Lock()
         self._services: dict[tuple[str, str], dict[str, Action]] = {}
-        self._pending: Pending[str, YmpAnswer] = Pending()
-        self._asked: dict[str, str] = {}  # pending request id -> the host it went to
+        # pending request id -> its future, with the host the request went to
+        self._pending: Pending[str, YmpAnswer, str] = Pending(
+            f"a request of YMP host {router.hub!r}"
+        )
         self._closed = False
         self._delivery = DeliveryThread(f"emailmw-ymp-{self.name}", self._deliver)
         router.register(FACE, ENDPOINT, "", self)
@@ -118,11 +119,7 @@ class YmpHost:
                     "payload": dict(payload),
                 }
             )
-            future = self._pending.add(id_)
-            with self._lock:
-                self._asked[id_] = host
-            future.add_done_callback(functools.partial(self._forget_done, id_))
-            futures.append(future)
+            futures.append(self._pending.add(id_, host, f"{protocol}/{service} {action} at {host}"))
         if not messages:
             return []
         first = messages[0]
@@ -132,16 +129,8 @@ class YmpHost:
         except BaseException:
             for message in messages:
                 self._pending.discard(str(message["id"]))
-                self._forget(str(message["id"]))
             raise
         return futures
-
-    def _forget_done(self, id_: str, _: Future[YmpAnswer]) -> None:
-        self._forget(id_)
-
-    def _forget(self, id_: str) -> None:
-        with self._lock:
-            self._asked.pop(id_, None)
 
     def _send(self, host: str, messages: list[dict[str, Any]], subject: str) -> None:
         to = Address.make(ENDPOINT, host)
@@ -195,11 +184,10 @@ class YmpHost:
         if message.host != self.name:
             return f"addressed to host {message.host!r}, not to this host {self.name!r}"
         if isinstance(message, YmpAnswer):
-            with self._lock:
-                asked = self._asked.get(message.reply_to)
-            future = self._pending.get(message.reply_to)
-            if future is None or asked is None:
+            pending = self._pending.get(message.reply_to)
+            if pending is None:
                 return f"answer to {message.reply_to!r}: no pending request with that id"
+            future, asked = pending
             if message.sender_host != asked:
                 return (
                     f"answer to {message.reply_to!r} from host {message.sender_host!r}: the "

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from emailmw._groups import (
-    GroupReceiver,
+from emailmw._transport.group.memory import MemoryGroupStore, MemoryMailbox
+from emailmw._transport.group.model import (
     GroupSettings,
     Lease,
     Liveness,
@@ -18,7 +18,7 @@ from emailmw._groups import (
     owner,
     plan,
 )
-from emailmw._transport.group_memory import MemoryGroupStore, MemoryMailbox
+from emailmw._transport.group.receiver import GroupReceiver
 from emailmw._types import Email, Headers
 
 S = GroupSettings(prefetch=3, steal_after=1.0, reorder=0.2)

@@ -166,8 +166,8 @@ def test_a_client_keeps_only_replies_to_its_own_pending_requests(ctx: emailmw.Co
     server.send_response(request[0].id, "real")
     assert emailmw.wait_for_response(client, seq, 5) == "real"
     assert client.unexpected_responses == 200
-    assert client._responses == {}
-    assert client._outstanding == {}
+    assert client._waiting == {}
+    assert len(client._pending) == 0
 
 
 def test_a_late_reply_to_an_abandoned_call_is_dropped(ctx: emailmw.Context) -> None:
@@ -175,7 +175,7 @@ def test_a_late_reply_to_an_abandoned_call_is_dropped(ctx: emailmw.Context) -> N
     client = emailmw.ServiceClient("slow", context=ctx)
     with pytest.raises(emailmw.ServiceTimeoutError):
         client.call("q", timeout=0.05)
-    assert client._outstanding == {}
+    assert len(client._pending) == 0
 
 
 # ----------------------------------------------------------------------------- position

@@ -22,7 +22,7 @@ from .._config import Endpoint, Options, TLSOptions, load_options
 from .._exceptions import ConfigError
 from .._transport.common import ResumePosition, ssl_context
 from .._transport.errors import imap_errors
-from .._transport.native import open_imap_folder
+from .._transport.imap import open_imap_folder
 
 __all__ = ["stage_imap_folder"]
 

@@ -41,8 +41,8 @@ from .._protocol import (
     RoutedRoute,
     classify,
 )
-from .._transport.common import prepare_outgoing
 from .._types import Email
+from .._wire import prepare_outgoing
 from ._encryption import decrypt, encrypt, is_encrypted
 from ._grants import routed_grants
 from ._keystore import Identity, Keystore, PublicIdentity

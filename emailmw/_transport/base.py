@@ -1,24 +1,25 @@
 """The transport contract: :class:`EmailSender` and :class:`EmailReceiver`.
 
-A transport is a sender/receiver pair. Implementations must pass the conformance suite in
-:mod:`emailmw.testing` unchanged. Errors talking to a server are raised as subclasses of
-:class:`~emailmw.TransportError`; backend exceptions are chained as ``__cause__``.
+A transport is a sender/receiver pair, with where the account's delivery-mode groups keep
+their state (:class:`Transport`: what a context is given). Implementations must pass the
+conformance suite in :mod:`emailmw.testing` unchanged. Errors talking to a server are
+raised as subclasses of :class:`~emailmw.TransportError`; backend exceptions are chained
+as ``__cause__``.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Protocol, Self
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
-from .._exceptions import ConfigError, SendError
+from .._closeable import Closeable
+from .._exceptions import SendError
 from .._protocol import Unroutable, classify
 from .._types import Email
 from .._wire import make_reply
-
-if TYPE_CHECKING:
-    from .._groups import GroupStore
+from .group.model import GroupStore
 
 __all__ = [
     "Claim",
@@ -27,8 +28,10 @@ __all__ = [
     "EmailReceiver",
     "EmailSender",
     "FailureCallback",
+    "GroupStoreFactory",
     "IncomingEmail",
     "Settle",
+    "Transport",
     "take_all",
 ]
 
@@ -144,7 +147,7 @@ def take_all(incoming: Iterable[IncomingEmail]) -> list[Email]:
     return emails
 
 
-class EmailSender(abc.ABC):
+class EmailSender(Closeable):
     """Sends emails. ``send`` and ``reply`` are thread-safe.
 
     A sender may queue an email and send it in the background (the native backend does);
@@ -196,19 +199,8 @@ class EmailSender(abc.ABC):
     def close(self) -> None:
         """Release the connection. Idempotent. Emails already sent are flushed first."""
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class EmailReceiver(abc.ABC):
+class EmailReceiver(Closeable):
     """Receives new emails, in arrival order, each exactly once per process.
 
     Two ways to receive; a subclass implements at least one, the other follows:
@@ -255,17 +247,8 @@ class EmailReceiver(abc.ABC):
         docstring). The default wraps :meth:`receive`: settling changes nothing."""
         return [IncomingEmail(email) for email in self.receive(timeout)]
 
-    def wakeup(self) -> None:  # noqa: B027 - optional hook, no-op by default
+    def wakeup(self) -> None:
         """Make a :meth:`receive` blocked in another thread return soon. Thread-safe."""
-
-    def group_store(self, group: str) -> GroupStore:
-        """A new connection to the group protocol's store of this account
-        (``docs/delivery-modes.md``). Raises :class:`~emailmw.ConfigError` where the
-        transport has none."""
-        raise ConfigError(
-            f"{type(self).__name__} has no group modes (stateful, stateless): use the "
-            "native, curl or intraprocess transport"
-        )
 
     def history(self, subject: str, limit: int) -> list[Email]:
         """The newest ``limit`` stored emails whose Subject is exactly ``subject``, oldest
@@ -280,13 +263,24 @@ class EmailReceiver(abc.ABC):
     def close(self) -> None:
         """Release the connection and wake a blocked :meth:`receive`. Idempotent."""
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+#: a new connection to the group protocol's store of the account, for group ``name``
+GroupStoreFactory = Callable[[str], GroupStore]
+
+
+@dataclass(frozen=True, slots=True)
+class Transport:
+    """What a context needs of a transport: its sender, its receiver, and where the
+    account's delivery-mode groups keep their state (``group_store(name)``: a new
+    connection each call; None where the transport has no store for groups)."""
+
+    sender: EmailSender
+    receiver: EmailReceiver
+    group_store: GroupStoreFactory | None = None
+
+    def close(self) -> None:
+        """Close the sender (flushing it) and the receiver."""
+        try:
+            self.sender.close()
+        finally:
+            self.receiver.close()

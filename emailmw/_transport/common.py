@@ -23,18 +23,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from email.utils import parseaddr
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .._config import Options, TLSOptions
 from .._exceptions import ForeignEmailError, MalformedEmailError
 from .._log import get_logger
 from .._types import Email
-from .._wire import format_date, new_message_id, parse
-
-if TYPE_CHECKING:
-    from .._groups import GroupStore
+from .._wire import parse
 from .base import Done, EmailReceiver, IncomingEmail
 from .budget import ReceiveBudget
 
@@ -44,10 +40,8 @@ __all__ = [
     "MailboxActions",
     "MailboxReceiver",
     "ResumePosition",
-    "envelope_recipients",
     "parse_batch",
     "parse_fetched",
-    "prepare_outgoing",
     "raw_size_limit",
     "ssl_context",
     "uid_set",
@@ -91,26 +85,6 @@ def ssl_context(tls: TLSOptions, server: str) -> ssl.SSLContext:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
-
-
-def prepare_outgoing(email: Email, from_: str) -> Email:
-    """Fill what a real email needs and the caller may have left out: From, Message-ID, Date."""
-    sender = email.from_ or from_
-    headers = email.headers
-    if "Date" not in headers:
-        headers = headers.merged({"Date": format_date(time.time_ns())})
-    return email.replace(
-        from_=sender, headers=headers, message_id=email.message_id or new_message_id(sender)
-    )
-
-
-def envelope_recipients(email: Email) -> list[str]:
-    """The SMTP RCPT TO addresses: To, Cc and Bcc without display names, deduplicated."""
-    seen: dict[str, None] = {}
-    for value in (*email.to, *email.cc, *email.bcc):
-        address = parseaddr(value)[1] or value
-        seen.setdefault(address, None)
-    return list(seen)
 
 
 def parse_fetched(raw: bytes, *, uid: int, where: str, max_size: int) -> Email | None:
@@ -464,12 +438,6 @@ class MailboxReceiver(EmailReceiver):
     one does not fit, :meth:`_fetch_new` stops there and :attr:`_waiting_for_room` holds
     until enough is settled (the budget nudges the receiver): the mail waits on the server.
     """
-
-    def group_store(self, group: str) -> GroupStore:
-        """The group protocol's store over IMAP (one more connection of this account)."""
-        from .group_imap import ImapGroupStore
-
-        return ImapGroupStore(self._options, group)
 
     def __init__(self, options: Options, account: str, budget: ReceiveBudget | None = None) -> None:
         self._options = options

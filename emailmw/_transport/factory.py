@@ -1,34 +1,37 @@
-"""Builds the sender/receiver pair the options ask for: the one place a transport is
-chosen (``intraprocess``, ``native``, ``curl``)."""
+"""Builds the transport the options ask for: the one place a transport is chosen
+(``intraprocess``, ``native``, ``curl``)."""
 
 from __future__ import annotations
 
+import functools
+
 from .._config import Options
-from .base import EmailReceiver, EmailSender
+from .base import EmailSender, Transport
 from .budget import ReceiveBudget
 
 __all__ = ["make_transport"]
 
 
-def make_transport(
-    options: Options, budget: ReceiveBudget | None = None
-) -> tuple[EmailSender, EmailReceiver]:
+def make_transport(options: Options, budget: ReceiveBudget | None = None) -> Transport:
     """Connect a sender and a receiver; raises a :class:`~emailmw.TransportError` when the
     server cannot be reached, refuses the login or presents an untrusted certificate.
     ``intraprocess``: a connected in-process pair, of this context alone. ``budget``: the
     receive budget the receiver reserves from (none: unbounded)."""
     if options.transport == "intraprocess":
-        from .intraprocess import intraprocess_pair
+        from .intraprocess import intraprocess_transport
 
-        return intraprocess_pair(
+        return intraprocess_transport(
             options.recipients.from_, max_message_size=options.max_message_size, budget=budget
         )
+    from .group.imap import ImapGroupStore
+
+    stores = functools.partial(ImapGroupStore, options)
     if options.transport == "native":
         from .native import NativeReceiver, NativeSender
 
         sender: EmailSender = NativeSender(options)
         try:
-            return sender, NativeReceiver(options, budget)
+            return Transport(sender, NativeReceiver(options, budget), stores)
         except BaseException:
             sender.close()
             raise
@@ -37,7 +40,7 @@ def make_transport(
 
         sender = CurlSender(options)
         try:
-            return sender, CurlReceiver(options, budget)
+            return Transport(sender, CurlReceiver(options, budget), stores)
         except BaseException:
             sender.close()
             raise

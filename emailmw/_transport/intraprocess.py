@@ -11,27 +11,22 @@ import itertools
 import threading
 from collections import deque
 from email.utils import getaddresses
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from .._exceptions import ClosedError, SendError
 from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
-from .base import Done, EmailReceiver, EmailSender, FailureCallback, IncomingEmail
+from .base import Done, EmailReceiver, EmailSender, FailureCallback, IncomingEmail, Transport
 from .budget import ReceiveBudget
 from .common import parse_fetched
-from .group_memory import MemoryGroupStore, MemoryMailbox
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from .._context import Context
-    from .._groups import GroupStore
+from .group.memory import MemoryGroupStore, MemoryMailbox
 
 __all__ = [
     "IntraprocessNetwork",
     "IntraprocessReceiver",
     "IntraprocessSender",
     "intraprocess_pair",
+    "intraprocess_transport",
 ]
 
 _ids = itertools.count()
@@ -141,9 +136,6 @@ class IntraprocessReceiver(EmailReceiver):
             self._woken = True
             self._cond.notify_all()
 
-    def group_store(self, group: str) -> GroupStore:
-        return MemoryGroupStore(self.mailbox, group)
-
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -213,6 +205,21 @@ def intraprocess_pair(
     return IntraprocessSender(receiver, address, max_message_size=max_message_size), receiver
 
 
+def _transport(sender: IntraprocessSender, receiver: IntraprocessReceiver) -> Transport:
+    return Transport(sender, receiver, functools.partial(MemoryGroupStore, receiver.mailbox))
+
+
+def intraprocess_transport(
+    address: str = "emailmw@intraprocess.invalid",
+    *,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    budget: ReceiveBudget | None = None,
+) -> Transport:
+    """:func:`intraprocess_pair` as a :class:`~.base.Transport`, whose groups keep their
+    state in the receiver's mailbox."""
+    return _transport(*intraprocess_pair(address, max_message_size=max_message_size, budget=budget))
+
+
 class IntraprocessNetwork:
     """In-process mail between several addresses, for tests and embedded use of routed
     messages (``docs/addressing.md``): each address has a mailbox, and a sender of the
@@ -220,20 +227,12 @@ class IntraprocessNetwork:
     mail server would. An unknown recipient is refused at once with
     :class:`~emailmw.SendError`. Thread-safe.
 
-    >>> net = IntraprocessNetwork()
-    >>> lab = net.context("lab@hubs.test")  # doctest: +SKIP
+    :meth:`transport` gives an address's transport; ``emailmw.IntraprocessNetwork`` (the
+    context layer's) adds ``context(address)``, a :class:`~emailmw.Context` on it.
     """
 
-    def __init__(
-        self,
-        *,
-        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-        mailbox: MemoryMailbox | None = None,
-    ) -> None:
+    def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         self._max_size = max_message_size
-        #: the account's store, for group subscriptions (shared by the receivers of one
-        #: address on an :class:`IntraprocessNetwork`)
-        self.mailbox = mailbox if mailbox is not None else MemoryMailbox()
         self._lock = threading.Lock()
         self._mailboxes: dict[str, MemoryMailbox] = {}
         self._receivers: dict[str, list[IntraprocessReceiver]] = {}
@@ -250,14 +249,10 @@ class IntraprocessNetwork:
         sender = IntraprocessSender(self, address, max_message_size=self._max_size)
         return sender, receiver
 
-    def context(self, address: str, config: Mapping[str, Any] | None = None) -> Context:
-        """A :class:`~emailmw.Context` receiving at ``address`` on this network;
-        ``config``: more keys of the ``email:`` section (``routing``, ``security``...)."""
-        from .._context import Context
-
-        sender, receiver = self.pair(address)
-        options = {"intraprocess": True, "from": address, **(config or {})}
-        return Context(options, sender=sender, receiver=receiver)
+    def transport(self, address: str) -> Transport:
+        """:meth:`pair` as a :class:`~.base.Transport`: its groups keep their state in
+        the address's mailbox, shared by every receiver of that address."""
+        return _transport(*self.pair(address))
 
     def _deliver(self, email: Email) -> None:
         if email.message_id is None:

@@ -20,10 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import select
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Coroutine
@@ -33,7 +29,6 @@ from typing import Any, Final, TypeVar
 import aiosmtplib
 import imapclient
 import imapclient.exceptions
-from imapclient import response_parser
 
 from .._config import Endpoint, Options, UserInfo
 from .._exceptions import (
@@ -54,67 +49,22 @@ from .common import (
     uid_set,
 )
 from .errors import imap_errors, smtp_login_errors, smtp_send_errors
+from .imap import (
+    body,
+    idle_check,
+    internal_ns,
+    open_account_folder,
+    stashed_news,
+    uid_fetch,
+)
 from .outbox import Envelope, Outbox, Submitter
 
-__all__ = ["NativeReceiver", "NativeSender", "open_imap_folder"]
+__all__ = ["NativeReceiver", "NativeSender"]
 
 _log = get_logger("native")
 T = TypeVar("T")
 _IDLE_SLICE: Final = 0.25  # how often a blocked IDLE looks at wakeup()/close()
 _ROOM_WAIT: Final = 60.0  # a receiver waiting for room in the budget NOOPs this often
-
-
-def open_imap_folder(
-    endpoint: Endpoint,
-    username: str,
-    password: str,
-    *,
-    context: ssl.SSLContext,
-    starttls: bool,
-    timeout: float,
-    folder: str,
-    readonly: bool,
-) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
-    """A logged-in imapclient connection with ``folder`` selected, and the SELECT's answer:
-    implicit TLS on ``imaps``, STARTTLS on ``imap`` unless ``starttls`` is false. Raw backend
-    errors propagate (callers translate them with ``errors.imap_errors``); a connection
-    that failed half-way is shut down."""
-    implicit = endpoint.scheme == "imaps"
-    client = imapclient.IMAPClient(
-        endpoint.host,
-        port=endpoint.port,
-        ssl=implicit,
-        ssl_context=context if implicit else None,
-        timeout=timeout,
-    )
-    try:
-        if not implicit and starttls:
-            client.starttls(context)
-        client.login(username, password)
-        info: dict[bytes, Any] = client.select_folder(folder, readonly=readonly)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            client.shutdown()
-        raise
-    return client, info
-
-
-def open_account_folder(
-    options: Options, context: ssl.SSLContext, *, readonly: bool
-) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
-    """:func:`open_imap_folder` on the IMAP account and folder of ``options`` (its user,
-    STARTTLS setting and timeout)."""
-    assert options.user is not None
-    return open_imap_folder(
-        options.user.imap,
-        options.user.username,
-        options.user.password,
-        context=context,
-        starttls=options.tls.starttls,
-        timeout=options.timeout,
-        folder=options.folder,
-        readonly=readonly,
-    )
 
 
 # ----------------------------------------------------------------------------- sender
@@ -232,85 +182,6 @@ class NativeSender(Outbox):
 # ----------------------------------------------------------------------------- receiver
 
 
-def _body(item: dict[bytes, Any]) -> bytes | None:
-    raw = item.get(b"BODY[]")
-    return raw if isinstance(raw, bytes) else None
-
-
-def _uid_fetch(
-    client: imapclient.IMAPClient, uid_set: str, items: str, need: bytes
-) -> dict[int, dict[bytes, Any]]:
-    """``UID FETCH uid_set items`` in one round trip, keyed by UID: the items that carry a
-    field starting with ``need`` (one of those asked for).
-
-    ``IMAPClient.fetch`` cannot take a ``n:*`` range (it filters its result through
-    ``int(messages)``), so the command goes through the underlying imaplib connection's
-    public ``uid()`` and the answer through imapclient's own FETCH parser. The answer may
-    hold unsolicited FETCH responses too (another session changed a message's flags:
-    ``* 3 FETCH (FLAGS (...) MODSEQ (...))``, with no UID or no field asked for); keyed by
-    UID blindly, they became messages that do not exist (a sequence number taken for a
-    UID), so only answers with their UID and the ``need`` field count. Note that ``n:*``
-    also returns the highest message when its UID is below ``n``; callers filter.
-    """
-    typ, data = client._imap.uid("FETCH", uid_set, items)
-    if typ != "OK":
-        raise imapclient.exceptions.IMAPClientError(f"UID FETCH failed: {data!r}")
-    if not data or data == [None]:
-        return {}
-    parsed = response_parser.parse_fetch_response(data, client.normalise_times, False)
-    found: dict[int, dict[bytes, Any]] = {}
-    for item in parsed.values():
-        uid = item.get(b"UID")
-        if isinstance(uid, int) and any(key.startswith(need) for key in item):
-            found.setdefault(uid, {}).update(item)
-    return found
-
-
-def _ns(moment: object) -> int | None:
-    """An INTERNALDATE as imapclient parsed it, in ns since the epoch."""
-    if not isinstance(moment, datetime.datetime):
-        return None
-    return int(moment.timestamp()) * 1_000_000_000
-
-
-def _readable(sock: socket.socket, timeout: float) -> bool:
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
-    return bool(poller.poll(max(0, int(timeout * 1000))))
-
-
-def _idle_check(client: imapclient.IMAPClient, timeout: float) -> list[Any]:
-    """What the server said during IDLE within ``timeout`` seconds: imapclient's
-    ``idle_check``, except that a closed connection raises instead of looking like a quiet
-    one (``idle_check`` returns ``[]`` on EOF, and a dead socket is readable at once: a
-    receiver kicked by the server looped at 100 % CPU and received nothing). A ``BYE`` from
-    the server raises too."""
-    sock = client.socket()
-    sock.settimeout(None)
-    sock.setblocking(False)
-    try:
-        if not _readable(sock, timeout):
-            return []
-        responses = []
-        while True:
-            try:
-                line = client._imap._get_line()  # EOF: imaplib's abort, which propagates
-            except (BlockingIOError, ssl.SSLWantReadError, TimeoutError):
-                break  # nothing more to read now
-            response = imapclient.imapclient._parse_untagged_response(line)
-            if response and response[0] == b"BYE":
-                raise imapclient.exceptions.IMAPClientAbortError(
-                    f"server closed the session: {line.decode('utf-8', 'replace')}"
-                )
-            responses.append(response)
-        if not responses:  # readable, yet no line: the peer is gone
-            raise imapclient.exceptions.IMAPClientAbortError("connection closed by the server")
-        return responses
-    finally:
-        sock.setblocking(True)
-        client._set_read_timeout()
-
-
 class NativeReceiver(MailboxReceiver):
     """imapclient receiver with adaptive NOOP polling / IDLE. See the module docstring."""
 
@@ -365,16 +236,16 @@ class NativeReceiver(MailboxReceiver):
 
     def _sizes(self, uid_set: str) -> dict[int, tuple[int, int | None]]:
         assert self._client is not None
-        found = _uid_fetch(self._client, uid_set, "(UID RFC822.SIZE INTERNALDATE)", b"RFC822.SIZE")
+        found = uid_fetch(self._client, uid_set, "(UID RFC822.SIZE INTERNALDATE)", b"RFC822.SIZE")
         return {
-            uid: (int(item.get(b"RFC822.SIZE", 0)), _ns(item.get(b"INTERNALDATE")))
+            uid: (int(item.get(b"RFC822.SIZE", 0)), internal_ns(item.get(b"INTERNALDATE")))
             for uid, item in found.items()
         }
 
     def _bodies(self, uids: list[int]) -> dict[int, bytes | None]:
         assert self._client is not None
-        found = _uid_fetch(self._client, uid_set(uids), "(UID BODY.PEEK[])", b"BODY[]")
-        return {uid: _body(item) for uid, item in found.items()}
+        found = uid_fetch(self._client, uid_set(uids), "(UID BODY.PEEK[])", b"BODY[]")
+        return {uid: body(item) for uid, item in found.items()}
 
     def _apply(self, action: str, uids: list[int]) -> None:
         client = self._client
@@ -459,11 +330,8 @@ class NativeReceiver(MailboxReceiver):
             isinstance(r, tuple) and len(r) >= 2 and r[1] in (b"EXISTS", b"RECENT")
             for r in responses
         )
-        if self._client is not None:
-            stash = self._client._imap.untagged_responses
-            for key in ("EXISTS", "RECENT"):
-                if stash.pop(key, None):
-                    news = True
+        if self._client is not None and stashed_news(self._client):
+            news = True
         return news
 
     def _idle(self, deadline: float | None) -> None:
@@ -477,7 +345,7 @@ class NativeReceiver(MailboxReceiver):
             refresh_in = self._options.poll.idle_refresh - (time.monotonic() - started)
             if remaining <= 0 or refresh_in <= 0:
                 break
-            if self._announces_mail(_idle_check(client, min(_IDLE_SLICE, remaining, refresh_in))):
+            if self._announces_mail(idle_check(client, min(_IDLE_SLICE, remaining, refresh_in))):
                 self._check = True
                 self._last_activity = time.monotonic()
                 break
@@ -504,7 +372,7 @@ class NativeReceiver(MailboxReceiver):
                     older = [
                         e
                         for _, e in parse_batch(
-                            {uid: _body(data.get(uid, {})) for uid in batch},
+                            {uid: body(data.get(uid, {})) for uid in batch},
                             where=self._where,
                             max_size=self._options.max_message_size,
                         )

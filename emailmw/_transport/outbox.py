@@ -51,9 +51,8 @@ from .._exceptions import (
 )
 from .._log import get_logger
 from .._types import Email
-from .._wire import build
+from .._wire import build, envelope_recipients, prepare_outgoing
 from .base import EmailSender, FailureCallback
-from .common import envelope_recipients, prepare_outgoing
 
 __all__ = ["Envelope", "Outbox", "Spool", "Submitter"]
 

@@ -28,7 +28,7 @@ import pytest
 
 from .._context import Context
 from .._entities import Publisher, Subscription
-from .._groups import GroupSettings
+from .._transport.group import GroupSettings
 from .._types import MessageInfo
 
 __all__ = ["DeliveryModeConformance", "GroupWorld", "Taker"]

@@ -120,7 +120,7 @@ def _say(line: str) -> None:
 def _die_holding_the_lock(config: str, group: str, member: str | None) -> None:
     """Take the group's claim lock as ``member`` (on a connection of its own), and die."""
     from emailmw._config import load_options
-    from emailmw._transport.group_imap import ImapGroupStore
+    from emailmw._transport.group.imap import ImapGroupStore
 
     store = ImapGroupStore(load_options(config), group)
     record = next(r for r in store.members() if r.member == member)

@@ -13,7 +13,7 @@ import pytest
 
 import emailmw
 from emailmw._config import load_options
-from emailmw._transport.group_imap import ImapGroupStore
+from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing import DeliveryModeConformance, GroupWorld
 from emailmw.testing._modes import wait_for
 from emailmw.testing.mailserver import MailServer

@@ -504,7 +504,8 @@ def test_forged_responses_neither_answer_a_call_nor_stay_in_memory(
     answer.set()
     caller.join(60)
     assert result == ["real"]
-    assert client._responses == {}
+    assert client._waiting == {}
+    assert len(client._pending) == 0
 
 
 # ----------------------------------------------------------------------------- 7. replies

@@ -15,9 +15,8 @@ from emailmw import Email, Keystore
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
 from emailmw._protocol import Recipients, publish_email
 from emailmw._security import sign
-from emailmw._transport.common import prepare_outgoing
 from emailmw._types import Gid
-from emailmw._wire import build
+from emailmw._wire import build, prepare_outgoing
 
 RECIPIENTS = Recipients("talker@example.test", ("inbox@example.test",))
 

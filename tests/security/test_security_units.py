@@ -33,9 +33,8 @@ from emailmw._security import (
     sign,
     verify,
 )
-from emailmw._transport.common import prepare_outgoing
 from emailmw._types import Gid
-from emailmw._wire import build, parse
+from emailmw._wire import build, parse, prepare_outgoing
 
 RECIPIENTS = Recipients("talker@example.test", ("inbox@example.test",))
 

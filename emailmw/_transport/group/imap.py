@@ -33,12 +33,12 @@ from typing import Any, Final, TypeVar
 
 import imapclient
 
-from .._config import Options
-from .._groups import GroupStore, Head, Holding, MemberRecord
-from .._log import get_logger
-from .common import ssl_context, uid_set
-from .errors import imap_errors
-from .native import _body, _uid_fetch, open_account_folder
+from ..._config import Options
+from ..._log import get_logger
+from ..common import ssl_context, uid_set
+from ..errors import imap_errors
+from ..imap import body, open_account_folder, uid_fetch
+from .model import GroupStore, Head, Holding, MemberRecord
 
 __all__ = ["ImapGroupStore"]
 
@@ -138,7 +138,7 @@ class ImapGroupStore(GroupStore):
             uids = self._all(client, self._members_folder())
             if not uids:
                 return []
-            found = _uid_fetch(
+            found = uid_fetch(
                 client,
                 uid_set(uids),
                 "(UID MODSEQ FLAGS BODY.PEEK[HEADER.FIELDS (SUBJECT)])",
@@ -195,7 +195,7 @@ class ImapGroupStore(GroupStore):
     def headers(self, uids: Sequence[int]) -> dict[int, Head]:
         def work(client: imapclient.IMAPClient) -> dict[int, Head]:
             self._select(client, self._options.folder)
-            found = _uid_fetch(
+            found = uid_fetch(
                 client,
                 uid_set(list(uids)),
                 "(UID RFC822.SIZE BODY.PEEK[HEADER.FIELDS (SUBJECT SOURCE-TIMESTAMP ROUTE-TO)])",
@@ -310,7 +310,7 @@ class ImapGroupStore(GroupStore):
             if folder not in self._folders and not client.folder_exists(folder):
                 return {}
             self._view(client, folder)
-            found = _uid_fetch(client, "1:*", "(UID RFC822.SIZE FLAGS)", b"RFC822.SIZE")
+            found = uid_fetch(client, "1:*", "(UID RFC822.SIZE FLAGS)", b"RFC822.SIZE")
             return {
                 uid: Holding(
                     int(item.get(b"RFC822.SIZE", 0)),
@@ -333,8 +333,8 @@ class ImapGroupStore(GroupStore):
     def fetch(self, member: str, uids: Sequence[int]) -> dict[int, bytes]:
         def work(client: imapclient.IMAPClient) -> dict[int, bytes]:
             self._select(client, self._claims(member))
-            found = _uid_fetch(client, uid_set(list(uids)), "(UID BODY.PEEK[])", b"BODY[]")
-            return {uid: _body(item) or b"" for uid, item in found.items() if uid in uids}
+            found = uid_fetch(client, uid_set(list(uids)), "(UID BODY.PEEK[])", b"BODY[]")
+            return {uid: body(item) or b"" for uid, item in found.items() if uid in uids}
 
         return self._run("fetching claims", work)
 

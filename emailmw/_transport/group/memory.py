@@ -9,9 +9,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .._groups import GroupStore, Head, Holding, MemberRecord
-from .._types import Email
-from .._wire import build
+from ..._types import Email
+from ..._wire import build
+from .model import GroupStore, Head, Holding, MemberRecord
 
 __all__ = ["MemoryGroupStore", "MemoryMailbox"]
 

@@ -1,0 +1,377 @@
+"""The group protocol's pure part and its store contract.
+
+Delivery modes of a subscription group (``docs/delivery-modes.md``): ``stateful`` (one
+active consumer, standbys take over in order) and ``stateless`` (each message processed by
+exactly one member), over a mailbox every member reads.
+
+The protocol runs on the mail store itself, through a :class:`GroupStore` (IMAP:
+``group/imap.py``; in process: ``group/memory.py``):
+
+* **membership**: each member has a record in the group's members folder; its order is the
+  record's UID (everyone sees the same order), its liveness a token (IMAP: the record's
+  MODSEQ) it changes every ``heartbeat`` seconds. A member whose token has not changed for
+  ``expiry`` seconds, as an observer's own clock measures it, is dead to that observer;
+* **lease**: a member may hand out what it holds only while its own clock says nobody can
+  see it dead yet (:class:`Lease`); a member that finds its lease lapsed (it was paused, or
+  its heartbeats stalled) checks, under the claim lock, which of its claims are still its
+  own before it hands anything out again; what was taken over is dropped from memory;
+* **claiming**: a member claims messages by moving them (IMAP ``UID MOVE``) from the inbox
+  into its own claims folder while it holds the group's claim lock (a folder it creates:
+  of several members creating it, exactly one succeeds; neither MOVE nor a conditional
+  STORE decides between Dovecot sessions). What is in a member's claims folder is its own.
+  A member claims no more than it has room for (``prefetch``, the subscription's depth and
+  the context's receive budget): a full queue is back-pressure, never a drop;
+* **delivering**: right before the application gets a message, the member checks its lease
+  and records the delivery in the store (the keyword ``DeliveryN``: N applications got it);
+  the delivery count the application sees is that N;
+* **acknowledging**: once the application is done with it, the message moves on to the
+  member's done folder; nothing is ever deleted;
+* **taking over**: under the claim lock, with the members read again there, a dead
+  member's claims move into a live member's claims folder (flagged ``$Taken``); the record
+  and the empty folder of the dead member are then removed; a lock whose holder is dead is
+  broken by the first live member (one that names no holder, after half an expiry);
+* **hanging**: a member that holds an unacknowledged message longer than ``ack_timeout``
+  stops heartbeating, so the others take its claims as from a dead member; once it is done
+  it joins again under a new name, at the back of the order.
+
+:func:`plan` (what to claim and take in one round), :class:`Liveness` and :class:`Lease` are
+pure and tested without a store; ``group/receiver.py``'s ``GroupReceiver`` runs them
+against a store as an :class:`~emailmw.EmailReceiver`, so that a group subscription has its
+own polling thread (``emailmw._groups.GroupConsumer``) with the usual classification,
+security decisions and tickets.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = [
+    "MODES",
+    "GroupSettings",
+    "GroupStore",
+    "Head",
+    "Holding",
+    "Lease",
+    "Liveness",
+    "MemberRecord",
+    "Plan",
+    "check_group",
+    "owner",
+    "plan",
+]
+
+MODES: Final = ("topic", "stateful", "stateless")
+_GROUP_RE: Final = re.compile(r"[A-Za-z0-9_]{1,40}")
+#: the part of an expiry a lease keeps in hand for clocks that run at slightly different rates
+LEASE_MARGIN: Final = 0.1
+
+
+def check_group(mode: str, group: str | None) -> None:
+    """Raise ``ValueError`` for an unknown mode, or a group name a mode needs and lacks."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "topic":
+        if group is not None:
+            raise ValueError("a group name goes with mode='stateful' or 'stateless'")
+        return
+    if group is None or not _GROUP_RE.fullmatch(group):
+        raise ValueError(
+            f"mode={mode!r} needs group=, a name of 1 to 40 letters, digits or _ (got {group!r})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """Timing of the group protocol (seconds). ``prefetch``: messages a member holds at
+    most (also bounded by its subscription's depth); ``steal_after``: how long a message
+    waits for the member whose share it is before any member may claim it (stateless);
+    ``reorder``: how long a stateful group's active member lets a message wait in the inbox
+    before claiming it, so that messages sent before it and delivered up to that much later
+    are processed first (mail servers deliver in parallel: arrival order is not send
+    order)."""
+
+    heartbeat: float = 0.2
+    expiry: float = 0.8
+    ack_timeout: float = 30.0
+    poll: float = 0.05
+    prefetch: int = 10
+    steal_after: float = 0.25
+    reorder: float = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    """A member's record: its name, its order (the record's UID), its liveness token,
+    whether it holds (names itself the holder of) the group's claim lock, and where it says
+    so (its lock marker, kept apart from the record so that naming itself the holder, or
+    another member clearing that, never changes its liveness token; 0: none)."""
+
+    member: str
+    order: int
+    token: int
+    locking: bool = False
+    marker: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What a member reads of an inbox message before it claims it: its Subject,
+    Source-Timestamp (0 when absent or broken), ``Route-To`` ('' when absent) and size."""
+
+    subject: str
+    stamp: int = 0
+    route_to: str = ""
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """One message in a member's claims folder: its size, how many applications got it so
+    far (the ``DeliveryN`` keyword, 0 for none) and whether it was taken over from a
+    member that failed (``$Taken``)."""
+
+    size: int
+    delivered: int = 0
+    taken: bool = False
+
+
+class Liveness:
+    """Which members are alive, as one observer sees it: a member is alive while its token
+    changed within ``expiry`` seconds of this observer's clock (a member first seen counts
+    as alive from then). Not thread-safe (one receiver's thread)."""
+
+    def __init__(self, expiry: float) -> None:
+        self.expiry = expiry
+        self._seen: dict[str, tuple[int, float]] = {}
+
+    def update(self, records: Sequence[MemberRecord], now: float) -> None:
+        seen = {}
+        for record in records:
+            old = self._seen.get(record.member)
+            seen[record.member] = (
+                old if old is not None and old[0] == record.token else (record.token, now)
+            )
+        self._seen = seen
+
+    def alive(self, records: Sequence[MemberRecord], now: float) -> list[str]:
+        """Members alive now, in order."""
+        return [
+            r.member
+            for r in sorted(records, key=lambda r: r.order)
+            if now - self._seen.get(r.member, (0, now))[1] <= self.expiry
+        ]
+
+
+class Lease:
+    """A member's right to hand out what it holds, by its own clock (the fence of
+    ``docs/delivery-modes.md``).
+
+    Another member sees this one dead only once its token has not changed for ``expiry``
+    seconds since that observer first saw it, and it saw it no earlier than the heartbeat
+    (or join) that set it began. So from the start of a heartbeat the store took, nobody can
+    take this member's claims over for ``expiry`` seconds: the lease runs until then (less
+    a margin for clock rates). A heartbeat renews it only when it completes while the lease
+    still holds; one that completes later finds the lease **lapsed** (the member was paused,
+    or its heartbeats stalled): its claims may have been taken over, and it must check them
+    under the claim lock (:meth:`start` again) before handing anything out. Pure: the times
+    are given. Thread-safe."""
+
+    def __init__(self, expiry: float, margin: float = LEASE_MARGIN) -> None:
+        self._length = expiry * (1.0 - margin)
+        self._from: float | None = None
+        self._lapsed = False
+        self._lock = threading.Lock()
+
+    def start(self, at: float) -> None:
+        """The lease holds from ``at`` (a join, or a check under the claim lock after a
+        heartbeat that began at ``at``)."""
+        with self._lock:
+            self._from, self._lapsed = at, False
+
+    def renewed(self, started: float, done: float) -> bool:
+        """A heartbeat that began at ``started`` completed at ``done``: True when it renews
+        the lease, False when it found the lease lapsed (or never started)."""
+        with self._lock:
+            if self._from is None or self._lapsed or done >= self._from + self._length:
+                self._lapsed = self._from is not None
+                return False
+            self._from = max(self._from, started)
+            return True
+
+    def valid(self, now: float) -> bool:
+        """Whether the member may hand out what it holds at ``now``."""
+        with self._lock:
+            if self._from is None or self._lapsed:
+                return False
+            if now >= self._from + self._length:
+                self._lapsed = True
+                return False
+            return True
+
+    @property
+    def lapsed(self) -> bool:
+        return self._lapsed
+
+    def lapse(self) -> None:
+        with self._lock:
+            self._lapsed = self._from is not None
+
+    def end(self) -> None:
+        """No lease any more (the membership ended)."""
+        with self._lock:
+            self._from, self._lapsed = None, False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One round's work: inbox UIDs to claim, and per dead member the claims to take."""
+
+    claim: list[int] = field(default_factory=list)
+    take: dict[str, list[int]] = field(default_factory=dict)
+
+
+def owner(uid: int, alive: Sequence[str]) -> str:
+    """The member whose share message ``uid`` is: the same answer for every member that
+    sees the same live members (msm's rule, with the UID as the key)."""
+    return alive[uid % len(alive)]
+
+
+def plan(
+    mode: str,
+    me: str,
+    alive: Sequence[str],
+    dead_claims: Mapping[str, Sequence[int]],
+    waiting: Sequence[tuple[int, float]],
+    held: int,
+    settings: GroupSettings,
+    limit: int | None = None,
+) -> Plan:
+    """What member ``me`` claims and takes this round. ``alive``: the live members in
+    order (``me`` among them); ``dead_claims``: the claims of each dead member, the dead in
+    their order; ``waiting``: the unclaimed inbox messages (UID, seconds waited) in the
+    order they are to be processed (stateful: by Source-Timestamp); ``held``: messages
+    ``me`` holds unacknowledged; ``limit``: what it may hold at most (default ``prefetch``).
+    Claims and takes together never exceed the room left: a full member takes on nothing."""
+    if me not in alive:
+        return Plan()
+    limit = settings.prefetch if limit is None else limit
+    room = max(0, limit - held)
+    take: dict[str, list[int]] = {}
+    if mode == "stateful":
+        if alive[0] != me:
+            return Plan()  # a standby
+        left = False
+        for member, uids in dead_claims.items():  # the dead's claims first, in their order
+            part = list(uids)[:room]
+            if part:
+                take[member] = part
+                room -= len(part)
+            left = left or len(part) < len(uids)
+        if left:
+            return Plan([], take)  # what the dead held goes before anything newer
+        ready = []
+        for uid, waited in waiting:  # in send order: stop at the first still settling
+            if waited < settings.reorder:
+                break
+            ready.append(uid)
+        return Plan(ready[:room], take)
+    for member, uids in dead_claims.items():
+        mine = [u for u in uids if owner(u, alive) == me][:room]
+        if mine:
+            take[member] = mine
+            room -= len(mine)
+    holding = held + sum(len(uids) for uids in take.values())
+    if holding and room < (limit + 1) // 2:
+        return Plan([], take)  # claims go in batches: one claim lock for several messages
+    # its own share first, in order; then, with room left, others' messages that waited
+    # too long, newest first (their owners claim from the oldest: fewer collisions)
+    mine = [uid for uid, _ in waiting if owner(uid, alive) == me]
+    stolen = [uid for uid, waited in reversed(waiting)
+              if owner(uid, alive) != me and waited >= settings.steal_after]  # fmt: skip
+    return Plan((mine + stolen)[:room], take)
+
+
+class GroupStore(abc.ABC):
+    """The mail-store operations of the group protocol (see the module). Used by one
+    thread; every method may raise a :class:`~emailmw.TransportError`."""
+
+    @abc.abstractmethod
+    def members(self) -> list[MemberRecord]: ...
+
+    @abc.abstractmethod
+    def join(self, member: str) -> None: ...
+
+    @abc.abstractmethod
+    def beat(self, member: str, order: int, on: bool) -> None:
+        """Change the token of ``member``'s record (its UID: ``order``): ``on`` sets the
+        liveness keyword, else clears it (the caller alternates, so each beat changes it)."""
+
+    @abc.abstractmethod
+    def remove_member(self, record: MemberRecord) -> None:
+        """Remove a dead member's record and its (empty) claims folder."""
+
+    @abc.abstractmethod
+    def inbox(self) -> list[int]:
+        """The UIDs in the inbox, ascending."""
+
+    @abc.abstractmethod
+    def headers(self, uids: Sequence[int]) -> dict[int, Head]:
+        """What a member reads of inbox ``uids`` before claiming (:class:`Head`)."""
+
+    @abc.abstractmethod
+    def try_lock(self, record: MemberRecord) -> bool:
+        """Take the group's claim lock for the member of ``record`` and name it the holder
+        (its record's ``locking``): True for at most one of several members trying, until
+        :meth:`unlock`."""
+
+    @abc.abstractmethod
+    def unlock(self, record: MemberRecord) -> None:
+        """Give the claim lock back (the holder no longer named, then the lock free)."""
+
+    @abc.abstractmethod
+    def locked(self) -> bool:
+        """Whether the claim lock is taken (its holder: the record whose ``locking`` is
+        set; none while the taker has not named itself yet)."""
+
+    @abc.abstractmethod
+    def break_lock(self, holder: MemberRecord | None) -> None:
+        """Release a lock its holder (None: unnamed) left: it died holding it."""
+
+    @abc.abstractmethod
+    def claim(self, uids: Sequence[int], member: str) -> None:
+        """Move ``uids`` from the inbox into ``member``'s claims (those still there); call
+        with the claim lock held."""
+
+    @abc.abstractmethod
+    def claimed(self, member: str) -> list[int]:
+        """The UIDs in ``member``'s claims folder, ascending."""
+
+    @abc.abstractmethod
+    def holding(self, member: str) -> dict[int, Holding]:
+        """``member``'s claims by UID, with what :class:`Holding` says of each."""
+
+    @abc.abstractmethod
+    def take(self, uids: Sequence[int], dead: str, member: str) -> None:
+        """Move ``uids`` from ``dead``'s claims into ``member``'s, flagged ``$Taken``; call
+        with the claim lock held."""
+
+    @abc.abstractmethod
+    def fetch(self, member: str, uids: Sequence[int]) -> dict[int, bytes]:
+        """The raw bytes of ``member``'s claims ``uids`` (those still there)."""
+
+    @abc.abstractmethod
+    def mark(self, member: str, uid: int, delivered: int) -> None:
+        """Record that ``delivered`` applications got ``member``'s claim ``uid``."""
+
+    @abc.abstractmethod
+    def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
+        """Move ``member``'s claims ``uids`` to the done folder (``folder`` None) or to
+        ``folder`` (the quarantine)."""
+
+    def close(self) -> None:  # noqa: B027 - optional
+        pass

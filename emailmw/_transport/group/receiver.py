@@ -1,0 +1,680 @@
+"""One group member's receiver: the protocol of ``model`` run round by round against a
+:class:`~.model.GroupStore`, as an :class:`~emailmw.EmailReceiver` whose every email is
+fenced by the member's lease when it is handed to the application
+(``docs/delivery-modes.md``)."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ..._exceptions import ClosedError, ConfigError
+from ..._log import get_logger
+from ..._types import Email
+from ..base import ClaimState, Done, EmailReceiver, IncomingEmail, Settle
+from ..budget import ReceiveBudget
+from .model import (
+    GroupSettings,
+    GroupStore,
+    Head,
+    Lease,
+    Liveness,
+    MemberRecord,
+    check_group,
+    plan,
+)
+
+__all__ = ["GroupReceiver", "ParseRaw", "Wants"]
+
+_log = get_logger("groups")
+#: a member's second connection heartbeats when the rounds have not for this many heartbeats
+_BACKUP_BEAT: Final = 1.5
+
+#: parses a fetched email (bytes, UID), or None for mail emailmw cannot read (logged)
+ParseRaw = Callable[[bytes, int], Email | None]
+#: whether a member claims an inbox message, from what it read of it
+Wants = Callable[[Head], bool]
+
+
+@dataclass(slots=True)
+class _Held:
+    """A claim handed out and not settled yet."""
+
+    size: int
+    delivered: int
+    handed_at: float  # when it went to the consumer
+    given_at: float | None = None  # when an application got it (deliver() succeeded)
+    settling: bool = False
+
+
+class _GroupClaim:
+    """The :class:`~emailmw._transport.base.Claim` of one handed-out message."""
+
+    __slots__ = ("_key", "_receiver")
+
+    def __init__(self, receiver: GroupReceiver, key: tuple[str, int]) -> None:
+        self._receiver = receiver
+        self._key = key
+
+    def state(self) -> ClaimState:
+        return self._receiver._claim_state(self._key)
+
+    def deliver(self) -> int | None:
+        return self._receiver._deliver(self._key)
+
+
+class GroupReceiver(EmailReceiver):
+    """The receiver of one group member: runs the protocol round by round and hands out
+    the messages it holds, each fenced by its lease (:class:`Lease`) and settled
+    (acknowledged, left, quarantined) into the done or quarantine folder. Only messages
+    ``wants`` says yes to are claimed.
+
+    ``capacity``: what its consumer holds at most (a subscription's depth): the member
+    holds no more than that and ``prefetch`` unsettled; ``budget``: the context's
+    :class:`~emailmw._transport.budget.ReceiveBudget`, reserved per message handed out;
+    ``on_change``: called when what the consumer may hand out changes (a lease confirmed
+    again, claims lost), so it looks again. With ``settle_store`` (a second connection),
+    settlements, heartbeats and delivery records run on a thread of their own; without, on
+    the round's. Thread-safe as a receiver is (``wakeup``/``close`` from any thread,
+    settling and delivering from any thread)."""
+
+    def __init__(
+        self,
+        store: GroupStore,
+        *,
+        mode: str,
+        group: str,
+        wants: Wants,
+        parse: ParseRaw,
+        settings: GroupSettings | None = None,
+        quarantine: str | None = None,
+        settle_store: GroupStore | None = None,
+        capacity: int | None = None,
+        budget: ReceiveBudget | None = None,
+        on_change: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        check_group(mode, group)
+        if mode == "topic":
+            raise ConfigError("a group receiver serves the stateful and stateless modes")
+        self._store = store
+        self._settle_store = settle_store or store
+        self._mode = mode
+        self.group = group
+        self._wants = wants
+        self._parse = parse
+        self.settings = settings or GroupSettings()
+        self._limit = min(self.settings.prefetch, capacity or self.settings.prefetch)
+        self._budget = budget
+        self._on_change = on_change
+        self._clock = clock
+        self._quarantine = quarantine
+        self.member = _new_member()
+        self._record: MemberRecord | None = None
+        self._liveness = Liveness(self.settings.expiry)
+        self._lease = Lease(self.settings.expiry)
+        self._lock = threading.Lock()  # what is held and settling
+        self._store_lock = threading.RLock()  # the round's connection
+        self._settle_lock = self._store_lock if settle_store is None else threading.RLock()
+        self._beat_lock = threading.Lock()
+        self._beat_on = False
+        self._last_beat: tuple[float, float] | None = None  # (started, completed)
+        self._wake = threading.Event()
+        self._closed = False
+        self._settlements: list[tuple[tuple[str, int], str, Done | None]] = []
+        # (member, uid) -> what is handed out and not settled yet
+        self._held: dict[tuple[str, int], _Held] = {}
+        # settled, and still listed by the round's connection (another session's move may
+        # reach its view late): not handed out again meanwhile
+        self._gone: set[tuple[str, int]] = set()
+        self._seen_uid = 0
+        # inbox UID wanted -> (first seen, Source-Timestamp)
+        self._waiting: dict[int, tuple[float, int]] = {}
+        self._unfetched = False  # its claims folder may hold what it has not handed out
+        self._in_lapse = False
+        self._unnamed_since: float | None = None  # since when the lock names no holder
+        self._busy_since: float | None = None  # since when this member fails to take it
+        self._last_members = -1e9
+        self._dead: list[MemberRecord] = []
+        self._alive: list[str] = []
+        self._joined = False
+        self._healthy = True
+        #: what this member did: processed (acknowledged), taken over, claimed, rejoined,
+        #: lock takings and busy tries, claims it lost to others, leases found lapsed
+        self.counts: dict[str, int] = dict.fromkeys(
+            ("claimed", "taken", "acked", "rejoined", "locked", "lock_busy", "lost",
+             "lapsed", "delivered"), 0,
+        )  # fmt: skip
+        self._settle_due = threading.Event()
+        self._settle_thread: threading.Thread | None = None
+        if settle_store is not None:
+            self._settle_thread = threading.Thread(
+                target=self._settle_loop, name=f"emailmw-group-{group}-settle", daemon=True
+            )
+            self._settle_thread.start()
+
+    def __repr__(self) -> str:
+        return f"<GroupReceiver {self._mode} {self.group}/{self.member}>"
+
+    @property
+    def joined(self) -> bool:
+        """True once this member's record is in the group."""
+        return self._joined
+
+    @property
+    def alive(self) -> list[str]:
+        """The live members as this one saw them last, in order."""
+        return list(self._alive)
+
+    @property
+    def holding(self) -> int:
+        """Messages handed out and not settled yet."""
+        with self._lock:
+            return len(self._held)
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
+    # ---------------------------------------------------------------- the fence
+
+    def _claim_state(self, key: tuple[str, int]) -> ClaimState:
+        with self._lock:
+            if key not in self._held:
+                return "lost"
+        if self._lease.valid(self._clock()):
+            return "ready"
+        self._wake.set()  # the round checks its claims under the lock
+        return "wait"
+
+    def _deliver(self, key: tuple[str, int]) -> int | None:
+        """Record that the application gets claim ``key`` now (see :class:`Lease`): its
+        delivery count, or None when it may not have it now."""
+        with self._lock:
+            held = self._held.get(key)
+        if held is None or not self._lease.valid(self._clock()):
+            self._wake.set()
+            return None
+        count = held.delivered + 1
+        try:
+            with self._settle_lock:
+                if self._closed:
+                    return None
+                self._settle_store.mark(key[0], key[1], count)
+        except Exception as exc:  # noqa: BLE001 - the round checks the claims again
+            _log.debug("group %s: recording a delivery failed (%s)", self.group, exc)
+            self._lease.lapse()
+            self._wake.set()
+            return None
+        # the record reached the store while nobody could take the claim over: a member
+        # that takes it later sees the count (one that completes later may have raced a
+        # takeover: not handed out; the count stays raised, which errs on the side of a flag)
+        if not self._lease.valid(self._clock()):
+            self._wake.set()
+            return None
+        with self._lock:
+            if key not in self._held:
+                return None
+            held.delivered, held.given_at = count, self._clock()
+            self.counts["delivered"] += 1
+        return count
+
+    def _lose(self, keys: Sequence[tuple[str, int]], why: str) -> None:
+        """``keys`` are no longer this member's: dropped from memory, unsettled."""
+        with self._lock:
+            lost = [(k, self._held.pop(k)) for k in keys if k in self._held]
+            self.counts["lost"] += len(lost)
+        if not lost:
+            return
+        given = sum(held.given_at is not None for _, held in lost)
+        _log.info(
+            "group %s: %s lost %d claim(s) (%d of them with the application): %s",
+            self.group, self.member, len(lost), given, why,
+        )  # fmt: skip
+        if self._budget is not None:
+            for _, held in lost:
+                if not held.settling:
+                    self._budget.release(held.size)
+        self._changed()
+
+    # ---------------------------------------------------------------- settling
+
+    def _settler(self, key: tuple[str, int]) -> Settle:
+        def settle(outcome: str, then: Done | None = None) -> None:
+            """Queued: with a settling connection of its own, the message moves within
+            milliseconds, on the settling thread (the settlements of that moment in one
+            MOVE); else at the next round. On a store error, it is tried again."""
+            with self._lock:
+                held = self._held.get(key)
+                if held is None or held.settling:
+                    return  # lost to another member meanwhile: not this one's to move
+                held.settling = True
+                self._settlements.append((key, outcome, then))
+            if self._budget is not None:
+                self._budget.release(held.size)
+            if self._settle_thread is not None:
+                self._settle_due.set()
+            else:
+                self._wake.set()
+
+        return settle
+
+    def _settle_loop(self) -> None:
+        """Settlements and delivery records, on the member's second connection; and the
+        heartbeats when the rounds stall (a long fetch, a slow server): the rounds beat when
+        they read the members, the members folder then selected already."""
+        while not self._closed:
+            self._settle_due.wait(self._beat_wait())
+            self._settle_due.clear()
+            if self._closed:
+                return
+            try:
+                with self._settle_lock:
+                    if self._closed:
+                        return
+                    self._apply_settlements()
+                self._beat_if_due(self._settle_store, self._settle_lock, _BACKUP_BEAT)
+            except Exception as exc:  # noqa: BLE001 - the thread retries
+                _log.debug("group %s: settling failed (%s); retrying", self.group, exc)
+                time.sleep(0.05)
+                self._settle_due.set()
+            self._wake.set()  # room for another claim: the next round now
+
+    def _beat_wait(self) -> float:
+        last = self._last_beat
+        if last is None:
+            return self.settings.heartbeat / 4
+        return max(0.0, last[0] + _BACKUP_BEAT * self.settings.heartbeat - self._clock())
+
+    def _apply_settlements(self) -> None:
+        """Move what was settled on (call with ``_settle_lock`` held)."""
+        with self._lock:
+            items, self._settlements = self._settlements, []
+        by: dict[tuple[str, str | None], list[tuple[tuple[str, int], str, Done | None]]] = {}
+        for item in items:
+            # a claim cannot be left where it is (it would be handed out again): what no
+            # consumer could use is set aside as unusable mail is
+            folder = self._quarantine if item[1] in ("quarantine", "leave") else None
+            by.setdefault((item[0][0], folder), []).append(item)
+        for (member, folder), group in by.items():
+            try:
+                self._settle_store.settle(member, [key[1] for key, _, _ in group], folder)
+            except BaseException:
+                with self._lock:  # not moved: tried again
+                    self._settlements.extend(group)
+                raise
+            with self._lock:
+                for key, _, _ in group:
+                    if self._held.pop(key, None) is not None:
+                        self._gone.add(key)
+                        self.counts["acked"] += 1
+            for _, _, then in group:
+                if then is not None:
+                    then()
+
+    # ---------------------------------------------------------------- heartbeats
+
+    def _beat_if_due(self, store: GroupStore, lock: threading.RLock, late: float = 1.0) -> None:
+        """Beat when the last one began ``late`` heartbeats ago or more."""
+        last = self._last_beat
+        if last is not None and self._clock() - last[0] < late * self.settings.heartbeat:
+            return
+        self._beat(store, lock)
+
+    def _beat(self, store: GroupStore, lock: threading.RLock) -> None:
+        """One heartbeat on ``store`` (changes this member's token); renews the lease when
+        it completed in time (:class:`Lease`)."""
+        record = self._record
+        if record is None or not self._healthy or record.member != self.member:
+            return
+        with self._beat_lock, lock:
+            if self._closed:
+                return
+            started = self._clock()
+            self._beat_on = not self._beat_on
+            store.beat(record.member, record.order, self._beat_on)
+            done = self._clock()
+        self._last_beat = (started, done)
+        if not self._lease.renewed(started, done) and self._joined and not self._in_lapse:
+            self._lapsed(f"a heartbeat completed {done - started:.2f} s after it began, late")
+
+    def _lapsed(self, why: str) -> None:
+        """The lease lapsed (logged and counted once per lapse): the round checks the
+        claims under the lock before anything more is handed out."""
+        self._in_lapse = True
+        self._lease.lapse()
+        self.counts["lapsed"] += 1
+        _log.info("group %s: %s's lease lapsed (%s): checking its claims", self.group,
+                  self.member, why)  # fmt: skip
+        self._wake.set()
+
+    # ---------------------------------------------------------------- one round
+
+    def _membership(self, now: float, healthy: bool) -> None:
+        """Read the members, join if this member has no record, and decide who is alive
+        and dead (once per heartbeat interval)."""
+        store = self._store
+        records = store.members()
+        mine = next((r for r in records if r.member == self.member), None)
+        if mine is None and self._joined:  # removed as dead: what it held is others' now
+            self._new_membership("removed from the group as dead")
+        if mine is None and healthy:
+            started = now
+            store.join(self.member)
+            records = store.members()
+            mine = next((r for r in records if r.member == self.member), None)
+            self._joined = mine is not None
+            if mine is not None:
+                self._lease.start(started)
+                self._last_beat = (started, now)
+        self._record = mine
+        self._liveness.update(records, now)
+        self._alive = self._liveness.alive(records, now)
+        self._dead = [
+            r for r in sorted(records, key=lambda r: r.order)
+            if r.member not in self._alive and r.member != self.member
+        ]  # fmt: skip
+        self._last_members = now
+
+    def _check_health(self, now: float) -> bool:
+        """False while a message handed to the consumer stays unsettled longer than
+        ``ack_timeout`` (the application is stuck on it, or takes nothing): the member stops
+        heartbeating (the others take its claims); once it is done it joins again under a
+        new name."""
+        with self._lock:
+            oldest = min((h.handed_at for h in self._held.values()), default=now)
+        healthy = now - oldest < self.settings.ack_timeout
+        if not healthy and self._healthy:
+            _log.warning(
+                "group %s: member %s has held a message %.1f s (ack-timeout %.1f s): it "
+                "stops heartbeating, the others take its claims",
+                self.group, self.member, now - oldest, self.settings.ack_timeout,
+            )  # fmt: skip
+        if healthy and not self._healthy:  # back, under a new name at the end of the order
+            self._new_membership("it hung past ack-timeout")
+        self._healthy = healthy
+        return healthy
+
+    def _new_membership(self, why: str) -> None:
+        """This membership is over (``why``): what it held is dropped (the others have
+        it, or will), and the member joins again under a new name, at the end of the
+        order, at its next round."""
+        with self._lock:
+            keys = list(self._held)
+        self._lose(keys, why)
+        self._lease.end()
+        self._in_lapse = False
+        self.member = _new_member()
+        self._joined = False
+        self._record = None
+        self.counts["rejoined"] += 1
+
+    def _round(self, now: float) -> list[IncomingEmail]:
+        store = self._store
+        if self._settle_thread is None:
+            with self._settle_lock:
+                self._apply_settlements()
+        healthy = self._check_health(now)
+        refresh = now - self._last_members >= self.settings.heartbeat or not self._joined
+        if refresh:
+            self._membership(now, healthy)
+            self._beat_if_due(store, self._store_lock)  # (the members folder selected now)
+        if not self._joined:
+            return []
+        lapsed = healthy and not self._lease.valid(now)
+        if lapsed and not self._in_lapse:
+            self._lapsed("its heartbeats did not renew it in time")
+        with self._lock:
+            held = len(self._held)
+        # what it may hold: the receive budget full, no room at all (back-pressure)
+        limit = self._limit if self._budget is None or self._budget.has_room() else held
+        standby = self._mode == "stateful" and (not self._alive or self._alive[0] != self.member)
+        if not lapsed and not self._dead and (held >= limit or standby or not healthy):
+            # nothing to claim or take: no IMAP command, unless claims wait for room
+            return self._hand_out(now) if self._unfetched and held < limit else []
+        dead_claims = {r.member: store.claimed(r.member) for r in self._dead}
+        self._read_inbox(now)
+        waiting = [(u, now - t) for u, (t, _) in sorted(self._waiting.items(), key=self._order)]
+        work = plan(self._mode, self.member, self._alive if healthy else [], dead_claims,
+                    waiting, held, self.settings, limit)  # fmt: skip
+        # only this member puts claims in its folder: with nothing claimed or taken now, and
+        # nothing left behind, there is nothing new to hand out (no IMAP command)
+        if (lapsed or work.take or work.claim) and self._under_lock(
+            now, waiting, held, limit, healthy, lapsed
+        ):
+            self._unfetched = True
+        return self._hand_out(now) if self._unfetched else []
+
+    def _read_inbox(self, now: float) -> None:
+        """Note the new inbox messages this member wants, and forget those gone."""
+        store = self._store
+        inbox = store.inbox()
+        new = [uid for uid in inbox if uid > self._seen_uid]
+        if new:
+            self._seen_uid = new[-1]
+            for uid, head in store.headers(new).items():
+                if self._wants(head):
+                    self._waiting[uid] = (now, head.stamp)
+        present = set(inbox)
+        self._waiting = {u: t for u, t in self._waiting.items() if u in present}
+
+    def _under_lock(
+        self,
+        now: float,
+        waiting: list[tuple[int, float]],
+        held: int,
+        limit: int,
+        healthy: bool,
+        lapsed: bool,
+    ) -> bool:
+        """Under the group's claim lock: read the members again, check this member's own
+        claims when its lease lapsed, take what the dead held and claim (the plan made
+        again with what was read there). False when another member holds the lock (the
+        first live member breaks a lock its dead holder left)."""
+        store = self._store
+        record = self._record
+        if record is None:
+            return False
+        if not store.try_lock(record):  # busy: the next round tries again
+            self.counts["lock_busy"] += 1
+            self._maybe_break(now)
+            return False
+        self._unnamed_since = None
+        self._busy_since = None
+        self.counts["locked"] += 1
+        try:
+            alive, dead = self._alive, list(self._dead)
+            if lapsed or dead:  # decided on the members as they are now, under the lock
+                if lapsed and healthy:
+                    self._beat(store, self._store_lock)  # one that began before the check
+                records = store.members()
+                self._liveness.update(records, now)
+                if not any(r.member == self.member for r in records):
+                    self._last_members = -1e9  # the next round finds out and joins again
+                    return False
+                alive = self._liveness.alive(records, now) if healthy else []
+                dead = [r for r in sorted(records, key=lambda r: r.order)
+                        if r.member not in alive and r.member != self.member]  # fmt: skip
+                self._alive, self._dead = alive, dead
+            if lapsed:
+                self._confirm_claims()
+            # with a valid lease nobody saw this member dead: its record and claims stand
+            if not self._lease.valid(self._clock()):
+                return False  # (its heartbeats stall: nothing moves until they run again)
+            dead_claims = {r.member: store.claimed(r.member) for r in dead}
+            work = plan(self._mode, self.member, alive, dead_claims, waiting, held,
+                        self.settings, limit)  # fmt: skip
+            for member, uids in work.take.items():
+                store.take(uids, member, self.member)
+                self.counts["taken"] += len(uids)
+                _log.info(
+                    "group %s: %s took %d claims of %s (not alive for %.1f s)",
+                    self.group, self.member, len(uids), member, self.settings.expiry,
+                )  # fmt: skip
+            if work.claim:
+                store.claim(work.claim, self.member)
+                self.counts["claimed"] += len(work.claim)
+            left = []
+            for record in dead:  # a dead member whose claims are all taken is forgotten
+                taken = work.take.get(record.member)
+                if not dead_claims[record.member] or (taken and not store.claimed(record.member)):
+                    store.remove_member(record)
+                else:
+                    left.append(record)
+            self._dead = left
+        finally:
+            store.unlock(record)
+        return True
+
+    def _confirm_claims(self) -> None:
+        """After a lapsed lease, under the claim lock and with a heartbeat just done: what
+        is still in this member's claims folder is its own again (the lease starts from that
+        heartbeat); what is not was taken over and is dropped from memory."""
+        listed = set(self._store.claimed(self.member))
+        with self._lock:
+            gone = [k for k in self._held if k[0] != self.member or k[1] not in listed]
+        self._lose(gone, "taken over while its lease had lapsed")
+        last = self._last_beat
+        self._lease.start(last[0] if last is not None else self._clock())
+        self._in_lapse = False
+        self._changed()
+
+    def _maybe_break(self, now: float) -> None:
+        """Break the claim lock when its holder is dead (first live member only): seen at
+        once, the holder naming itself on its record. A live taker names itself within a
+        round trip of taking the lock; one that names nobody for half an expiry has no live
+        holder (it died between taking and naming, or the store made the lock for no one)."""
+        store = self._store
+        self._busy_since = self._busy_since or now
+        if now - self._busy_since < self.settings.heartbeat:
+            return  # taken and given back all the time (a live holder keeps it milliseconds)
+        if not store.locked():
+            self._unnamed_since = None
+            return
+        records = store.members()  # fresh: the holder is judged on what is there now
+        self._liveness.update(records, now)
+        alive = self._liveness.alive(records, now)
+        holder = next((r for r in records if r.locking), None)
+        first = alive[:1] == [self.member]
+        if holder is not None:
+            self._unnamed_since = None
+            broken = first and holder.member not in alive
+            why = f"its holder {holder.member} is dead"
+        else:
+            self._unnamed_since = self._unnamed_since or now
+            unnamed = now - self._unnamed_since
+            broken = first and unnamed >= self.settings.expiry / 2
+            why = f"it named no holder for {unnamed:.1f} s"
+        if broken:
+            _log.warning("group %s: breaking the claim lock: %s", self.group, why)
+            store.break_lock(holder)
+            self._unnamed_since = None
+
+    def _hand_out(self, now: float) -> list[IncomingEmail]:
+        """Fetch what this member holds and has not handed out, up to its room (and the
+        receive budget), as :class:`IncomingEmail` objects with their claim."""
+        store = self._store
+        if not self._lease.valid(self._clock()):
+            return []  # (what it holds stays to hand out once the lease is confirmed)
+        listing = store.holding(self.member)
+        member = self.member
+        with self._lock:
+            for key in [k for k in self._gone if k[0] != member or k[1] not in listing]:
+                self._gone.discard(key)  # settled and gone from this connection's view too
+            room = self._limit - len(self._held)
+            known = self._held.keys() | self._gone
+            fresh = [uid for uid in sorted(listing) if (member, uid) not in known]
+        chosen: list[int] = []
+        for uid in fresh[: max(0, room)]:
+            if self._budget is not None and not self._budget.reserve(listing[uid].size):
+                break
+            chosen.append(uid)
+        self._unfetched = len(chosen) < len(fresh)
+        if not chosen:
+            return []
+        raw_by_uid = store.fetch(member, chosen)
+        out = []
+        for uid in chosen:
+            key, item = (member, uid), listing[uid]
+            raw = raw_by_uid.get(uid)
+            if raw is None:  # gone meanwhile (settled by a late move of this member's)
+                if self._budget is not None:
+                    self._budget.release(item.size)
+                continue
+            with self._lock:
+                self._held[key] = _Held(item.size, item.delivered, now)
+            settle = self._settler(key)
+            email = self._parse(raw, uid)
+            if email is None:  # not an email emailmw can read: set aside at once
+                settle("quarantine", None)
+                continue
+            out.append(
+                IncomingEmail(
+                    email,
+                    redelivered=item.taken or item.delivered > 0,
+                    delivery_count=item.delivered + 1,
+                    settle=settle,
+                    claim=_GroupClaim(self, key),
+                )
+            )
+        if self._mode == "stateful":  # a batch goes out in send order, the taken ones first
+            out.sort(key=lambda item: (not item.redelivered, _stamp(item.email)))
+        return out
+
+    def _order(self, item: tuple[int, tuple[float, int]]) -> tuple[int, int]:
+        """Stateful groups process in send order (Source-Timestamp), stateless in UID."""
+        uid, (_, stamp) = item
+        return (stamp, uid) if self._mode == "stateful" else (0, uid)
+
+    # ---------------------------------------------------------------- receiver
+
+    def receive_incoming(self, timeout: float | None = None) -> list[IncomingEmail]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._closed:
+                raise ClosedError("group receiver is closed")
+            self._wake.clear()
+            with self._store_lock:
+                found = self._round(self._clock())
+            if found:
+                return found
+            wait = self.settings.poll
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return []
+            if self._wake.wait(wait):
+                return []  # woken (a settlement, a stop): the caller looks again
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop; the member's claims stay in its folder until another member takes them
+        (its record expires), or it is settled by a later process."""
+        if self._closed:
+            return
+        self._wake.set()
+        with self._store_lock, self._settle_lock:
+            self._closed = True
+            self._settle_due.set()  # the settling thread ends
+            try:
+                self._apply_settlements()
+            except Exception as exc:  # noqa: BLE001 - closing: logged
+                _log.warning("group %s: settling at close failed: %s", self.group, exc)
+            self._store.close()
+            if self._settle_store is not self._store:
+                self._settle_store.close()
+
+
+def _stamp(email: Email) -> int:
+    value = email.headers.get("Source-Timestamp", "").strip()
+    return int(value) if value.isdigit() and len(value) < 20 else 0
+
+
+def _new_member() -> str:
+    return secrets.token_hex(4)

@@ -1,0 +1,183 @@
+"""imapclient, the way emailmw uses it: one module for every IMAP connection of the project
+(the native receiver, the group store, the pipeline's IMAP staging).
+
+It opens a logged-in connection on a folder and holds the three places that go below
+imapclient's public API, each for a reason its docstring gives: a ``UID FETCH`` of an
+open range (:func:`uid_fetch`), an IDLE wait that tells a closed connection from a quiet
+one (:func:`idle_check`), and the new-mail announcements imaplib sets aside
+(:func:`stashed_news`). They use ``IMAPClient._imap`` (the imaplib connection),
+``imapclient.imapclient._parse_untagged_response`` and ``IMAPClient._set_read_timeout``:
+``pyproject.toml`` pins imapclient below its next major version for them, and
+``tests/email`` exercise each against the real server.
+
+Raw backend errors propagate: callers translate them with ``errors.imap_errors``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import select
+import socket
+import ssl
+from typing import Any
+
+import imapclient
+import imapclient.exceptions
+from imapclient import response_parser
+
+from .._config import Endpoint, Options
+
+__all__ = [
+    "body",
+    "idle_check",
+    "internal_ns",
+    "open_account_folder",
+    "open_imap_folder",
+    "stashed_news",
+    "uid_fetch",
+]
+
+
+def open_imap_folder(
+    endpoint: Endpoint,
+    username: str,
+    password: str,
+    *,
+    context: ssl.SSLContext,
+    starttls: bool,
+    timeout: float,
+    folder: str,
+    readonly: bool,
+) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
+    """A logged-in imapclient connection with ``folder`` selected, and the SELECT's answer:
+    implicit TLS on ``imaps``, STARTTLS on ``imap`` unless ``starttls`` is false. Raw backend
+    errors propagate (callers translate them with ``errors.imap_errors``); a connection
+    that failed half-way is shut down."""
+    implicit = endpoint.scheme == "imaps"
+    client = imapclient.IMAPClient(
+        endpoint.host,
+        port=endpoint.port,
+        ssl=implicit,
+        ssl_context=context if implicit else None,
+        timeout=timeout,
+    )
+    try:
+        if not implicit and starttls:
+            client.starttls(context)
+        client.login(username, password)
+        info: dict[bytes, Any] = client.select_folder(folder, readonly=readonly)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.shutdown()
+        raise
+    return client, info
+
+
+def open_account_folder(
+    options: Options, context: ssl.SSLContext, *, readonly: bool
+) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
+    """:func:`open_imap_folder` on the IMAP account and folder of ``options`` (its user,
+    STARTTLS setting and timeout)."""
+    assert options.user is not None
+    return open_imap_folder(
+        options.user.imap,
+        options.user.username,
+        options.user.password,
+        context=context,
+        starttls=options.tls.starttls,
+        timeout=options.timeout,
+        folder=options.folder,
+        readonly=readonly,
+    )
+
+
+def body(item: dict[bytes, Any]) -> bytes | None:
+    raw = item.get(b"BODY[]")
+    return raw if isinstance(raw, bytes) else None
+
+
+def uid_fetch(
+    client: imapclient.IMAPClient, uid_set: str, items: str, need: bytes
+) -> dict[int, dict[bytes, Any]]:
+    """``UID FETCH uid_set items`` in one round trip, keyed by UID: the items that carry a
+    field starting with ``need`` (one of those asked for).
+
+    ``IMAPClient.fetch`` cannot take a ``n:*`` range (it filters its result through
+    ``int(messages)``), so the command goes through the underlying imaplib connection's
+    public ``uid()`` and the answer through imapclient's own FETCH parser. The answer may
+    hold unsolicited FETCH responses too (another session changed a message's flags:
+    ``* 3 FETCH (FLAGS (...) MODSEQ (...))``, with no UID or no field asked for); keyed by
+    UID blindly, they became messages that do not exist (a sequence number taken for a
+    UID), so only answers with their UID and the ``need`` field count. Note that ``n:*``
+    also returns the highest message when its UID is below ``n``; callers filter.
+    """
+    typ, data = client._imap.uid("FETCH", uid_set, items)
+    if typ != "OK":
+        raise imapclient.exceptions.IMAPClientError(f"UID FETCH failed: {data!r}")
+    if not data or data == [None]:
+        return {}
+    parsed = response_parser.parse_fetch_response(data, client.normalise_times, False)
+    found: dict[int, dict[bytes, Any]] = {}
+    for item in parsed.values():
+        uid = item.get(b"UID")
+        if isinstance(uid, int) and any(key.startswith(need) for key in item):
+            found.setdefault(uid, {}).update(item)
+    return found
+
+
+def internal_ns(moment: object) -> int | None:
+    """An INTERNALDATE as imapclient parsed it, in ns since the epoch."""
+    if not isinstance(moment, datetime.datetime):
+        return None
+    return int(moment.timestamp()) * 1_000_000_000
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(max(0, int(timeout * 1000))))
+
+
+def idle_check(client: imapclient.IMAPClient, timeout: float) -> list[Any]:
+    """What the server said during IDLE within ``timeout`` seconds: imapclient's
+    ``idle_check``, except that a closed connection raises instead of looking like a quiet
+    one (``idle_check`` returns ``[]`` on EOF, and a dead socket is readable at once: a
+    receiver kicked by the server looped at 100 % CPU and received nothing). A ``BYE`` from
+    the server raises too."""
+    sock = client.socket()
+    sock.settimeout(None)
+    sock.setblocking(False)
+    try:
+        if not _readable(sock, timeout):
+            return []
+        responses = []
+        while True:
+            try:
+                line = client._imap._get_line()  # EOF: imaplib's abort, which propagates
+            except (BlockingIOError, ssl.SSLWantReadError, TimeoutError):
+                break  # nothing more to read now
+            response = imapclient.imapclient._parse_untagged_response(line)
+            if response and response[0] == b"BYE":
+                raise imapclient.exceptions.IMAPClientAbortError(
+                    f"server closed the session: {line.decode('utf-8', 'replace')}"
+                )
+            responses.append(response)
+        if not responses:  # readable, yet no line: the peer is gone
+            raise imapclient.exceptions.IMAPClientAbortError("connection closed by the server")
+        return responses
+    finally:
+        sock.setblocking(True)
+        client._set_read_timeout()
+
+
+def stashed_news(client: imapclient.IMAPClient) -> bool:
+    """Whether imaplib set aside an untagged ``EXISTS``/``RECENT`` while answering an earlier
+    command (Dovecot may announce ``* n EXISTS`` in the answer to a UID FETCH; imaplib keeps
+    such lines where no later NOOP shows them); takes them out of the stash."""
+    stash = client._imap.untagged_responses
+    found = False
+    for key in ("EXISTS", "RECENT"):
+        if stash.pop(key, None):
+            found = True
+    return found

@@ -56,9 +56,8 @@ from emailmw import Email, Keystore
 from emailmw._config import SecurityOptions
 from emailmw._protocol import Recipients, classify, publish_email
 from emailmw._security import Security, read_signature, sign, verify
-from emailmw._transport.common import prepare_outgoing
 from emailmw._types import Gid
-from emailmw._wire import build, parse
+from emailmw._wire import build, parse, prepare_outgoing
 from emailmw.testing.mailserver import MailServer
 
 RECIPIENTS = Recipients("talker@example.test", ("inbox@example.test",))

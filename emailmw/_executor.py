@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ._exceptions import ClosedError
+from ._future import Future
 from ._log import get_logger
-from ._node import Future, Node
-from ._waitable import GuardCondition
-from ._waitset import WaitSet
+from ._node import Node, Work
+from ._waitable import GuardCondition, wait_any
 
 __all__ = [
     "Executor",
@@ -60,7 +60,7 @@ class Executor:
         self._shutdown = True
         self.wake()
 
-    def _dispatch(self, work: list[Callable[[], None]]) -> None:
+    def _dispatch(self, work: list[Work]) -> None:
         for item in work:
             item()
 
@@ -83,40 +83,25 @@ class Executor:
             if stop() or (deadline is not None and time.monotonic() >= deadline):
                 return
 
-    def _wait_for_work(self, deadline: float | None) -> list[Callable[[], None]]:
-        """Wait until something is ready, the deadline, or a wake; what is ready to run."""
+    def _wait_for_work(self, deadline: float | None) -> list[Work]:
+        """Wait until an executable of its nodes has work, the deadline, or a wake; the
+        work it took. The executor knows executables only by their public protocol
+        (:class:`~emailmw.node.Executable`): a new kind plugs in without changing it."""
+        executables = [e for n in list(self._nodes) for e in n.executables()]
         now = time.monotonic()
-        timers = [t for n in self._nodes for t in n.timers if not t.is_canceled()]
-        wait = -1.0 if deadline is None else max(0.0, deadline - now)
-        subs = {s._core: s for n in self._nodes for s in n.subscriptions}
-        checks = [t._due_in(now) for t in timers]
-        checks += [c for s in subs.values() if (c := s._next_check()) is not None]
-        if checks:
-            soonest = max(0.0, min(checks))
-            wait = soonest if wait < 0 else min(wait, soonest)
-        services = {s._core: s for n in self._nodes for s in n.services}
-        guards = {g._core: g for n in self._nodes for g in n.guards}
-        with WaitSet(
-            list(subs), servers=list(services), guard_conditions=[self._wake, *guards]
-        ) as wait_set:
-            ready = wait_set.wait(wait)
-        work: list[Callable[[], None]] = []
-        for core_sub in ready.subscriptions:
-            work += subs[core_sub]._take()
-        for subscription in subs.values():
-            work += subscription._poll()
-        for core_server in ready.servers:
-            item = services[core_server]._take()
-            if item is not None:
-                work.append(item)
-        for core_guard in ready.guard_conditions:
-            if core_guard in guards:
-                work.append(guards[core_guard].callback)
+        wait = None if deadline is None else max(0.0, deadline - now)
+        for executable in executables:
+            due = executable.due_in(now)
+            if due is not None:
+                wait = max(0.0, due) if wait is None else min(wait, max(0.0, due))
+        waitables = [w for e in executables for w in e.waitables()]
+        if wait is None or wait > 0:
+            wait_any([self._wake, *waitables], wait)
+        self._wake._take()
         now = time.monotonic()
-        for timer in timers:
-            if not timer.is_canceled() and timer._due_in(now) <= 0:
-                timer._fire(now)
-                work.append(timer.callback)
+        work: list[Work] = []
+        for executable in executables:
+            work += executable.take(now)
         return work
 
     def spin(self) -> None:
@@ -153,12 +138,12 @@ class MultiThreadedExecutor(Executor):
             max_workers=num_threads or 4, thread_name_prefix="emailmw-executor"
         )
 
-    def _dispatch(self, work: list[Callable[[], None]]) -> None:
+    def _dispatch(self, work: list[Work]) -> None:
         for item in work:
             self._pool.submit(self._run, item)
 
     @staticmethod
-    def _run(item: Callable[[], None]) -> None:
+    def _run(item: Work) -> None:
         try:
             item()
         except Exception:  # noqa: BLE001 - one callback must not stop the others

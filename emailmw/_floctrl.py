@@ -22,19 +22,17 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from ._addressing import Address, Envelope, Send, node_step, supernode_publish, supernode_step
-from ._exceptions import ClosedError, RoutingError
+from ._context import Context, resolve
+from ._exceptions import RoutingError
 from ._groups import GroupConsumer, GroupSettings, Head, check_group
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import Route, RoutedRoute
-from ._routing import DeliveryThread, Routed, forwarded_message_id
+from ._routing import FaceEndpoint, Refused, Routed, forwarded_message_id
 from ._types import Email
-
-if TYPE_CHECKING:
-    from ._context import Context
 
 __all__ = ["Message", "Node", "Subscriber", "Supernode"]
 
@@ -92,27 +90,40 @@ class Subscriber(Protocol):
 SubscriberLike = Subscriber | Callable[[Message], None]
 
 
-class _Participant:
+@dataclass(frozen=True, slots=True)
+class _Local:
+    """A message to hand to the subscribers here: of its topic, or of a group's ``key``."""
+
+    message: Message
+    key: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Incoming:
+    """A routed message that reached this participant, and what it does with it."""
+
+    message: Message
+    steps: list[Send]
+    originator: str
+    message_id: str | None
+    envelope: Envelope
+
+
+class _Participant(FaceEndpoint[_Local | _Incoming]):
     """What nodes and supernodes share: subscriptions, local delivery, sending."""
 
+    face = FACE
+    context: Context
     _groups = False  # whether its subscriptions may take a delivery mode
 
     def __init__(self, path: str, context: Context | None) -> None:
-        from ._context import resolve
-
-        self.context = resolve(context)
-        self._router = self.context.router
         self.path = path
         self._lock = threading.Lock()
         self._subscribers: dict[str, tuple[SubscriberLike, ...]] = {}
         # (topic, group) -> its subscribers here, and the group member that claims for them
         self._grouped: dict[tuple[str, str], tuple[SubscriberLike, ...]] = {}
         self._consumers: dict[tuple[str, str], GroupConsumer] = {}
-        self._closed = False
-        self._delivery = DeliveryThread(f"emailmw-floctrl-{path}", self._deliver)
-        self._router.register(FACE, path, "", self)
-        self.context.register_entity(self)
-        self.context.start_receiving()
+        super().__init__(resolve(context), path)
 
     def __repr__(self) -> str:
         return f"<emailmw.floctrl.{type(self).__name__} {self.path}>"
@@ -208,21 +219,28 @@ class _Participant:
         msg = read_message(email.body)
         if isinstance(msg, str) or msg.topic != key[0]:
             why = msg if isinstance(msg, str) else f"topic {msg.topic!r}, not {key[0]!r}"
-            self._router.drop(email.message_id, route.envelope, f"bad floctrl message: {why}")
-            ticket.leave_alone()
+            self._refuse(email.message_id, route.envelope, f"bad floctrl message: {why}", ticket)
             return
-        self._delivery.put((key, msg), ticket.hold())
+        self._delivery.put(_Local(msg, key), ticket.hold())
 
-    def _deliver(self, item: Message | tuple[tuple[str, str], Message]) -> None:
-        if isinstance(item, Message):
-            with self._lock:
-                subscribers = self._subscribers.get(item.topic, ())
-            self._call(subscribers, item)
-        else:
-            key, message = item
-            with self._lock:
-                subscribers = self._grouped.get(key, ())
-            self._call(subscribers, message)
+    def _deliver(self, item: _Local | _Incoming) -> bool:
+        if isinstance(item, _Local):
+            self._hand_over(item)
+            return True
+        try:
+            self._carry_out(item.message, item.steps, item.originator, item.message_id)
+        except Exception as exc:  # noqa: BLE001 - logged; the email stays
+            self._router.drop(item.message_id, item.envelope, f"cannot send on: {exc}")
+            return False
+        return True
+
+    def _hand_over(self, item: _Local) -> None:
+        with self._lock:
+            if item.key is None:
+                subscribers = self._subscribers.get(item.message.topic, ())
+            else:
+                subscribers = self._grouped.get(item.key, ())
+        self._call(subscribers, item.message)
 
     def _call(self, subscribers: tuple[SubscriberLike, ...], message: Message) -> None:
         for subscriber in subscribers:
@@ -240,24 +258,25 @@ class _Participant:
     def publish(self, msg: Message) -> None:
         """Send ``msg`` by its address; raises :class:`~emailmw.RoutingError` for an
         address that is not a floctrl address."""
-        if self._closed:
-            raise ClosedError(f"{self.path} is closed")
+        self._check_open()
         steps = self._steps(msg, self.path, True)
         if isinstance(steps, str):
             raise RoutingError(steps)
         self._carry_out(msg, steps, self.path, None)
 
     def _carry_out(
-        self,
-        msg: Message,
-        steps: list[Send],
-        originator: str,
-        message_id: str | None,
-        ticket: Ticket = NO_TICKET,
+        self, msg: Message, steps: list[Send], originator: str, message_id: str | None
     ) -> None:
+        """Carry out ``steps``: a copy to each hub they name, and to the subscribers here
+        (a message published here: queued for the delivery thread; one that came by mail:
+        handed over now, on the delivery thread)."""
         for step in steps:
             if step.to is None:
-                self._delivery.put(msg.with_address(step.address), ticket.hold())
+                local = _Local(msg.with_address(step.address))
+                if message_id is None:
+                    self._delivery.put(local, NO_TICKET)
+                else:
+                    self._hand_over(local)
                 continue
             hub = self._hub_of(step.to)
             if hub is None:
@@ -276,44 +295,22 @@ class _Participant:
     def _hub_of(self, path: str) -> str | None:
         raise NotImplementedError
 
-    def _push_routed(self, message: Routed, ticket: Ticket) -> None:
+    def _accept(self, message: Routed) -> _Incoming | Refused:
         msg = read_message(message.body)
         originator = message.envelope.orig.name if message.envelope.orig else ""
         steps = msg if isinstance(msg, str) else self._steps(msg, originator, False)
         if isinstance(steps, str) or isinstance(msg, str):
             reason = steps if isinstance(steps, str) else str(msg)
-            self._router.drop(
-                message.message_id, message.envelope, f"bad floctrl message: {reason}"
-            )
-            ticket.leave_alone()
-            ticket.release()
-            return
-        try:
-            self._carry_out(msg, steps, originator, message.message_id, ticket)
-        except Exception as exc:  # noqa: BLE001 - logged; the email stays
-            self._router.drop(message.message_id, message.envelope, f"cannot send on: {exc}")
-            ticket.leave_alone()
-        ticket.release()
+            return Refused(f"bad floctrl message: {reason}")
+        return _Incoming(msg, steps, originator, message.message_id, message.envelope)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._router.unregister(FACE, self.path, "", self)
-        self.context.unregister_entity(self)
-        # the callback running ends first, so that what it processed is settled; what a
+    def _closed_hook(self) -> None:
+        # the callback running ended first, so that what it processed is settled; what a
         # group member claimed and did not hand out passes to another member
-        self._delivery.close()
         with self._lock:
             consumers, self._consumers = list(self._consumers.values()), {}
         for consumer in consumers:
             consumer.close()
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Node(_Participant):

@@ -8,11 +8,12 @@ the polling thread), so :meth:`Client.call` works from any thread, spun or not.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._context import Context, resolve
@@ -33,10 +34,11 @@ from ._polling import NO_TICKET, Ticket
 from ._protocol import PublishRoute, classify
 from ._qos import DeadlineMissed, Delivery, DurabilityPolicy, MessageLost, QoSProfile
 from ._types import MessageInfo, ServiceInfo
-from ._waitable import GuardCondition
+from ._waitable import GuardCondition, Waitable
 
 __all__ = [
     "Client",
+    "Executable",
     "Future",
     "Node",
     "NodeExecutor",
@@ -58,6 +60,32 @@ class NodeExecutor(Protocol):
     def wake(self) -> None: ...
 
     def remove_node(self, node: Node) -> None: ...
+
+
+#: one callback ready to run, with its arguments bound
+Work = Callable[[], Any]
+
+
+class Executable(abc.ABC):
+    """What an executor runs: the node entities that have callbacks (subscriptions,
+    services, timers, guard conditions, and any new kind: actions, parameter services),
+    rclpy's ``Waitable``. The executor waits until one of :meth:`waitables` is ready or
+    :meth:`due_in` has passed, then asks every executable to :meth:`take` its work and runs
+    what it got. Implementations are thread-safe: ``take`` runs on the spinning thread,
+    the work on it or on an executor's pool."""
+
+    def waitables(self) -> Sequence[Waitable]:
+        """What becomes ready when this has work (a core subscription, a guard)."""
+        return ()
+
+    def due_in(self, now: float) -> float | None:
+        """Seconds (from monotonic ``now``) until time alone gives it work (a timer, a QoS
+        deadline); None: never."""
+        return None
+
+    @abc.abstractmethod
+    def take(self, now: float) -> list[Work]:
+        """The work ready now, taken (quick; an empty list when there is none)."""
 
 
 def _runnable(callback: Callable[..., Any], what: str) -> None:
@@ -94,7 +122,7 @@ class SubscriptionEventCallbacks:
     type_mismatch: Callable[[TypeMismatchError], Any] | None = None
 
 
-class NodeSubscription(Generic[T]):
+class NodeSubscription(Executable, Generic[T]):
     """A typed subscription whose callback runs in the executor, with QoS applied.
 
     Mail of another type (or that does not fit the type) is counted in
@@ -204,6 +232,15 @@ class NodeSubscription(Generic[T]):
                 work.append(functools.partial(handler, event))
         return work
 
+    def waitables(self) -> Sequence[Waitable]:
+        return (self._core,)
+
+    def due_in(self, now: float) -> float | None:
+        return self._next_check()
+
+    def take(self, now: float) -> list[Work]:
+        return [*self._take(), *self._poll()]
+
     def _take(self) -> list[Callable[[], None]]:
         got = self._core._take()
         if got is None:
@@ -308,7 +345,7 @@ class Client(Generic[T]):
         self._core.close()
 
 
-class Service:
+class Service(Executable):
     """A typed service server; ``callback(request, response) -> response`` runs in the
     executor and its return value is sent back."""
 
@@ -319,6 +356,13 @@ class Service:
         self.service_name = name
         self.callback = callback
         self._core = ServiceServer(name, context=node.context)
+
+    def waitables(self) -> Sequence[Waitable]:
+        return (self._core,)
+
+    def take(self, now: float) -> list[Work]:
+        item = self._take()
+        return [] if item is None else [item]
 
     def _take(self) -> Callable[[], None] | None:
         got = self._core.get_request_with_info()
@@ -349,7 +393,7 @@ class Service:
         self._core.close()
 
 
-class Timer:
+class Timer(Executable):
     """Calls ``callback`` every ``period`` seconds while its node is spun."""
 
     def __init__(self, period: float, callback: Callable[[], Any]) -> None:
@@ -370,8 +414,14 @@ class Timer:
         self._cancelled = False
         self._next = time.monotonic() + self.timer_period_ns / 1e9
 
-    def _due_in(self, now: float) -> float:
-        return self._next - now
+    def due_in(self, now: float) -> float | None:
+        return None if self._cancelled else self._next - now
+
+    def take(self, now: float) -> list[Work]:
+        if self._cancelled or self._next > now:
+            return []
+        self._fire(now)
+        return [self.callback]
 
     def _fire(self, now: float) -> None:
         period = self.timer_period_ns / 1e9
@@ -380,8 +430,9 @@ class Timer:
             self._next = now + period
 
 
-class NodeGuardCondition:
-    """A guard condition whose callback runs in the executor after :meth:`trigger`."""
+class NodeGuardCondition(Executable):
+    """A guard condition whose callback runs in the executor after :meth:`trigger`
+    (several triggers before it runs count once)."""
 
     def __init__(self, callback: Callable[[], Any]) -> None:
         self.callback = callback
@@ -389,6 +440,15 @@ class NodeGuardCondition:
 
     def trigger(self) -> None:
         self._core.trigger()
+
+    def waitables(self) -> Sequence[Waitable]:
+        return (self._core,)
+
+    def take(self, now: float) -> list[Work]:
+        if not self._core.triggered:
+            return []
+        self._core._take()
+        return [self.callback]
 
 
 class Node:
@@ -424,6 +484,11 @@ class Node:
 
     def get_name(self) -> str:
         return self._name
+
+    def executables(self) -> list[Executable]:
+        """What an executor runs of this node: its subscriptions, services, timers and
+        guard conditions."""
+        return [*self.subscriptions, *self.services, *self.timers, *self.guards]
 
     def get_namespace(self) -> str:
         return self._namespace

@@ -1,4 +1,5 @@
-"""Layer 4: the routing handler of a hub (``docs/addressing.md``).
+"""The routing handler of a hub (``docs/addressing.md``), and the base of the faces'
+endpoints on it.
 
 Every context owns one :class:`Router`: the hub it reads (its mail folder), the endpoints
 the faces (Stem cells, YMP services, floctrl nodes) registered on it, and the route table
@@ -17,6 +18,12 @@ sends the same Message-ID, which receivers drop as a duplicate; copies of one me
 different destinations differ.
 
 Registration is thread-safe (copy-on-write tables); dispatch runs on the polling thread.
+
+:class:`FaceEndpoint` is what a face (a Stem cell, a YMP host, a floctrl node) is on its
+context's router: registered with it and with the context, its callbacks on a
+:class:`DeliveryThread` of its own, closed with the context. A face implements only what
+is its own: accepting a routed email (a value to deliver, or why it is :class:`Refused`)
+and delivering it.
 """
 
 from __future__ import annotations
@@ -28,22 +35,26 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 from ._addressing import Address, Deliver, Drop, Envelope, Forward, decide
-from ._exceptions import EmailMWError, RoutingError
+from ._closeable import Closeable
+from ._exceptions import ClosedError, EmailMWError, RoutingError
 from ._handlers import Table
 from ._log import get_logger
 from ._polling import NO_TICKET, Ticket
 from ._protocol import Route, RoutedRoute, address_domain, routed_email
-from ._security import ORIGIN_HEADER, VIA_HEADER
+from ._security import ORIGIN_HEADER, VIA_HEADER, Security
 from ._transport.base import EmailSender
 from ._types import Email, RoutedInfo
 
 __all__ = [
     "DeliveryThread",
+    "FaceEndpoint",
+    "FaceHost",
     "Hop",
     "Outlet",
+    "Refused",
     "Routed",
     "RoutedSink",
     "Router",
@@ -51,8 +62,7 @@ __all__ = [
 ]
 
 _log = get_logger("routing")
-K = TypeVar("K")
-T = TypeVar("T")
+W = TypeVar("W")
 #: what a relay carries over: the originator's signature, the relays so far
 _CUSTODY: Final = frozenset({ORIGIN_HEADER.lower(), VIA_HEADER.lower()})
 #: distinct drop reasons a router counts one by one (the rest as "other reasons")
@@ -360,3 +370,109 @@ class DeliveryThread:
         self._queue.put(None)
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
+
+
+class FaceHost(Protocol):
+    """What a face's endpoint needs of the context it is on (a :class:`~emailmw.Context`)."""
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def security(self) -> Security: ...
+
+    def register_entity(self, entity: Closeable) -> None: ...
+
+    def unregister_entity(self, entity: Closeable) -> None: ...
+
+    def start_receiving(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why a face cannot use a routed email: it is dropped (logged once, counted on the
+    router) and left in the mailbox."""
+
+    reason: str
+
+
+class FaceEndpoint(Closeable, Generic[W]):
+    """One face's endpoint ``(name, target)`` on its context's router (see the module).
+
+    Creating it registers it (a subclass sets up its own state first: mail may reach it
+    at once) and starts the context's receiving. Each routed email for it goes through
+    :meth:`_accept` on the polling thread, then what was accepted through :meth:`_deliver`
+    on the endpoint's delivery thread, one at a time, in arrival order; the email is
+    settled once :meth:`_deliver` returned (left where it is when it returned False).
+    :meth:`close` (or the context's shutdown) unregisters it and stops the thread after
+    what is queued; :meth:`_closed_hook` runs then. Thread-safe.
+    """
+
+    #: the face's name in the ``Route-Face`` header (``stem``, ``ymp``, ``floctrl``)
+    face: ClassVar[str]
+
+    def __init__(
+        self, context: FaceHost, name: str, target: str = "", *, label: str | None = None
+    ) -> None:
+        self.context = context
+        self._router = context.router
+        self._endpoint = (name, target)
+        self._closed = False
+        # its thread is named after the face and ``label`` (default: the endpoint's name)
+        self._delivery = DeliveryThread(f"emailmw-{self.face}-{label or name}", self._deliver)
+        self._router.register(self.face, name, target, self)
+        try:
+            context.register_entity(self)
+        except BaseException:
+            self._router.unregister(self.face, name, target, self)
+            self._delivery.close()
+            raise
+        context.start_receiving()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"{self!r} is closed")
+
+    def _accept(self, message: Routed) -> W | Refused:
+        """What to deliver of ``message``, or why it is refused (on the polling thread:
+        quick, no I/O)."""
+        raise NotImplementedError
+
+    def _deliver(self, item: W) -> bool | None:
+        """Deliver what :meth:`_accept` gave (on the delivery thread); False: the email is
+        left where it is rather than acknowledged."""
+        raise NotImplementedError
+
+    def _push_routed(self, message: Routed, ticket: Ticket) -> None:
+        accepted = self._accept(message)
+        if isinstance(accepted, Refused):
+            self._refuse(message.message_id, message.envelope, accepted.reason, ticket)
+            ticket.release()
+            return
+        self._delivery.put(accepted, ticket)
+
+    def _refuse(
+        self, message_id: str | None, envelope: Envelope, reason: str, ticket: Ticket
+    ) -> None:
+        """Drop an email this face cannot use: logged, counted, left in the mailbox."""
+        self._router.drop(message_id, envelope, reason)
+        ticket.leave_alone()
+
+    def _allows(self, identity: str | None, action: str, name: str) -> bool:
+        """Whether verified ``identity`` holds the face grant ``action`` on ``name``
+        (always, without a permissions file; ``docs/security.md``)."""
+        return self.context.security.allows(identity, action, name)
+
+    def _closed_hook(self) -> None:
+        """What closing must also do, once the delivery thread stopped (fail pending
+        requests, end group memberships)."""
+
+    def close(self) -> None:
+        """Unregister and stop the delivery thread (after the queued messages). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._router.unregister(self.face, *self._endpoint, self)
+        self.context.unregister_entity(self)
+        self._delivery.close()
+        self._closed_hook()

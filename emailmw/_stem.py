@@ -18,19 +18,16 @@ import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ._addressing import Address, Envelope, stem_methods
-from ._exceptions import ClosedError, RemoteError, RoutingError
+from ._context import Context, resolve
+from ._exceptions import RemoteError, RoutingError
 from ._future import Future, Pending
 from ._log import get_logger
-from ._polling import Ticket
-from ._routing import DeliveryThread, Routed, parse_address
+from ._routing import FaceEndpoint, Refused, Routed, parse_address
 from ._security import REPLY_TYPES, stem_send_name
 from ._types import RoutedInfo
-
-if TYPE_CHECKING:
-    from ._context import Context
 
 __all__ = ["Cell", "StemMessage", "read_stem"]
 
@@ -134,7 +131,7 @@ def _answers(reply_from: Address, asked: Address) -> bool:
     return reply_from.name == asked.name and (not asked.hub or reply_from.hub == asked.hub)
 
 
-class Cell:
+class Cell(FaceEndpoint[StemMessage]):
     """A Stem cell named ``name`` (and ``target``) on its context's hub. Subclass it and
     define delivery methods taking a :class:`StemMessage`: ``<cmd>_cmd`` for commands
     (return a value to answer), ``<type>_in`` for other types, ``msg_in`` for the rest.
@@ -144,12 +141,12 @@ class Cell:
     :class:`~emailmw.RoutingError` for a name that cannot be an address part.
     """
 
-    def __init__(self, name: str, *, target: str = "", context: Context | None = None) -> None:
-        from ._context import resolve
+    face = FACE
+    context: Context
 
-        self.context = resolve(context)
-        router = self.context.router
-        address = Address.make(name, router.hub, target)
+    def __init__(self, name: str, *, target: str = "", context: Context | None = None) -> None:
+        ctx = resolve(context)
+        address = Address.make(name, ctx.router.hub, target)
         if isinstance(address, str):
             raise RoutingError(address)
         if address.hub == "*" or address.name == "*":
@@ -160,16 +157,11 @@ class Cell:
                 "their parts, so a cell name or target cannot hold them"
             )
         self.address = address
-        self._router = router
         self._lock = threading.RLock()  # request() holds it around send()
         self._pending: Pending[int, Any, None] = Pending(f"a command of cell {address}")
         # msg_id -> where it went, for each message that asked for a reply
         self._asked: OrderedDict[int, Address] = OrderedDict()
-        self._closed = False
-        self._delivery = DeliveryThread(f"emailmw-stem-{name}", self._deliver)
-        router.register(FACE, name, target, self)
-        self.context.register_entity(self)
-        self.context.start_receiving()
+        super().__init__(ctx, name, target)
 
     def __repr__(self) -> str:
         return f"<emailmw.stem.Cell {self.address}>"
@@ -193,8 +185,7 @@ class Cell:
         ``hub:cell:target``; delimiters ``:`` ``/`` ``@`` ``-``); returns it with its
         ``msg_id``. ``data`` must be JSON-serializable. Raises
         :class:`~emailmw.RoutingError` for a bad address or one with no route."""
-        if self._closed:
-            raise ClosedError(f"cell {self.address} is closed")
+        self._check_open()
         if type == "cmd" and not (cmd and cmd.isidentifier()):
             raise ValueError("a cmd message needs cmd=, a name such as 'status'")
         message = StemMessage(
@@ -234,14 +225,9 @@ class Cell:
 
     # ---------------------------------------------------------------- receiving
 
-    def _push_routed(self, message: Routed, ticket: Ticket) -> None:
+    def _accept(self, message: Routed) -> StemMessage | Refused:
         stem = read_stem(message)
-        if isinstance(stem, str):
-            self._router.drop(message.message_id, message.envelope, f"bad Stem message: {stem}")
-            ticket.leave_alone()
-            ticket.release()
-            return
-        self._delivery.put(stem, ticket)
+        return Refused(f"bad Stem message: {stem}") if isinstance(stem, str) else stem
 
     def _deliver(self, message: StemMessage) -> bool:
         if message.reply_id is not None and message.type in REPLY_TYPES:
@@ -291,10 +277,9 @@ class Cell:
     def _may_send(self, message: StemMessage) -> bool:
         """Whether the verified sender of ``message`` holds the ``stem.send`` grant for it
         (always, without a permissions file): what a reply that answers nothing needs."""
-        security = self.context.security
         identity = message.info.identity if message.info is not None else None
         name = stem_send_name(message.to, self._router.hub, message.type, message.cmd)
-        return security.allows(identity, "stem.send", name)
+        return self._allows(identity, "stem.send", name)
 
     def _answer(
         self, message: StemMessage, type_: str, data: Any, to: Address | None = None
@@ -309,16 +294,7 @@ class Cell:
     def close(self) -> None:
         """Unregister the cell and stop its delivery thread (after the queued messages).
         Pending requests fail with :class:`~emailmw.ClosedError`. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._router.unregister(FACE, self.address.name, self.address.target, self)
-        self.context.unregister_entity(self)
-        self._delivery.close()
+        super().close()
+
+    def _closed_hook(self) -> None:
         self._pending.fail_all(f"cell {self.address}")
-
-    def __enter__(self) -> Cell:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

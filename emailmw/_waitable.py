@@ -1,6 +1,6 @@
-"""Layer 6, its base: what a wait set waits on (:class:`Waitable`), the guard condition,
-and blocking until one is ready (:func:`wait_until`). Imports nothing of emailmw but its
-exceptions, so entities (layer 4) and wait sets (layer 6) both build on it.
+"""The base of waiting: what a wait set waits on (:class:`Waitable`), the guard condition,
+and blocking until one is ready (:func:`wait_until`, :func:`wait_any`). Imports nothing of
+emailmw but its exceptions, so entities, wait sets and executors all build on it.
 
 Waiting is event-driven: a waitable keeps the condition variables of whoever waits on it and
 notifies them when its state changes; a waiting thread sleeps in ``Condition.wait``.
@@ -11,11 +11,18 @@ from __future__ import annotations
 import abc
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ._exceptions import ClosedError, GuardConditionAlreadyInUseError
 
-__all__ = ["GuardCondition", "Waitable", "deadline_after", "wait_until", "wait_until_deadline"]
+__all__ = [
+    "GuardCondition",
+    "Waitable",
+    "deadline_after",
+    "wait_any",
+    "wait_until",
+    "wait_until_deadline",
+]
 
 _attach_lock = threading.Lock()
 
@@ -148,3 +155,30 @@ def wait_until(entity: Waitable, ready: Callable[[], bool], timeout: float = -1)
     ``timeout`` seconds (< 0: no limit); True if it holds. Raises :class:`ClosedError` when
     ``entity`` is closed."""
     return wait_until_deadline(entity, ready, deadline_after(timeout))
+
+
+def wait_any(waitables: Sequence[Waitable], timeout: float | None) -> bool:
+    """Block until one of ``waitables`` is ready, at most ``timeout`` seconds (None: no
+    limit); True if one is. Closed waitables are skipped (a closed one is never ready).
+    What waits is told first (``_before_wait``); nothing is taken: the caller takes what
+    is ready. Event-driven, as a wait set: no polling."""
+    for waitable in waitables:
+        waitable._before_wait()
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    cond = threading.Condition(threading.Lock())
+    for waitable in waitables:
+        waitable._attach(cond)
+    try:
+        with cond:
+            while not any(w._is_ready() for w in waitables if not w._closed):
+                if deadline is None:
+                    cond.wait()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                cond.wait(remaining)
+            return True
+    finally:
+        for waitable in waitables:
+            waitable._detach(cond)

@@ -18,17 +18,14 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from email.utils import parseaddr
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ._addressing import Address, Envelope, YmpAnswer, YmpRequest, read_ymp_packet
-from ._exceptions import ClosedError, RoutingError
+from ._context import Context, resolve
+from ._exceptions import RoutingError
 from ._future import Future, Pending
 from ._log import get_logger
-from ._polling import Ticket
-from ._routing import DeliveryThread, Routed
-
-if TYPE_CHECKING:
-    from ._context import Context
+from ._routing import FaceEndpoint, Refused, Routed
 
 __all__ = ["Action", "YmpAnswer", "YmpHost", "YmpRequest"]
 
@@ -42,33 +39,32 @@ ENDPOINT: Final = "ymp"
 Action = Callable[[YmpRequest], Mapping[str, Any] | None]
 
 
-class YmpHost:
+#: what a YMP host delivers: an email's messages
+_Work = tuple[Routed, list[YmpRequest | YmpAnswer]]
+
+
+class YmpHost(FaceEndpoint[_Work]):
     """The YMP host of a context (its hub: ``routing.hub``). Register services with
     :meth:`add_service`, call others with :meth:`request`. Handlers run one at a time on
     the host's delivery thread. Thread-safe; :meth:`close` unregisters."""
 
-    def __init__(self, name: str | None = None, *, context: Context | None = None) -> None:
-        from ._context import resolve
+    face = FACE
+    context: Context
 
-        self.context = resolve(context)
-        self._router = router = self.context.router
-        if name is not None and name != router.hub:
+    def __init__(self, name: str | None = None, *, context: Context | None = None) -> None:
+        ctx = resolve(context)
+        hub = ctx.router.hub
+        if name is not None and name != hub:
             raise RoutingError(
-                f"this context's hub is {router.hub!r}: set routing.hub to {name!r} in its "
+                f"this context's hub is {hub!r}: set routing.hub to {name!r} in its "
                 "configuration to make it that YMP host"
             )
-        self.name = router.hub
+        self.name = hub
         self._lock = threading.Lock()
         self._services: dict[tuple[str, str], dict[str, Action]] = {}
         # pending request id -> its future, with the host the request went to
-        self._pending: Pending[str, YmpAnswer, str] = Pending(
-            f"a request of YMP host {router.hub!r}"
-        )
-        self._closed = False
-        self._delivery = DeliveryThread(f"emailmw-ymp-{self.name}", self._deliver)
-        router.register(FACE, ENDPOINT, "", self)
-        self.context.register_entity(self)
-        self.context.start_receiving()
+        self._pending: Pending[str, YmpAnswer, str] = Pending(f"a request of YMP host {hub!r}")
+        super().__init__(ctx, ENDPOINT, label=hub)
 
     def __repr__(self) -> str:
         return f"<emailmw.ymp.YmpHost {self.name!r}>"
@@ -103,8 +99,7 @@ class YmpHost:
         sender: tuple[str, str] = ("client", "client"),
     ) -> list[Future[YmpAnswer]]:
         """Send several requests to ``host`` in one email (a packet); a future each."""
-        if self._closed:
-            raise ClosedError(f"YMP host {self.name!r} is closed")
+        self._check_open()
         messages, futures = [], []
         for protocol, service, action, payload in requests:
             id_ = uuid.uuid4().hex
@@ -142,37 +137,30 @@ class YmpHost:
 
     # ---------------------------------------------------------------- receiving
 
-    def _push_routed(self, message: Routed, ticket: Ticket) -> None:
-        found = self._check(message)
-        if isinstance(found, str):
-            self._router.drop(message.message_id, message.envelope, found)
-            ticket.leave_alone()
-            ticket.release()
-            return
-        self._delivery.put((message, found), ticket)
-
-    def _check(self, message: Routed) -> list[YmpRequest | YmpAnswer] | str:
+    def _accept(self, message: Routed) -> _Work | Refused:
         """The email's messages, or why it cannot be handled as a whole (packet,
         connection)."""
         found = read_ymp_packet(message.body)
         if isinstance(found, str):
-            return f"bad YMP message: {found}"
+            return Refused(f"bad YMP message: {found}")
         hosts = {m.sender_host for m in found}
         if len(hosts) != 1:
-            return "a packet's messages come from more than one sender host"
+            return Refused("a packet's messages come from more than one sender host")
         sender_host = hosts.pop()
         route = self._router.route(sender_host)
         connection = parseaddr(message.mail_from)[1].lower()
         if route is None:
-            return f"sender.host {sender_host!r} has no route here: its connection is unknown"
+            return Refused(
+                f"sender.host {sender_host!r} has no route here: its connection is unknown"
+            )
         if parseaddr(route.address)[1].lower() != connection:
-            return (
+            return Refused(
                 f"sender.host {sender_host!r} does not match the connection: the email "
                 f"comes from {connection}, that host's mail comes from {route.address}"
             )
-        return found
+        return message, found
 
-    def _deliver(self, work: tuple[Routed, list[YmpRequest | YmpAnswer]]) -> None:
+    def _deliver(self, work: _Work) -> None:
         message, found = work
         for item in found:
             reason = self._route(item)
@@ -231,16 +219,7 @@ class YmpHost:
 
     def close(self) -> None:
         """Unregister; pending requests fail with :class:`~emailmw.ClosedError`."""
-        if self._closed:
-            return
-        self._closed = True
-        self._router.unregister(FACE, ENDPOINT, "", self)
-        self.context.unregister_entity(self)
-        self._delivery.close()
+        super().close()
+
+    def _closed_hook(self) -> None:
         self._pending.fail_all(f"YMP host {self.name!r}")
-
-    def __enter__(self) -> YmpHost:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

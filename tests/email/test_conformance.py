@@ -18,12 +18,14 @@ def _pair(
 ) -> Iterator[TransportUnderTest]:
     me, other = account(), account()
     extra = {"polling-period": 20_000_000} if transport == "curl" else {}
-    sender, receiver = make_transport(
+    mine = make_transport(
         load_options({"email": mailserver.config(me, transport=transport, **extra)})
     )
-    other_sender, other_receiver = make_transport(
+    others = make_transport(
         load_options({"email": mailserver.config(other, transport=transport, **extra)})
     )
+    sender, receiver = mine.sender, mine.receiver
+    other_sender, other_receiver = others.sender, others.receiver
     other_sender.close()
     yield TransportUnderTest(
         sender, receiver, me, other_receiver=other_receiver, other_address=other

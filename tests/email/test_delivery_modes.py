@@ -388,7 +388,7 @@ def test_flag_changes_made_by_another_session_are_never_taken_for_messages(
     stateful group's takeover (seen 1 in 15 runs once heartbeats had a connection of their
     own)."""
     from emailmw._transport.common import ssl_context
-    from emailmw._transport.native import _uid_fetch, open_account_folder
+    from emailmw._transport.imap import open_account_folder, uid_fetch
 
     options = load_options({"email": mailserver.config(mailserver.fresh_account())})
     context = ssl_context(options.tls, "test")
@@ -400,7 +400,7 @@ def test_flag_changes_made_by_another_session_are_never_taken_for_messages(
         uids = sorted(other.search("ALL"))
         reader.noop()
         other.add_flags([uids[0]], ["$Other"])  # another session changes the first one
-        found = _uid_fetch(reader, f"{uids[-1]}:*", "(UID RFC822.SIZE)", b"RFC822.SIZE")
+        found = uid_fetch(reader, f"{uids[-1]}:*", "(UID RFC822.SIZE)", b"RFC822.SIZE")
         assert list(found) == [uids[-1]]
         assert found[uids[-1]][b"RFC822.SIZE"] > 0
     finally:

@@ -120,7 +120,7 @@ def test_stem_commands_and_responses_need_their_grants(
     with caplog.at_level(logging.WARNING, logger="emailmw"):
         stem.Cell("station", context=evil).send("robot:arm", type="cmd", cmd="reboot")
         asked = station.send("robot:arm", type="cmd", cmd="status")  # its msg_id, to forge
-        future = station._pending.add(asked.msg_id)
+        future = station._pending.add(asked.msg_id, None)
         # mallory answers in the arm's place (she read the msg_id off the wire)
         as_arm = made(account(), "mallory", **hub("robot", {"base": base_box}))
         stem.Cell("arm", context=as_arm).send(

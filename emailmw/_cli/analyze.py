@@ -1,0 +1,125 @@
+"""``emailmw analyze``: traffic analytics of mail archives with Spark (``docs/pipeline.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from pathlib import Path
+
+from .._exceptions import ConfigError
+from .common import Commands
+
+__all__ = ["register"]
+
+
+def _conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def register(commands: Commands, common: argparse.ArgumentParser) -> None:
+    analyze = commands.add_parser(
+        "analyze",
+        parents=[common],
+        help="traffic analytics of mail archives (Spark)",
+        description="Read mail archives (Maildir, mbox, imap[s]:// folder, or an earlier "
+        "output directory) and write Parquet tables and report.html to --out.",
+    )
+    analyze.add_argument("sources", nargs="+", metavar="SOURCE")
+    analyze.add_argument("--out", required=True, type=Path, metavar="DIR")
+    analyze.add_argument("--master", default="local[*]", help="Spark master URL")
+    analyze.add_argument("--since", metavar="T", help="ISO 8601 or epoch seconds")
+    analyze.add_argument("--until", metavar="T", help="ISO 8601 or epoch seconds")
+    analyze.add_argument("--topic", metavar="GLOB", help="only topics matching GLOB")
+    analyze.add_argument(
+        "--include-internal",
+        action="store_true",
+        help="keep emailmw's own topics (/_emailmw/..., the graph) in the tables",
+    )
+    analyze.add_argument(
+        "--conf",
+        type=_conf,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="Spark configuration (repeatable)",
+    )
+    analyze.add_argument(
+        "--keystore",
+        metavar="DIR",
+        default=os.environ.get("EMAILMW_SECURITY_KEYSTORE") or None,
+        help="verify signed mail against this keystore (default: EMAILMW_SECURITY_KEYSTORE)",
+    )
+    analyze.add_argument("--no-report", action="store_true", help="tables only")
+    analyze.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from .._pipeline.analyze import AnalyzeRequest, analyze, parse_time
+
+        # what the spark extra installs, and Spark's Arrow path needs on driver and executors
+        wanted = ("pyspark", "pyarrow", "pandas", "numpy", "matplotlib", "bokeh")
+        missing = next((name for name in wanted if importlib.util.find_spec(name) is None), None)
+    except ImportError as exc:
+        missing = exc.name or str(exc)
+    if missing:
+        raise ConfigError(
+            f"analyze needs the spark extra, which is not installed (no module {missing!r}): "
+            "pip install 'emailmw[spark]'",
+            source="analyze",
+        )
+
+    if args.keystore is not None:
+        from .._security import Keystore
+
+        Keystore(args.keystore)  # one line now, not in a worker, if it is not one
+    request = AnalyzeRequest(
+        sources=args.sources,
+        out=args.out,
+        master=args.master,
+        since_ns=parse_time(args.since) if args.since else None,
+        until_ns=parse_time(args.until) if args.until else None,
+        topic_glob=args.topic,
+        include_internal=args.include_internal,
+        conf=dict(args.conf),
+        config=args.config,
+        report=not args.no_report,
+        release_spark=True,
+        keystore=args.keystore,
+    )
+    try:
+        summary = analyze(request)
+    finally:
+        from .._pipeline.jvm import stop_session
+
+        stop_session()
+    unmeasured = summary["latency_measured"] < summary["publish"] or (
+        summary["round_trips_measured"] < summary["answered"]
+    )
+    coarse = (
+        " (the others' delivery times are known only to the second: the report gives bounds)"
+        if unmeasured
+        else ""
+    )
+    print(
+        f"{summary['publish']} messages, {summary['request']} requests, "
+        f"{summary['response']} responses; {summary['foreign']} foreign and "
+        f"{summary['malformed']} malformed emails left out\n"
+        f"service calls: {summary['calls']} ({summary['answered']} answered, "
+        f"{summary['duplicate_responses']} duplicate responses)\n"
+        f"latency measurable for {summary['latency_measured']} of {summary['publish']} "
+        f"messages, round trip for {summary['round_trips_measured']} of "
+        f"{summary['answered']} answered calls{coarse}\n"
+        f"publishers: {summary['publishers']} streams, {summary['lost']} lost, "
+        f"{summary['duplicated']} duplicated, {summary['out_of_order']} out of order\n"
+        f"signatures: {summary['verified']} verified, {summary['signed']} signed but not "
+        f"verified (no --keystore), {summary['unsigned']} unsigned, {summary['invalid']} "
+        f"invalid, {summary['untrusted']} untrusted, {summary['replayed']} replayed copies; "
+        f"{summary['quarantined']} emails in quarantine folders\n"
+        f"tables and report in {args.out} ({summary['seconds']} s)"
+    )
+    return 0

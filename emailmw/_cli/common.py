@@ -1,0 +1,116 @@
+"""What every verb of the command line shares: the common options, the account context a
+verb that talks to other processes runs in, and the one-line errors of user mistakes.
+
+A command module (``topic``, ``service``, ...) has ``register(commands, common)``, which
+adds its parser; each verb is one function ``run(args) -> int`` bound to its parser with
+``set_defaults(run=...)``. A verb that needs the mail account takes the context as its
+first argument and is wrapped with :func:`with_account`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from .._config import load_options
+from .._context import Context
+from .._exceptions import EmailMWError
+from .._names import resolve_name
+
+__all__ = [
+    "CONFIG_HELP",
+    "CommandError",
+    "Commands",
+    "Verb",
+    "account_context",
+    "common_options",
+    "resolve",
+    "verbs",
+    "with_account",
+    "yaml_values",
+]
+
+CONFIG_HELP = "email.yml (default: EMAILMW_CONFIG_FILE, EMAIL_CONFIG_FILE, ./email.yml, ~/...)"
+
+#: a verb: the parsed arguments in, the exit status out
+Verb = Callable[[argparse.Namespace], int]
+#: what ``add_subparsers`` returns (argparse does not name its type)
+Commands = Any
+
+
+class CommandError(EmailMWError):
+    """A mistake on the command line: its message is the whole line the user sees (after
+    ``emailmw: error:``), saying what to do."""
+
+
+def common_options() -> argparse.ArgumentParser:
+    """The options every command takes after its verb too (``emailmw topic list --config
+    F``); absent there (SUPPRESS), the ones before the command stand."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
+    return common
+
+
+def verbs(
+    parser: argparse.ArgumentParser, common: argparse.ArgumentParser
+) -> Callable[..., argparse.ArgumentParser]:
+    """``add(name, run=..., help=...)``: a verb of ``parser``, taking the common options,
+    run by ``run``."""
+    group = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def add(name: str, *, run: Verb, **kwargs: Any) -> argparse.ArgumentParser:
+        verb = group.add_parser(name, parents=[common], **kwargs)
+        verb.set_defaults(run=run)
+        return verb
+
+    return add
+
+
+def account_context(args: argparse.Namespace) -> Context:
+    """The context of the configured mail account (``--config``, else the usual places);
+    one line saying how to configure one when there is none."""
+    options = load_options(args.config)
+    if options.intraprocess:
+        raise CommandError(
+            "no mail account configured: this command talks to other processes by email. "
+            "Give one with --config FILE or EMAILMW_CONFIG_FILE, or write ./email.yml "
+            "(an example: README's Configuration; for the local test server: "
+            "python -m emailmw.testing.mailserver config alice > email.yml)"
+        )
+    return Context(options)
+
+
+def with_account(run: Callable[..., int]) -> Callable[..., int]:
+    """``run(context, args, *more)`` as ``verb(args, *more)``: run with the account's
+    context, shut down when it returns."""
+
+    @functools.wraps(run)
+    def verb(args: argparse.Namespace, *more: Any) -> int:
+        with account_context(args) as context:
+            return run(context, args, *more)
+
+    return verb
+
+
+def resolve(name: str, what: str = "topic name") -> str:
+    """``name`` resolved as a node in the root namespace resolves it (``chatter`` is
+    ``/chatter``), the same for every verb."""
+    return resolve_name(name, "emailmw_cli", "/", what)
+
+
+def yaml_values(text: str, what: str = "VALUES") -> Any:
+    """``text`` as YAML (an empty text: ``{}``), or one line saying where it is wrong."""
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise CommandError(f"{what}: not valid YAML: {where}{problem}") from exc

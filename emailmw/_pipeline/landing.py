@@ -162,7 +162,7 @@ def describe(raw: bytes, name_ns: int | None = None, keystore: str | None = None
 
 @functools.lru_cache(maxsize=4)
 def _trusted(keystore: str) -> dict[str, Any]:
-    from .._security import Keystore
+    from .._security import Keystore  # imported by executors only when a keystore is given
 
     return Keystore(keystore).trusted()
 
@@ -176,19 +176,14 @@ def signature_status(raw: bytes, headers: Headers, source_ns: int, keystore: str
         return "unsigned"
     if keystore is None:
         return "signed"
-    from .._security import read_signature, verify
+    from .._security import check_signature
 
     try:
         email = parse(raw)
     except (ForeignEmailError, MalformedEmailError):
         return "invalid"
-    signature = read_signature(email)
-    if signature is None or isinstance(signature, str):
-        return "invalid"
-    public = _trusted(keystore).get(signature.identity)
-    if public is None or public.expired(source_ns / 1e9):
-        return "untrusted"
-    return "verified" if verify(email, signature, public.verify_key) else "invalid"
+    status = check_signature(email, _trusted(keystore), source_ns).status
+    return "invalid" if status == "unsigned" else status  # a header that is not a signature
 
 
 def _row(raw: bytes, name_ns: int | None, keystore: str | None = None) -> _Row:

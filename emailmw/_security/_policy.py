@@ -25,6 +25,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -53,13 +54,14 @@ from ._signing import (
     TRANSIT_HEADERS,
     VIA_HEADER,
     Signature,
+    check_signature,
     read_origin,
     read_signature,
     recipients_header,
     sign,
     sign_origin,
     signed_for,
-    verify,
+    trusted_key,
     verify_origin,
 )
 
@@ -350,30 +352,17 @@ class Security:
         with self._counts_lock:
             self.counts["quarantined"] += 1
 
-    def _trusted_key(self, identity: str, now_ns: int) -> PublicIdentity | str:
-        trusted = self.keystore.trusted() if self.keystore is not None else {}
-        public = trusted.get(identity)
-        if public is None:
-            return f"identity {identity!r} is not trusted"
-        if public.expired(now_ns / _NS):
-            return f"the key of {identity!r} expired at {public.expiry_text()}"
-        return public
+    def _trusted(self) -> Mapping[str, PublicIdentity]:
+        return self.keystore.trusted() if self.keystore is not None else {}
 
     def _verify(
         self, email: Email, route: Route, now_ns: int, arrival_ns: int, redelivered: bool
     ) -> tuple[str, str, _Verified | None]:
         """(status, reason, who signed it once the signatures verified)."""
-        signature = read_signature(email)
-        if signature is None:
-            return "unsigned", "no signature", None
-        if isinstance(signature, str):
-            return "invalid", signature, None
-        public = self._trusted_key(signature.identity, now_ns)
-        if isinstance(public, str):
-            return "untrusted", public, None
-        if not verify(email, signature, public.verify_key):
-            return "invalid", f"signature of {signature.identity!r} does not verify", None
-        who = self._custody(email, route, signature, now_ns)
+        checked = check_signature(email, self._trusted(), now_ns)
+        if checked.signature is None:
+            return checked.status, checked.reason, None
+        who = self._custody(email, route, checked.signature, now_ns)
         if isinstance(who, tuple):
             return (*who, None)
         if self.accounts:
@@ -420,7 +409,7 @@ class Security:
         if isinstance(origin, str):
             return "invalid", origin
         assert isinstance(route, RoutedRoute)
-        public = self._trusted_key(origin.identity, now_ns)
+        public = trusted_key(self._trusted(), origin.identity, now_ns)
         if isinstance(public, str):
             return "untrusted", f"originator: {public}"
         if not verify_origin(email, origin, public.verify_key):

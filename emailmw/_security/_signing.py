@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parseaddr
 from typing import Final
@@ -34,7 +35,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .._types import Email
-from ._keystore import NAME_RE, Identity
+from ._keystore import NAME_RE, Identity, PublicIdentity
 
 __all__ = [
     "ALWAYS_SIGNED",
@@ -46,7 +47,9 @@ __all__ = [
     "SIGNATURE_HEADER",
     "TRANSIT_HEADERS",
     "Signature",
+    "SignatureCheck",
     "canonical",
+    "check_signature",
     "read_origin",
     "read_signature",
     "recipient_tag",
@@ -54,6 +57,7 @@ __all__ = [
     "sign",
     "sign_origin",
     "signed_for",
+    "trusted_key",
     "verify",
     "verify_origin",
 ]
@@ -211,6 +215,49 @@ def verify(email: Email, signature: Signature, key: Ed25519PublicKey) -> bool:
     except InvalidSignature:
         return False
     return True
+
+
+def trusted_key(
+    trusted: Mapping[str, PublicIdentity], identity: str, at_ns: int
+) -> PublicIdentity | str:
+    """The trusted key of ``identity`` valid at ``at_ns`` (ns since the epoch), or why
+    there is none: unknown, or expired then."""
+    public = trusted.get(identity)
+    if public is None:
+        return f"identity {identity!r} is not trusted"
+    if public.expired(at_ns / 1e9):
+        return f"the key of {identity!r} expired at {public.expiry_text()}"
+    return public
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureCheck:
+    """What checking an email's signature found: ``status`` ``unsigned``, ``invalid``,
+    ``untrusted`` or ``verified``, the ``reason`` (empty when verified), and the
+    ``signature`` when it verified."""
+
+    status: str
+    reason: str
+    signature: Signature | None = None
+
+
+def check_signature(
+    email: Email, trusted: Mapping[str, PublicIdentity], at_ns: int
+) -> SignatureCheck:
+    """Check ``email``'s signature against the ``trusted`` keys, valid at ``at_ns``: the one
+    signature check of emailmw, on the receive path (``Security``) and in the pipeline's
+    landing. Pure."""
+    signature = read_signature(email)
+    if signature is None:
+        return SignatureCheck("unsigned", "no signature")
+    if isinstance(signature, str):
+        return SignatureCheck("invalid", signature)
+    public = trusted_key(trusted, signature.identity, at_ns)
+    if isinstance(public, str):
+        return SignatureCheck("untrusted", public)
+    if not verify(email, signature, public.verify_key):
+        return SignatureCheck("invalid", f"signature of {signature.identity!r} does not verify")
+    return SignatureCheck("verified", "", signature)
 
 
 # ------------------------------------------------------------------ chain of custody

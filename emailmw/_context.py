@@ -37,11 +37,12 @@ from ._polling import PollingManager
 from ._protocol import ack_email
 from ._routing import Outlet, Router, own_hub
 from ._security import SecureSender, Security
-from ._transport.base import EmailReceiver, EmailSender, Transport
+from ._transport.base import EmailReceiver, EmailSender
 from ._transport.budget import ReceiveBudget
 from ._transport.factory import make_transport
 from ._transport.group import GroupStore
 from ._transport.intraprocess import IntraprocessNetwork as _Network
+from ._transport.transport import Transport
 from ._types import Email
 
 __all__ = [

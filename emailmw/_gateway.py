@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from ._closeable import Closeable
 from ._config import load_options, read_yaml
 from ._context import Context
 from ._exceptions import ConfigError
@@ -29,7 +30,7 @@ _KEYS: Final = frozenset({"accounts", "routes", "supernode"})
 _SUPERNODE_KEYS: Final = frozenset({"account", "orchestra", "nodes", "orchestras"})
 
 
-class Gateway:
+class Gateway(Closeable):
     """Relays between the hubs of ``accounts`` (name -> context) by ``routes`` (hub ->
     ``(mail address, account name)``). Owns the contexts: :meth:`close` shuts them down.
     Thread-safe."""
@@ -76,12 +77,6 @@ class Gateway:
             self.supernode.close()
         for context in self.accounts.values():
             context.shutdown()
-
-    def __enter__(self) -> Gateway:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def load_gateway(path: str | os.PathLike[str]) -> Gateway:

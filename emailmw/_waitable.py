@@ -120,6 +120,36 @@ def deadline_after(timeout: float) -> float | None:
     return None if timeout < 0 else time.monotonic() + timeout
 
 
+def _wait(
+    waitables: Sequence[Waitable],
+    ready: Callable[[], bool],
+    deadline: float | None,
+    closed: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Block until ``ready()`` (re-checked, under a lock, whenever one of ``waitables``
+    notifies) or the monotonic ``deadline`` (None: none); True if ready. Raises
+    :class:`ClosedError` when ``closed()`` says so first."""
+    cond = threading.Condition(threading.Lock())
+    for waitable in waitables:
+        waitable._attach(cond)
+    try:
+        with cond:
+            while not ready():
+                if closed():
+                    raise ClosedError(f"{waitables[0]!r} is closed")
+                if deadline is None:
+                    cond.wait()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                cond.wait(remaining)
+            return True
+    finally:
+        for waitable in waitables:
+            waitable._detach(cond)
+
+
 def wait_until_deadline(
     entity: Waitable, ready: Callable[[], bool], deadline: float | None
 ) -> bool:
@@ -131,23 +161,7 @@ def wait_until_deadline(
         raise ClosedError(f"{entity!r} is closed")
     if deadline is not None and deadline <= time.monotonic():
         return False
-    cond = threading.Condition(threading.Lock())
-    entity._attach(cond)
-    try:
-        with cond:
-            while not ready():
-                if entity._closed:
-                    raise ClosedError(f"{entity!r} is closed")
-                if deadline is None:
-                    cond.wait()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                cond.wait(remaining)
-            return True
-    finally:
-        entity._detach(cond)
+    return _wait((entity,), ready, deadline, lambda: entity._closed)
 
 
 def wait_until(entity: Waitable, ready: Callable[[], bool], timeout: float = -1) -> bool:
@@ -165,20 +179,6 @@ def wait_any(waitables: Sequence[Waitable], timeout: float | None) -> bool:
     for waitable in waitables:
         waitable._before_wait()
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-    cond = threading.Condition(threading.Lock())
-    for waitable in waitables:
-        waitable._attach(cond)
-    try:
-        with cond:
-            while not any(w._is_ready() for w in waitables if not w._closed):
-                if deadline is None:
-                    cond.wait()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                cond.wait(remaining)
-            return True
-    finally:
-        for waitable in waitables:
-            waitable._detach(cond)
+    return _wait(
+        waitables, lambda: any(w._is_ready() for w in waitables if not w._closed), deadline
+    )

@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import TYPE_CHECKING, Self, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from ._closeable import Closeable
 from ._exceptions import ClosedError
 from ._waitable import (
     GuardCondition,
@@ -68,7 +68,7 @@ class WaitResult:
         )
 
 
-class WaitSet:
+class WaitSet(Closeable):
     """Waits until one of its subscriptions has a message, clients a response, servers a
     request, or guard conditions a trigger.
 
@@ -160,17 +160,6 @@ class WaitSet:
         """Clear and refuse further use. Idempotent."""
         self.clear()
         self._closed = True
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _ready(self) -> WaitResult:
         for item in self._all():

@@ -12,7 +12,7 @@ import pytest
 
 from emailmw import ConfigError, ConnectError, Email, SendError
 from emailmw._config import load_options
-from emailmw._transport.outbox import Envelope, Outbox, Submitter
+from emailmw._transport.outbox import Outbox, Submission, Submitter
 
 
 class Scripted(Submitter):
@@ -28,7 +28,7 @@ class Scripted(Submitter):
         self.gate = gate
         self.closed = False
 
-    def submit(self, envelope: Envelope) -> None:
+    def submit(self, envelope: Submission) -> None:
         if self.gate is not None:
             self.gate.wait(10)
         self.attempts += 1
@@ -138,7 +138,7 @@ class Hung(Submitter):
     def __init__(self) -> None:
         self.release = threading.Event()
 
-    def submit(self, envelope: Envelope) -> None:
+    def submit(self, envelope: Submission) -> None:
         self.release.wait()
         raise ConnectError("gone")
 

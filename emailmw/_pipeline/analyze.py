@@ -249,7 +249,7 @@ class _EarlyPlots:
 
     def _draw(self, name: str, table: Any) -> None:
         with self._drawing, contextlib.suppress(Exception):
-            from .job import health_rows, topic_rows
+            from .overview import health_rows, topic_rows
             from .report import loss_plot, topic_plots
 
             self._plots.mkdir(parents=True, exist_ok=True)
@@ -282,13 +282,13 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
 
     def start_spark() -> None:
         try:
-            from .job import build_session
+            from .session import build_session
 
             session["spark"] = build_session(
                 request.master, request.conf, expected_messages=expected
             )
             if request.master.startswith("spark://"):
-                from .job import require_executors
+                from .session import require_executors
 
                 require_executors(session["spark"], request.master)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
@@ -310,7 +310,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if "error" in session:
         raise session["error"]
     phases = {"start": time.monotonic() - started}  # listing and Spark's start
-    from .job import JobOptions, compute, land, run_job
+    from .job import run_job
+    from .tables import JobOptions, compute, land
 
     spark = session["spark"]
     landing = out / "_landing"
@@ -346,7 +347,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     overview = run_job(spark, out, tables, on_collected=None if early is None else early.collected)
     import pyarrow.compute as pc
 
-    from .groups import write_group_stats
+    from .tables import write_group_stats
 
     groups = write_group_stats(out, {a.label: a.path for a in archives if a.kind == "maildir"})
     phases["tables"] = time.monotonic() - mark

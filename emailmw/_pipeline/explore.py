@@ -28,7 +28,8 @@ from bokeh.palettes import Category20_20
 from bokeh.plotting import figure
 from bokeh.resources import Resources
 
-from .job import CDF_POINTS, Overview
+from .overview import Overview
+from .tables import CDF_POINTS
 
 __all__ = ["SHOWN_FIRST", "interactive_plots"]
 

@@ -7,7 +7,7 @@ executors land the units (:func:`land_units`, run by ``DataFrame.mapInArrow``): 
 message read and parsed once with emailmw's own wire format (:func:`emailmw._wire.parse_head`,
 which is :func:`~emailmw._wire.parse` without the body) and classified with its own protocol
 (:func:`emailmw._protocol.read_metadata`, what ``classify`` reads), as Arrow batches. Spark
-writes them, and everything computed from them (see ``job.py``).
+writes them, and everything computed from them (see ``tables.py``).
 """
 
 from __future__ import annotations

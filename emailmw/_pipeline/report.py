@@ -3,7 +3,7 @@
 self-contained (BokehJS or the PNGs inlined) and working offline.
 
 Everything plotted is an aggregate computed by Spark and collected in the
-:class:`~emailmw._pipeline.job.Overview` (the per-topic latency CDF and per-minute counts in
+:class:`~emailmw._pipeline.overview.Overview` (the per-topic latency CDF and per-minute counts in
 ``topic_stats``, per-publisher figures, a histogram of every answered call's round trip):
 the report itself is plain Python and needs no Spark session, and the driver never holds
 the archive.
@@ -26,7 +26,8 @@ import matplotlib.dates as mdates
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .job import CDF_POINTS, Overview
+from .overview import Overview
+from .tables import CDF_POINTS
 
 __all__ = [
     "latency_plot",

@@ -1,8 +1,8 @@
 """The transport contract: :class:`EmailSender` and :class:`EmailReceiver`.
 
-A transport is a sender/receiver pair, with where the account's delivery-mode groups keep
-their state (:class:`Transport`: what a context is given). Implementations must pass the
-conformance suite in :mod:`emailmw.testing` unchanged. Errors talking to a server are
+A transport is a sender/receiver pair (with where the account's delivery-mode groups keep
+their state: ``transport.Transport``, what a context is given). Implementations must pass
+the conformance suite in :mod:`emailmw.testing` unchanged. Errors talking to a server are
 raised as subclasses of :class:`~emailmw.TransportError`; backend exceptions are chained
 as ``__cause__``.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from .._closeable import Closeable
@@ -19,7 +18,6 @@ from .._exceptions import SendError
 from .._protocol import Unroutable, classify
 from .._types import Email
 from .._wire import make_reply
-from .group.model import GroupStore
 
 __all__ = [
     "Claim",
@@ -28,10 +26,8 @@ __all__ = [
     "EmailReceiver",
     "EmailSender",
     "FailureCallback",
-    "GroupStoreFactory",
     "IncomingEmail",
     "Settle",
-    "Transport",
     "take_all",
 ]
 
@@ -262,25 +258,3 @@ class EmailReceiver(Closeable):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connection and wake a blocked :meth:`receive`. Idempotent."""
-
-
-#: a new connection to the group protocol's store of the account, for group ``name``
-GroupStoreFactory = Callable[[str], GroupStore]
-
-
-@dataclass(frozen=True, slots=True)
-class Transport:
-    """What a context needs of a transport: its sender, its receiver, and where the
-    account's delivery-mode groups keep their state (``group_store(name)``: a new
-    connection each call; None where the transport has no store for groups)."""
-
-    sender: EmailSender
-    receiver: EmailReceiver
-    group_store: GroupStoreFactory | None = None
-
-    def close(self) -> None:
-        """Close the sender (flushing it) and the receiver."""
-        try:
-            self.sender.close()
-        finally:
-            self.receiver.close()

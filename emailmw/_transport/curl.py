@@ -47,7 +47,7 @@ from .common import (
     warn_if_unverified,
 )
 from .errors import curl_errors
-from .outbox import Envelope, Outbox, Submitter
+from .outbox import Outbox, Submission, Submitter
 
 __all__ = [
     "CurlContext",
@@ -326,7 +326,7 @@ class CurlSubmitter(Submitter):
         )
         self.server = self._executor.server
 
-    def submit(self, envelope: Envelope) -> None:
+    def submit(self, envelope: Submission) -> None:
         try:
             self._executor.send_mail(envelope.sender, list(envelope.recipients), envelope.raw)
         except SendError as exc:  # libcurl names no recipient: say which email went where

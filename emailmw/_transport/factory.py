@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 
 from .._config import Options
-from .base import EmailSender, Transport
+from .base import EmailSender
 from .budget import ReceiveBudget
+from .transport import Transport
 
 __all__ = ["make_transport"]
 

@@ -16,10 +16,11 @@ from typing import Protocol
 from .._exceptions import ClosedError, SendError
 from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
-from .base import Done, EmailReceiver, EmailSender, FailureCallback, IncomingEmail, Transport
+from .base import Done, EmailReceiver, EmailSender, FailureCallback, IncomingEmail
 from .budget import ReceiveBudget
 from .common import parse_fetched
 from .group.memory import MemoryGroupStore, MemoryMailbox
+from .transport import Transport
 
 __all__ = [
     "IntraprocessNetwork",
@@ -215,7 +216,7 @@ def intraprocess_transport(
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     budget: ReceiveBudget | None = None,
 ) -> Transport:
-    """:func:`intraprocess_pair` as a :class:`~.base.Transport`, whose groups keep their
+    """:func:`intraprocess_pair` as a :class:`~.transport.Transport`, whose groups keep their
     state in the receiver's mailbox."""
     return _transport(*intraprocess_pair(address, max_message_size=max_message_size, budget=budget))
 
@@ -250,7 +251,7 @@ class IntraprocessNetwork:
         return sender, receiver
 
     def transport(self, address: str) -> Transport:
-        """:meth:`pair` as a :class:`~.base.Transport`: its groups keep their state in
+        """:meth:`pair` as a :class:`~.transport.Transport`: its groups keep their state in
         the address's mailbox, shared by every receiver of that address."""
         return _transport(*self.pair(address))
 

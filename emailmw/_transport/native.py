@@ -57,7 +57,7 @@ from .imap import (
     stashed_news,
     uid_fetch,
 )
-from .outbox import Envelope, Outbox, Submitter
+from .outbox import Outbox, Submission, Submitter
 
 __all__ = ["NativeReceiver", "NativeSender"]
 
@@ -124,10 +124,10 @@ class AiosmtplibSubmitter(Submitter):
         self._smtp = smtp
         _log.debug("connected to %s", self.server)
 
-    def submit(self, envelope: Envelope) -> None:
+    def submit(self, envelope: Submission) -> None:
         self._call(self._submit(envelope))
 
-    async def _submit(self, envelope: Envelope) -> None:
+    async def _submit(self, envelope: Submission) -> None:
         if self._smtp is None or not self._smtp.is_connected:
             await self._connect()
         smtp = self._smtp

@@ -1,7 +1,7 @@
 """Sending with a chosen guarantee: the outbox both SMTP transports share.
 
 A transport provides a :class:`Submitter`: one SMTP connection that submits one
-:class:`Envelope` at a time, synchronously, and raises emailmw's errors. :class:`Outbox` is
+:class:`Submission` at a time, synchronously, and raises emailmw's errors. :class:`Outbox` is
 the :class:`~emailmw.EmailSender` on top of it: every email goes through one FIFO and one
 worker thread (so the server sees emails in the order they were sent, whatever their
 guarantee), and ``send()`` returns
@@ -54,7 +54,7 @@ from .._types import Email
 from .._wire import build, envelope_recipients, prepare_outgoing
 from .base import EmailSender, FailureCallback
 
-__all__ = ["Envelope", "Outbox", "Spool", "Submitter"]
+__all__ = ["Submission", "Outbox", "Spool", "Submitter"]
 
 _log = get_logger("outbox")
 _BACKOFF_MIN: Final = 0.1
@@ -62,7 +62,7 @@ _BACKOFF_MAX: Final = 2.0
 
 
 @dataclass(frozen=True, slots=True)
-class Envelope:
+class Submission:
     """What one SMTP transaction sends: MAIL FROM, RCPT TO and the message bytes."""
 
     sender: str
@@ -78,7 +78,7 @@ class Submitter(abc.ABC):
     server: str
 
     @abc.abstractmethod
-    def submit(self, envelope: Envelope) -> None:
+    def submit(self, envelope: Submission) -> None:
         """One SMTP transaction; returns once the server accepted the message.
 
         Raises :class:`~emailmw.SendError` with ``temporary`` True (4xx, no answer) or False
@@ -125,7 +125,7 @@ class Spool:
         """Files a previous process wrote and did not send, oldest first."""
         return sorted(self.directory.glob("*.msg"))
 
-    def write(self, envelope: Envelope) -> Path:
+    def write(self, envelope: Submission) -> Path:
         head = json.dumps(
             {
                 "from": envelope.sender,
@@ -150,11 +150,11 @@ class Spool:
         return path
 
     @staticmethod
-    def read(path: Path) -> Envelope:
+    def read(path: Path) -> Submission:
         data = path.read_bytes()
         head, _, raw = data.partition(b"\n")
         meta = json.loads(head)
-        return Envelope(meta["from"], tuple(meta["to"]), raw, meta["message_id"])
+        return Submission(meta["from"], tuple(meta["to"]), raw, meta["message_id"])
 
     def sent(self, path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -172,7 +172,7 @@ class Spool:
 @dataclass(eq=False)
 class _Item:
     guarantee: str
-    envelope: Envelope | None  # None: read from ``path`` when its turn comes
+    envelope: Submission | None  # None: read from ``path`` when its turn comes
     email: Email | None
     on_failure: FailureCallback | None
     path: Path | None = None
@@ -230,7 +230,9 @@ class Outbox(EmailSender):
         if not recipients:
             raise SendError("the email has no recipients", server=self._server)
         assert email.message_id is not None
-        envelope = Envelope(self._envelope_sender(email), tuple(recipients), raw, email.message_id)
+        envelope = Submission(
+            self._envelope_sender(email), tuple(recipients), raw, email.message_id
+        )
         if guarantee == "server":
             item = _Item("server", envelope, email, None)
             item.deadline = time.monotonic() + self._options.timeout

@@ -10,8 +10,8 @@ pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installe
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from emailmw._pipeline.job import build_session  # noqa: E402
 from emailmw._pipeline.jvm import stop_session  # noqa: E402
+from emailmw._pipeline.session import build_session  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -18,16 +18,11 @@ from pyspark.testing import assertDataFrameEqual
 
 from emailmw._exceptions import ConfigError
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
-from emailmw._pipeline.job import (
-    RTT_BINS,
-    JobOptions,
-    Overview,
-    compute,
-    health_rows,
-    run_job,
-)
+from emailmw._pipeline.job import run_job
 from emailmw._pipeline.landing import LANDING_SCHEMA
+from emailmw._pipeline.overview import Overview, health_rows
 from emailmw._pipeline.report import loss_plot, topic_plots, write_report
+from emailmw._pipeline.tables import RTT_BINS, JobOptions, compute
 from emailmw.testing.archive import Archive, generate
 
 pytestmark = pytest.mark.spark

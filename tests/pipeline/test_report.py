@@ -11,7 +11,7 @@ from typing import Any
 import matplotlib.dates as mdates
 import pytest
 
-from emailmw._pipeline.job import Overview
+from emailmw._pipeline.overview import Overview
 from emailmw._pipeline.report import loss_figure, rate_figure, round_trip_figure, write_report
 
 START = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)

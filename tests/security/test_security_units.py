@@ -676,8 +676,8 @@ def _mode(path: Path) -> int:
 
 
 def test_files_that_hold_trust_or_mail_are_private_whatever_the_umask(tmp_path: Path) -> None:
-    from emailmw._transport.outbox import Envelope as SpoolEnvelope
     from emailmw._transport.outbox import Spool
+    from emailmw._transport.outbox import Submission as SpoolEnvelope
 
     old = os.umask(0)
     try:

@@ -1,0 +1,90 @@
+"""The Spark session of ``emailmw analyze``: its settings (UI off, few shuffle partitions,
+UTC, the JIT set-up of ``jvm.py``) and the check that a cluster gives the job executors."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from pyspark.sql import SparkSession
+
+from .._exceptions import ConfigError
+from .jvm import driver_java_options, executor_java_options
+
+__all__ = ["SHORT_JOB_MESSAGES", "build_session", "require_executors"]
+
+# below this many messages (the rough count made before landing) the JVMs JIT-compile with
+# C1 only (see jvm.py). Measured on two cores: 200k Maildir messages 15-16 s with C1, 19 s
+# tiered; 2M mbox messages (counted as 2.4M) 44 s with C1, 35 s tiered, where C2 pays off
+# in the Parquet writers and publisher_health's window sort.
+SHORT_JOB_MESSAGES = 1_000_000
+
+
+def build_session(
+    master: str, conf: dict[str, str], *, expected_messages: int | None = None
+) -> SparkSession:
+    """A session set up for this job: UI off, few shuffle partitions, UTC; ``conf`` wins.
+
+    ``expected_messages`` (a rough count) picks the driver's JIT set-up, see ``jvm.py``.
+    """
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "true",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.memory": "4g",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.files.maxPartitionBytes": str(64 << 20),
+        "spark.sql.parquet.compression.codec": "zstd",
+        "spark.sql.maxConcurrentOutputFileWriters": "64",
+        # No session extensions from the classpath: PySpark's jars include spark-mllib, whose
+        # provider registers ML functions through Scala reflection at every session start
+        # (a good part of the start); this job calls none of them.
+        # Extensions named in spark.sql.extensions still load. Spark calls the setting a
+        # test flag; --conf spark.sql.extensions.test.loadFromCp=true restores the default.
+        "spark.sql.extensions.test.loadFromCp": "false",
+    }
+    settings.update(conf)
+    # the executors' Python (they parse the archives) is this one, with emailmw installed,
+    # unless PYSPARK_PYTHON names another (a cluster's machines may need that): PySpark
+    # reads the variable when the context starts, and otherwise runs "python3" from PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    short_job = expected_messages is None or expected_messages < SHORT_JOB_MESSAGES
+    java_options = driver_java_options(
+        settings.get("spark.driver.extraJavaOptions"), short_job=short_job
+    )
+    if java_options:
+        settings["spark.driver.extraJavaOptions"] = java_options
+    if not master.startswith("local"):
+        executor_options = executor_java_options(
+            settings.get("spark.executor.extraJavaOptions"), short_job=short_job
+        )
+        if executor_options:
+            settings["spark.executor.extraJavaOptions"] = executor_options
+    builder = SparkSession.builder.master(master).appName("emailmw analyze")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def require_executors(session: SparkSession, master: str, timeout: float = 7.0) -> None:
+    """Raise :class:`~emailmw.ConfigError` (one line) unless the cluster gives this job an
+    executor within ``timeout`` seconds: a standalone master without a worker with free
+    cores would otherwise leave every job waiting for ever."""
+    tracker = session.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout
+    while len(tracker.getExecutorInfos()) < 2:  # the driver is one of them
+        if time.monotonic() > deadline:
+            session.stop()
+            raise ConfigError(
+                f"the Spark master at {master} gave this job no executor within "
+                f"{timeout:.0f} s: start a worker with free cores (or one that can reach "
+                "this machine), or use --master local[*]",
+                source="--master",
+            )
+        time.sleep(0.1)

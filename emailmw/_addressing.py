@@ -5,8 +5,10 @@ faces (``docs/addressing.md``). Pure functions and immutable values, no I/O; thr
 * :func:`decide`: one hub's decision for one message (deliver, forward, drop), Stem's three
   lookup rules plus the loop guards;
 * :func:`node_step`, :func:`supernode_step`, :func:`floctrl_recipients`: floctrl's
-  orchestra/supernode delivery rules;
-* :func:`read_ymp`, :func:`read_ymp_packet`: YMP's strict JSON envelope.
+  orchestra/supernode delivery rules.
+
+Each face's payload (Stem's, floctrl's, YMP's strict JSON envelope) is read in
+``_payloads``.
 
 Every reader returns the value or a reason (a ``str``), never raises on bad input: what a
 receiver cannot route is logged with that reason and left in the mailbox.
@@ -14,12 +16,11 @@ receiver cannot route is logged with that reason and left in the mailbox.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Final
 from urllib.parse import quote, unquote
 
 __all__ = [
@@ -31,14 +32,10 @@ __all__ = [
     "Envelope",
     "Forward",
     "Send",
-    "YmpAnswer",
-    "YmpRequest",
     "decide",
     "floctrl_recipients",
     "node_step",
     "read_envelope",
-    "read_ymp",
-    "read_ymp_packet",
     "stem_methods",
     "supernode_publish",
     "supernode_step",
@@ -389,98 +386,3 @@ def floctrl_recipients(
             else:
                 queue.append((send.to, send.address))
     return received
-
-
-# ----------------------------------------------------------------------------- YMP
-
-
-@dataclass(frozen=True, slots=True)
-class YmpRequest:
-    """A validated YMP request (``docs/addressing.md``)."""
-
-    sender_host: str
-    sender_protocol: str
-    sender_service: str
-    id: str
-    host: str
-    protocol: str
-    service: str
-    action: str
-    payload: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class YmpAnswer:
-    """A validated YMP answer: routed to the caller of ``reply_to`` on ``host``."""
-
-    sender_host: str
-    sender_protocol: str
-    sender_service: str
-    id: str
-    reply_to: str
-    host: str
-    protocol: str
-    service: str
-    action: str | None
-    payload: dict[str, Any]
-
-
-_YMP_STRINGS: Final = ("id", "host", "protocol", "service")
-_SENDER: Final = frozenset({"host", "protocol", "service"})
-
-
-def read_ymp(data: Any) -> YmpRequest | YmpAnswer | str:
-    """One YMP message (parsed JSON), validated strictly: every MUST property present
-    with its type, no other property. An answer (with ``reply-to``) may omit ``action``:
-    the spec's property list marks it MUST, its own answer example has none, and answers
-    are routed by ``host`` and ``reply-to`` alone."""
-    if not isinstance(data, dict):
-        return f"a YMP message is a JSON object, not {type(data).__name__}"
-    answer = "reply-to" in data
-    allowed = {"sender", *_YMP_STRINGS, "action", "payload"} | ({"reply-to"} if answer else set())
-    extra = sorted(set(data) - allowed)
-    if extra:
-        return f"unexpected propert{'ies' if len(extra) > 1 else 'y'}: {', '.join(extra)}"
-    required = ["sender", *_YMP_STRINGS, "payload"] + ([] if answer else ["action"])
-    missing = [name for name in required if name not in data]
-    if missing:
-        return f"missing MUST propert{'ies' if len(missing) > 1 else 'y'}: {', '.join(missing)}"
-    sender = data["sender"]
-    if not isinstance(sender, dict) or set(sender) != _SENDER:
-        return "sender must be an object with exactly host, protocol and service"
-    for where, obj, names in (("sender.", sender, sorted(_SENDER)), ("", data, _YMP_STRINGS)):
-        for name in names:
-            if not isinstance(obj[name], str) or not obj[name]:
-                return f"{where}{name} must be a non-empty string"
-    for name in ("action", "reply-to"):
-        if name in data and (not isinstance(data[name], str) or not data[name]):
-            return f"{name} must be a non-empty string"
-    if not isinstance(data["payload"], dict):
-        return "payload must be an object"
-    head = (sender["host"], sender["protocol"], sender["service"], data["id"])
-    if answer:
-        return YmpAnswer(*head, data["reply-to"], data["host"], data["protocol"],
-                         data["service"], data.get("action"), data["payload"])  # fmt: skip
-    return YmpRequest(*head, data["host"], data["protocol"], data["service"], data["action"],
-                      data["payload"])  # fmt: skip
-
-
-def read_ymp_packet(text: str) -> list[YmpRequest | YmpAnswer] | str:
-    """A YMP email body: one message, or a packet ``{"messages": [...]}``; every message
-    valid, else the reason (naming the message's index in a packet)."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return f"not JSON: {exc}"
-    if isinstance(data, dict) and set(data) == {"messages"}:
-        if not isinstance(data["messages"], list) or not data["messages"]:
-            return "a packet's messages must be a non-empty list"
-        found: list[YmpRequest | YmpAnswer] = []
-        for index, item in enumerate(data["messages"]):
-            message = read_ymp(item)
-            if isinstance(message, str):
-                return f"messages[{index}]: {message}"
-            found.append(message)
-        return found
-    message = read_ymp(data)
-    return message if isinstance(message, str) else [message]

@@ -18,10 +18,9 @@ group protocol every subscription uses.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from ._addressing import Address, Envelope, Send, node_step, supernode_publish, supernode_step
@@ -29,6 +28,7 @@ from ._context import Context, resolve
 from ._exceptions import RoutingError
 from ._groups import GroupConsumer, GroupSettings, Head, check_group
 from ._log import get_logger
+from ._payloads import Message, read_message
 from ._polling import NO_TICKET, Ticket
 from ._protocol import Route, RoutedRoute
 from ._routing import FaceEndpoint, Refused, Routed, forwarded_message_id
@@ -38,49 +38,6 @@ __all__ = ["Message", "Node", "Subscriber", "Supernode"]
 
 _log = get_logger("floctrl")
 FACE: Final = "floctrl"
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """An immutable floctrl message: ``timestamp`` (ms since the epoch, unless a topic
-    says otherwise), ``address``, ``topic`` and ``body`` (plain strings)."""
-
-    timestamp: int
-    address: str
-    topic: str
-    body: str
-
-    def with_address(self, address: str) -> Message:
-        return replace(self, address=address)
-
-    def with_body(self, body: str) -> Message:
-        return replace(self, body=body)
-
-    def with_topic(self, topic: str) -> Message:
-        return replace(self, topic=topic)
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {"timestamp": self.timestamp, "address": self.address, "topic": self.topic,
-             "body": self.body},
-            ensure_ascii=False,
-        )  # fmt: skip
-
-
-def read_message(text: str) -> Message | str:
-    """A floctrl message from its JSON body, or why it is not one."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return f"not JSON: {exc}"
-    if not isinstance(data, dict) or set(data) != {"timestamp", "address", "topic", "body"}:
-        return "a floctrl message is an object with exactly timestamp, address, topic, body"
-    timestamp = data["timestamp"]
-    if not isinstance(timestamp, int) or isinstance(timestamp, bool):
-        return "timestamp must be an integer"
-    if not all(isinstance(data[k], str) for k in ("address", "topic", "body")):
-        return "address, topic and body must be strings"
-    return Message(timestamp, data["address"], data["topic"], data["body"])
 
 
 class Subscriber(Protocol):

@@ -13,116 +13,39 @@ mailbox; nothing a message holds can stop a cell.
 
 from __future__ import annotations
 
-import json
 import secrets
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ._addressing import Address, Envelope, stem_methods
+from ._addressing import Address, stem_methods
 from ._context import Context, resolve
 from ._exceptions import RemoteError, RoutingError
 from ._future import Future, Pending
 from ._log import get_logger
+from ._payloads import MSG_ID_WRAP, REPLY_TYPES, StemMessage
+from ._payloads import read_stem as read_stem_body
 from ._routing import FaceEndpoint, Refused, Routed, parse_address
-from ._security import REPLY_TYPES, stem_send_name
-from ._types import RoutedInfo
+from ._security import stem_send_name
 
 __all__ = ["Cell", "StemMessage", "read_stem"]
 
 _log = get_logger("stem")
 FACE: Final = "stem"
-_MSG_ID_WRAP: Final = 2**31
 #: messages a cell remembers having asked for a reply (a request, ``ack_req``)
 _ASKED: Final = 10_000
 _DELIMITERS: Final = ":/@-"
-_KEYS: Final = frozenset({"type", "cmd", "status", "data", "ack_req", "msg_id", "reply_id"})
-
-
-@dataclass(frozen=True, slots=True)
-class StemMessage:
-    """One Stem message. ``msg_id`` is set when it is sent (wrapping at 2**31);
-    ``reply_id`` on a reply is the ``msg_id`` it answers; ``info`` on a received one."""
-
-    to: Address
-    from_: Address
-    type: str = "data"
-    cmd: str | None = None
-    status: str | None = None
-    data: Any = None
-    ack_req: bool = False
-    reply: Address | None = None
-    orig: Address | None = None
-    msg_id: int = 0
-    reply_id: int | None = None
-    info: RoutedInfo | None = field(default=None, compare=False)
-    message_id: str | None = field(default=None, compare=False)
-
-    @property
-    def reply_to(self) -> Address:
-        """Where replies go: ``reply``, else ``from``."""
-        return self.reply or self.from_
-
-    def body(self) -> str:
-        content = {"type": self.type, "msg_id": self.msg_id}
-        for key in ("cmd", "status", "data", "reply_id"):
-            value = getattr(self, key)
-            if value is not None:
-                content[key] = value
-        if self.ack_req:
-            content["ack_req"] = True
-        return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
-
-    def envelope(self) -> Envelope:
-        return Envelope(self.to, self.from_, FACE, self.reply, self.orig)
 
 
 def read_stem(message: Routed) -> StemMessage | str:
     """A received routed message as a :class:`StemMessage`, or why it is not one."""
-    try:
-        content = json.loads(message.body)
-    except (ValueError, RecursionError) as exc:
-        return f"not JSON: {exc}"
-    if not isinstance(content, dict):
-        return "a Stem message's content is a JSON object"
-    extra = sorted(set(content) - _KEYS)
-    if extra:
-        return f"unexpected content key{'s' if len(extra) > 1 else ''}: {', '.join(extra)}"
-    type_ = content.get("type")
-    if not isinstance(type_, str) or not type_.isidentifier():
-        return "type must be a non-empty string that can name a method (letters, _, digits)"
-    cmd = content.get("cmd")
-    if type_ == "cmd" and (not isinstance(cmd, str) or not cmd.isidentifier()):
-        return "a cmd message needs cmd, a string that can name a method"
-    status = content.get("status")
-    if type_ == "status" and (not isinstance(status, str) or not status):
-        return "a status message needs status, a non-empty string"
-    if (cmd is not None and not isinstance(cmd, str)) or (
-        status is not None and not isinstance(status, str)
-    ):
-        return "cmd and status must be strings"
-    ack_req = content.get("ack_req", False)
-    msg_id = content.get("msg_id", 0)
-    reply_id = content.get("reply_id")
-    if not isinstance(ack_req, bool):
-        return "ack_req must be true or false"
-    if not _is_id(msg_id) or not (reply_id is None or _is_id(reply_id)):
-        return "msg_id and reply_id must be integers from 0 to 2**31-1"
-    env = message.envelope
-    return StemMessage(env.to, env.from_, type_, cmd, status, content.get("data"), ack_req,
-                       env.reply, env.orig, msg_id, reply_id, message.info,
-                       message.message_id)  # fmt: skip
-
-
-def _is_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MSG_ID_WRAP
+    return read_stem_body(message.body, message.envelope, message.info, message.message_id)
 
 
 def _next_msg_id() -> int:
     """A fresh ``msg_id``: random (1 .. 2**31-1), so that no one can guess the id of a
     request to answer it in its place."""
-    return 1 + secrets.randbelow(_MSG_ID_WRAP - 1)
+    return 1 + secrets.randbelow(MSG_ID_WRAP - 1)
 
 
 def _answers(reply_from: Address, asked: Address) -> bool:

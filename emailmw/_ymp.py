@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterable, Mapping
 from email.utils import parseaddr
 from typing import Any, Final
 
-from ._addressing import Address, Envelope, YmpAnswer, YmpRequest, read_ymp_packet
+from ._addressing import Address, Envelope
 from ._context import Context, resolve
 from ._exceptions import RoutingError
 from ._future import Future, Pending
 from ._log import get_logger
+from ._payloads import YmpAnswer, YmpRequest, read_ymp_packet
 from ._routing import FaceEndpoint, Refused, Routed
 
 __all__ = ["Action", "YmpAnswer", "YmpHost", "YmpRequest"]

@@ -7,6 +7,7 @@
 """
 
 from ._addressing import Address
-from ._stem import Cell, StemMessage
+from ._payloads import StemMessage
+from ._stem import Cell
 
 __all__ = ["Address", "Cell", "StemMessage"]

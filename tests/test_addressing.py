@@ -16,15 +16,12 @@ from emailmw._addressing import (
     Drop,
     Envelope,
     Forward,
-    YmpAnswer,
-    YmpRequest,
     decide,
     floctrl_recipients,
     read_envelope,
-    read_ymp,
-    read_ymp_packet,
     stem_methods,
 )
+from emailmw._payloads import YmpAnswer, YmpRequest, read_ymp, read_ymp_packet
 
 # ----------------------------------------------------------------------------- addresses
 

@@ -16,15 +16,10 @@ A payload the face cannot read needs only the ``as`` grant here: the face refuse
 
 from __future__ import annotations
 
-import json
-from typing import Any, Final
-
-from .._addressing import Address, Envelope, YmpRequest, read_ymp_packet
+from .._addressing import Address, Envelope
+from .._payloads import REPLY_TYPES, YmpRequest, read_message, read_stem, read_ymp_packet
 
 __all__ = ["REPLY_TYPES", "grant_name", "routed_grants", "stem_send_name"]
-
-#: Stem message types that answer an earlier message (with its ``reply_id``)
-REPLY_TYPES: Final = frozenset({"response", "error", "msg_ack"})
 
 Grant = tuple[str, str]
 
@@ -44,29 +39,16 @@ def stem_send_name(to: Address, here: str, type_: str, cmd: str | None) -> str:
     return grant_name(hub, to.name, type_)
 
 
-def _json(body: str) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-
-
 def routed_grants(envelope: Envelope, body: str, here: str) -> list[Grant] | str:
     """The grants the signer of a routed email needs (``here``: the receiving hub), or
     why the email contradicts itself (denied whoever signed it)."""
     sender = envelope.from_
     if envelope.face == "stem":
         needs: list[Grant] = [("stem.as", grant_name(sender.hub or here, sender.name))]
-        content = _json(body)
-        if not isinstance(content, dict):
+        stem = read_stem(body, envelope)
+        if isinstance(stem, str) or (stem.type in REPLY_TYPES and stem.reply_id is not None):
             return needs
-        type_, cmd = content.get("type"), content.get("cmd")
-        if not isinstance(type_, str):
-            return needs
-        if type_ in REPLY_TYPES and content.get("reply_id") is not None:
-            return needs
-        command = cmd if isinstance(cmd, str) else None
-        needs.append(("stem.send", stem_send_name(envelope.to, here, type_, command)))
+        needs.append(("stem.send", stem_send_name(envelope.to, here, stem.type, stem.cmd)))
         return needs
     if envelope.face == "ymp":
         found = read_ymp_packet(body)
@@ -86,11 +68,7 @@ def routed_grants(envelope: Envelope, body: str, here: str) -> list[Grant] | str
                 needs.append(("ymp.send", name))
         return needs
     needs = [("floctrl.as", sender.name)]
-    content = _json(body)
-    if isinstance(content, dict):
-        address, topic = content.get("address"), content.get("topic")
-        if isinstance(address, str):
-            needs.append(("floctrl.to", address))
-        if isinstance(topic, str):
-            needs.append(("floctrl.topics", topic))
+    routed = read_message(body)
+    if not isinstance(routed, str):
+        needs += [("floctrl.to", routed.address), ("floctrl.topics", routed.topic)]
     return needs

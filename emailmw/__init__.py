@@ -56,17 +56,15 @@ from ._executor import (
 from ._future import Future
 from ._gateway import Gateway, load_gateway
 from ._interfaces import (
+    ActionType,
     ServiceType,
     deserialize,
-    example_interfaces,
     get_interface,
     interface_names,
     message,
     serialize,
     service,
-    std_msgs,
 )
-from ._interfaces import builtin_interfaces as builtin_interfaces
 from ._node import (
     Client,
     Node,
@@ -104,10 +102,26 @@ from ._wire import parse as parse_email
 
 __version__ = "0.1.0"
 
-from . import floctrl, stem, ymp
+from . import (
+    action_msgs,
+    builtin_interfaces,
+    example_interfaces,
+    floctrl,
+    geometry_msgs,
+    rcl_interfaces,
+    std_msgs,
+    stem,
+    unique_identifier_msgs,
+    ymp,
+)
 
 __all__ = [
     "Ack",
+    "ActionType",
+    "action_msgs",
+    "geometry_msgs",
+    "rcl_interfaces",
+    "unique_identifier_msgs",
     "floctrl",
     "stem",
     "ymp",

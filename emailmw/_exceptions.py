@@ -25,6 +25,7 @@ __all__ = [
     "GuardConditionAlreadyInUseError",
     "InvalidCallbackError",
     "InvalidHeaderError",
+    "InterfaceError",
     "InvalidNameError",
     "MalformedEmailError",
     "MessageTooLargeError",
@@ -56,6 +57,11 @@ class ConfigError(EmailMWError, ValueError):
         self.key = key
         where = source if key is None else f"{source}: key '{key}'"
         super().__init__(f"{where}: {message}")
+
+
+class InterfaceError(EmailMWError, ValueError):
+    """An interface definition (``.msg``, ``.srv``, ``.action``) that cannot be read: the
+    message names the file, the line and what is wrong."""
 
 
 class InvalidNameError(EmailMWError, ValueError):

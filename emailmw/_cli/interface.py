@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import typing
 from typing import Any
 
 from .._interfaces import ServiceType, get_interface, interface_names
+from .._interfaces import show as show_interface
 from .common import CommandError, Commands, verbs
 
 __all__ = ["message_type", "register", "service_type"]
@@ -20,18 +19,6 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
     add("show", run=show, help="the fields of a type").add_argument("type")
 
 
-def _fields(cls: Any, indent: str = "") -> list[str]:
-    lines = []
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        kind = hints[f.name]
-        name = getattr(kind, "__emailmw_type__", None) or getattr(kind, "__name__", str(kind))
-        lines.append(f"{indent}{name} {f.name}")
-        if dataclasses.is_dataclass(kind):
-            lines += _fields(kind, indent + "\t")
-    return lines
-
-
 def list_(args: argparse.Namespace) -> int:
     for name in interface_names():
         print(name)
@@ -39,11 +26,10 @@ def list_(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    kind = _interface(args.type, "TYPE")
-    if isinstance(kind, ServiceType):
-        print("\n".join([*_fields(kind.Request), "---", *_fields(kind.Response)]))
-    else:
-        print("\n".join(_fields(kind)))
+    """The definition as ros2 interface show prints it: ROS type names, comments, nested
+    types expanded."""
+    _interface(args.type, "TYPE")
+    print(show_interface(args.type))
     return 0
 
 

@@ -1,0 +1,13 @@
+"""The service types of ``action_msgs``, loaded from the interface files of
+``emailmw/share/action_msgs/srv`` when this module is imported."""
+
+from typing import Any
+
+from .._interfaces import package
+
+_types: Any = package("action_msgs").srv
+CancelGoal = _types.CancelGoal
+
+__all__ = [
+    "CancelGoal",
+]

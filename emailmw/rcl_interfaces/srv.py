@@ -1,0 +1,23 @@
+"""The service types of ``rcl_interfaces``, loaded from the interface files of
+``emailmw/share/rcl_interfaces/srv`` when this module is imported."""
+
+from typing import Any
+
+from .._interfaces import package
+
+_types: Any = package("rcl_interfaces").srv
+DescribeParameters = _types.DescribeParameters
+GetParameterTypes = _types.GetParameterTypes
+GetParameters = _types.GetParameters
+ListParameters = _types.ListParameters
+SetParameters = _types.SetParameters
+SetParametersAtomically = _types.SetParametersAtomically
+
+__all__ = [
+    "DescribeParameters",
+    "GetParameterTypes",
+    "GetParameters",
+    "ListParameters",
+    "SetParameters",
+    "SetParametersAtomically",
+]

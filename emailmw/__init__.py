@@ -10,10 +10,12 @@ from ._context import (
     Context,
     IntraprocessNetwork,
     get_default_context,
+    get_rmw_implementation_identifier,
     init,
     ok,
     open_transport,
     shutdown,
+    try_shutdown,
 )
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
 from ._exceptions import (
@@ -49,6 +51,7 @@ from ._executor import (
     Executor,
     MultiThreadedExecutor,
     SingleThreadedExecutor,
+    get_global_executor,
     spin,
     spin_once,
     spin_until_future_complete,
@@ -74,6 +77,7 @@ from ._node import (
     Service,
     SubscriptionEventCallbacks,
     Timer,
+    create_node,
 )
 from ._protocol import Recipients
 from ._qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
@@ -102,6 +106,7 @@ from ._wire import parse as parse_email
 
 __version__ = "0.1.0"
 
+
 from . import (
     action_msgs,
     builtin_interfaces,
@@ -118,6 +123,10 @@ from . import (
 __all__ = [
     "Ack",
     "ActionType",
+    "create_node",
+    "get_global_executor",
+    "get_rmw_implementation_identifier",
+    "try_shutdown",
     "action_msgs",
     "geometry_msgs",
     "rcl_interfaces",

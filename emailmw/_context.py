@@ -6,11 +6,15 @@ default context that entities use when no ``context=`` is given.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import enum
 import os
+import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from ._closeable import Closeable
@@ -33,8 +37,10 @@ from ._handlers import (
     SubscriptionHandler,
 )
 from ._log import configure_from_env, get_logger
+from ._parameters import RosArgs, parse_ros_args
 from ._polling import PollingManager
 from ._protocol import ack_email
+from ._ros_logging import set_levels_from_args
 from ._routing import Outlet, Router, own_hub
 from ._security import SecureSender, Security
 from ._transport.base import EmailReceiver, EmailSender
@@ -48,11 +54,14 @@ from ._types import Email
 __all__ = [
     "Context",
     "IntraprocessNetwork",
+    "SignalHandlerOptions",
     "get_default_context",
+    "get_rmw_implementation_identifier",
     "init",
     "ok",
     "open_transport",
     "shutdown",
+    "try_shutdown",
 ]
 
 _log = get_logger("context")
@@ -89,6 +98,8 @@ class Context(Closeable):
 
     ``transport`` (or ``sender``/``receiver``, both or neither: a transport without a
     store for delivery-mode groups) replaces the transport the options would build.
+    ``args``: a command line whose ``--ros-args`` apply to the nodes on this context
+    (``-p``, ``--params-file``, ``--log-level``, ``-r``); :func:`init` gives them too.
     """
 
     def __init__(
@@ -98,8 +109,11 @@ class Context(Closeable):
         sender: EmailSender | None = None,
         receiver: EmailReceiver | None = None,
         transport: Transport | None = None,
+        args: Sequence[str] | None = None,
     ) -> None:
         configure_from_env()
+        self.ros_args: RosArgs = parse_ros_args(args)
+        set_levels_from_args(self.ros_args.log_levels)
         self.options = load_options(config)
         if (sender is None) != (receiver is None):
             raise ValueError("give both sender and receiver, or neither")
@@ -130,6 +144,8 @@ class Context(Closeable):
         self._lock = threading.Lock()
         self._entities: weakref.WeakSet[Any] = weakref.WeakSet()
         self._shut_down = False
+        self._stopping = threading.Event()  # set at the first sign of shutdown
+        self._on_shutdown: list[Callable[[], None]] = []
         # what shared() created, by key: closed at shutdown before the entities
         self._shared: dict[str, _Closeable] = {}
         self._subscription_handler = SubscriptionHandler()
@@ -202,9 +218,38 @@ class Context(Closeable):
             self._polling.start()
 
     def ok(self) -> bool:
-        """True until :meth:`shutdown` (a failing receiver does not change it: see
-        :attr:`receive_error`)."""
-        return not self._shut_down
+        """True until :meth:`shutdown` (or a signal asked for it; a failing receiver does
+        not change it: see :attr:`receive_error`)."""
+        return not self._stopping.is_set()
+
+    def on_shutdown(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` when this context starts shutting down (at once if it has);
+        quick, on the thread that shuts it down (a signal handler's too): executors wake
+        their spin here. Thread-safe."""
+        with self._lock:
+            if not self._stopping.is_set():
+                self._on_shutdown.append(callback)
+                return
+        callback()
+
+    def wait_for_shutdown(self, timeout: float | None = None) -> bool:
+        """Block until this context starts shutting down, at most ``timeout`` seconds;
+        whether it has."""
+        return self._stopping.wait(timeout)
+
+    def request_shutdown(self) -> None:
+        """Start shutting down without blocking (what SIGINT does): :meth:`ok` turns
+        False, waits end, executors wake; :meth:`shutdown` then releases everything (at
+        exit, if nobody calls it). Safe in a signal handler."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        callbacks, self._on_shutdown = self._on_shutdown, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - the others are still told
+                _log.exception("a shutdown callback failed")
 
     @property
     def receive_error(self) -> Exception | None:
@@ -348,7 +393,9 @@ class Context(Closeable):
         return self._sender.flush(timeout)
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        """Close all entities, flush and close the sender, stop polling. Idempotent."""
+        """Close all entities, flush and close the sender, stop polling. Idempotent; from
+        any thread, a callback's too."""
+        self.request_shutdown()
         with self._lock:
             if self._shut_down:
                 return
@@ -394,37 +441,136 @@ class IntraprocessNetwork(_Network):
         return Context(options, transport=self.transport(address))
 
 
+class SignalHandlerOptions(enum.Enum):
+    """Which signals :func:`init` handles (rclpy's): SIGINT and SIGTERM start shutting the
+    default context down, then act as Python's default (``KeyboardInterrupt``)."""
+
+    NO = 0
+    SIGINT = 1
+    SIGTERM = 2
+    ALL = 3
+
+
 _default_lock = threading.Lock()
 _default: Context | None = None
+_installed: dict[int, Any] = {}  # signal number -> the handler emailmw replaced
+_at_exit_registered = False
 
 
-def init(config: ConfigLike = None) -> Context:
-    """Create the default context. Raises :class:`~emailmw.ContextAlreadyInitializedError`
-    if it exists (call :func:`shutdown` first)."""
-    global _default
+def _on_signal(signum: int, frame: Any) -> None:
+    context = _default
+    if context is not None:
+        context.request_shutdown()
+    previous = _installed.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+    elif signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    else:
+        raise SystemExit(128 + signum)
+
+
+def _install(options: SignalHandlerOptions) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # Python takes signals on the main thread only
+    wanted = {
+        SignalHandlerOptions.NO: (),
+        SignalHandlerOptions.SIGINT: (signal.SIGINT,),
+        SignalHandlerOptions.SIGTERM: (signal.SIGTERM,),
+        SignalHandlerOptions.ALL: (signal.SIGINT, signal.SIGTERM),
+    }[options]
+    for signum in wanted:
+        if signum not in _installed:
+            _installed[signum] = signal.signal(signum, _on_signal)
+
+
+def _uninstall() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum, previous in list(_installed.items()):
+        signal.signal(signum, previous)
+        del _installed[signum]
+
+
+def _at_exit() -> None:
+    context = _default
+    if context is not None:
+        context.shutdown(timeout=2.0)
+
+
+def init(
+    config: ConfigLike = None,
+    *,
+    args: Sequence[str] | None = None,
+    context: Context | None = None,
+    domain_id: int | None = None,
+    signal_handler_options: SignalHandlerOptions | None = None,
+) -> Context:
+    """Create the default context (rclpy's ``rclpy.init``): ``config`` is the mail account
+    (a file, a mapping, :class:`~emailmw.Options`; default: ``EMAILMW_CONFIG_FILE``,
+    ``./email.yml``, ... else in-process only); ``args``' ``--ros-args`` apply to every
+    node. With ``context`` (one created with ``Context(...)``), that one gets the
+    arguments instead and stays the caller's. SIGINT and SIGTERM start shutting the
+    default context down (``signal_handler_options``). Returns the context, a context
+    manager that shuts it down. Raises :class:`~emailmw.ContextAlreadyInitializedError`
+    while a default context is running (call :func:`shutdown` first)."""
+    global _default, _at_exit_registered
+    del domain_id  # the mail account is the domain
+    if context is not None:
+        context.ros_args = context.ros_args.merged(parse_ros_args(args))
+        set_levels_from_args(context.ros_args.log_levels)
+        return context
     with _default_lock:
-        if _default is not None:
+        if _default is not None and _default.ok():
             raise ContextAlreadyInitializedError(
                 "emailmw.init() was already called; call emailmw.shutdown() first"
             )
-        _default = Context(config)
-        return _default
+        _default = Context(config, args=args)
+        created = _default
+        if not _at_exit_registered:
+            atexit.register(_at_exit)
+            _at_exit_registered = True
+    if created.options.intraprocess and config is None:
+        _log.warning(
+            "no mail account configured (EMAILMW_CONFIG_FILE, ./email.yml): this context "
+            "talks to this process only"
+        )
+    _install(signal_handler_options or SignalHandlerOptions.ALL)
+    return created
 
 
-def shutdown() -> None:
-    """Shut the default context down. Raises :class:`~emailmw.ContextNotInitializedError`
-    if there is none."""
+def shutdown(*, context: Context | None = None, uninstall_handlers: bool | None = None) -> None:
+    """Shut ``context`` down (default: the default context; rclpy's ``rclpy.shutdown``).
+    Raises :class:`~emailmw.ContextNotInitializedError` when there is no default context.
+    A context a signal already began to shut down is shut down without complaint."""
     global _default
+    if context is not None and context is not _default:
+        context.shutdown()
+        return
     with _default_lock:
-        context, _default = _default, None
-    if context is None:
+        found, _default = _default, None
+    if found is None:
         raise ContextNotInitializedError("emailmw.shutdown() without emailmw.init()")
-    context.shutdown()
+    if uninstall_handlers is not False:
+        _uninstall()
+    found.shutdown()
 
 
-def ok() -> bool:
-    """True while the default context exists."""
-    return _default is not None and _default.ok()
+def try_shutdown(*, context: Context | None = None, uninstall_handlers: bool | None = None) -> None:
+    """:func:`shutdown`, doing nothing where there is nothing to shut down."""
+    with contextlib.suppress(ContextNotInitializedError):
+        shutdown(context=context, uninstall_handlers=uninstall_handlers)
+
+
+def ok(*, context: Context | None = None) -> bool:
+    """Whether ``context`` (default: the default context) exists and is not shutting down."""
+    found = context if context is not None else _default
+    return found is not None and found.ok()
+
+
+def get_rmw_implementation_identifier() -> str:
+    """The middleware under the ROS API: ``rmw_email`` (emailmw is wire-compatible with it)."""
+    return "rmw_email"
 
 
 def get_default_context() -> Context:

@@ -39,6 +39,16 @@ __all__ = [
     "TypeMismatchError",
     "UnknownRequestError",
     "UndecryptableError",
+    "ParameterException",
+    "ParameterNotDeclaredException",
+    "ParameterAlreadyDeclaredException",
+    "InvalidParameterException",
+    "InvalidParameterTypeException",
+    "InvalidParameterValueException",
+    "ParameterImmutableException",
+    "ParameterUninitializedException",
+    "ROSInterruptException",
+    "ExternalShutdownException",
 ]
 
 
@@ -186,3 +196,66 @@ class RoutingError(EmailMWError, ValueError):
 
 class RemoteError(EmailMWError):
     """The other side answered with an error (a Stem ``error`` reply)."""
+
+
+# ----------------------------------------------------------------------------- rclpy's names
+# emailmw.exceptions offers these under rclpy.exceptions' names: a ported program's
+# ``except ParameterNotDeclaredException`` works as in rclpy.
+
+
+class ParameterException(EmailMWError):
+    """A parameter operation that cannot be done; the message names the parameter(s)."""
+
+    def __init__(self, error_msg: str, parameters: str | list[str]) -> None:
+        super().__init__(f"{error_msg}: {parameters}")
+
+
+class ParameterNotDeclaredException(ParameterException):
+    def __init__(self, parameters: str | list[str]) -> None:
+        super().__init__("Invalid access to undeclared parameter(s)", parameters)
+
+
+class ParameterAlreadyDeclaredException(ParameterException):
+    def __init__(self, parameters: str | list[str]) -> None:
+        super().__init__("Parameter(s) already declared", parameters)
+
+
+class InvalidParameterException(ParameterException):
+    def __init__(self, parameter_name: str) -> None:
+        super().__init__("Invalid parameter name", parameter_name)
+
+
+class InvalidParameterTypeException(ParameterException, TypeError):
+    def __init__(self, parameter_name: str, expected_type: str, given: object) -> None:
+        super().__init__(
+            f"Trying to set parameter to {given!r}, a value of another type than the "
+            f"expected {expected_type}",
+            parameter_name,
+        )
+
+
+class InvalidParameterValueException(ParameterException, ValueError):
+    def __init__(self, parameter_name: str, value: object, reason: str) -> None:
+        super().__init__(f"Value {value!r} is invalid: {reason}", parameter_name)
+
+
+class ParameterImmutableException(ParameterException):
+    def __init__(self, parameter_name: str) -> None:
+        super().__init__("Attempted to modify read-only parameter", parameter_name)
+
+
+class ParameterUninitializedException(ParameterException):
+    def __init__(self, parameter_name: str) -> None:
+        super().__init__("The parameter is not initialized", parameter_name)
+
+
+class ROSInterruptException(EmailMWError):
+    """Raised from a wait (``Rate.sleep``) once the context shut down."""
+
+    def __init__(self) -> None:
+        super().__init__("emailmw.shutdown() has been called")
+
+
+class ExternalShutdownException(EmailMWError):
+    """Raised out of ``spin*`` when the context shut down while spinning (rclpy's
+    ``rclpy.executors.ExternalShutdownException``)."""

@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
 from ._exceptions import ClosedError, InvalidCallbackError, ServiceTimeoutError
 from ._log import get_logger
 
-__all__ = ["Future", "Pending", "refuse_coroutine"]
+__all__ = ["Future", "Pending", "Task", "refuse_coroutine"]
 
 _log = get_logger("future")
 T = TypeVar("T")
@@ -164,6 +164,78 @@ class Future(Generic[T]):
             while not self.done():
                 yield self  # an executor's task resumes the coroutine once this is done
         return self.result()
+
+
+class Task(Future[T]):
+    """A callback run by an executor, that may be a coroutine (rclpy's ``Task``): each
+    :meth:`__call__` runs it until it awaits a :class:`Future` that is not done, or ends;
+    the task's own result is then the callback's. ``wake`` is called when it can go on
+    (what it awaits is done): the executor looks at it again. Thread-safe: one step at
+    a time."""
+
+    __slots__ = ("_args", "_coro", "_handler", "_step", "_waiting", "_wake")
+
+    def __init__(
+        self,
+        handler: Callable[..., Any] | Coroutine[Any, Any, T],
+        args: tuple[Any, ...] = (),
+        *,
+        wake: Callable[[], None] | None = None,
+        what: str = "",
+    ) -> None:
+        super().__init__(what or getattr(handler, "__qualname__", "a task"))
+        self._handler: Callable[..., Any] | None = None
+        self._coro: Coroutine[Any, Any, T] | None = None
+        if inspect.iscoroutine(handler):
+            self._coro = handler
+        else:
+            self._handler = handler  # type: ignore[assignment]
+        self._args = args
+        self._wake = wake
+        self._waiting: Future[Any] | None = None
+        self._step = threading.Lock()
+
+    def ready(self) -> bool:
+        """Whether a step would run now (not done, and not waiting on a future)."""
+        waiting = self._waiting
+        return not self.done() and (waiting is None or waiting.done())
+
+    def executing(self) -> bool:
+        """Whether it started and has not ended (it awaits something)."""
+        return self._coro is not None and not self.done()
+
+    def _resume(self, _: Future[Any]) -> None:
+        if self._wake is not None:
+            self._wake()
+
+    def __call__(self) -> None:
+        if not self._step.acquire(blocking=False):
+            return  # another thread steps it
+        try:
+            if self.done():
+                return
+            if self._coro is None:
+                assert self._handler is not None
+                result = self._handler(*self._args)
+                if not inspect.iscoroutine(result):
+                    self.set_result(result)
+                    return
+                self._coro = result
+            try:
+                awaited = self._coro.send(None)
+            except StopIteration as end:
+                self.set_result(end.value)
+                return
+            self._waiting = awaited if isinstance(awaited, Future) else None
+            if self._waiting is not None:
+                self._waiting.add_done_callback(self._resume)
+            elif self._wake is not None:
+                self._wake()  # a bare yield: go on at the next look
+        except BaseException as exc:
+            self.set_exception(exc)
+            raise
+        finally:
+            self._step.release()
 
 
 class Pending(Generic[K, T, D]):

@@ -14,18 +14,20 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import yaml
 
+from ._closeable import Closeable
 from ._context import Context
-from ._entities import Publisher
+from ._entities import Publisher, Subscription
 from ._log import get_logger
 from ._protocol import PublishRoute, classify
 from ._transport.base import EmailReceiver
-from ._types import Email
+from ._types import Email, MessageInfo
+from ._waitset import wait_for_message_with_info
 
 __all__ = [
     "GRAPH_TOPIC",
@@ -33,8 +35,10 @@ __all__ = [
     "Announcer",
     "Graph",
     "NodeRecord",
+    "GraphMonitor",
     "announcer_of",
     "build_graph",
+    "graph_of",
     "read_graph",
 ]
 
@@ -124,23 +128,42 @@ def _type_of(entity: Any) -> str:
     return str(getattr(kind, "__emailmw_type__", None) or getattr(kind, "name", "?"))
 
 
+#: one announcement as the graph counts it: (node, source ns, sequence number, its data)
+Announcement = tuple[str, int, int, dict[str, Any]]
+
+
+def read_announcement(body: str, info: MessageInfo) -> Announcement | None:
+    """One graph message (its body and info), or None (logged) when it is malformed."""
+    try:
+        data = yaml.safe_load(body)
+        name = str(data["node"])
+    except (yaml.YAMLError, KeyError, TypeError):
+        _log.info("ignored a malformed graph announcement from %s", info.publisher_gid)
+        return None
+    data = data | {"_gid": info.publisher_gid.value}
+    return name, info.source_timestamp, info.sequence_number or 0, data
+
+
 def build_graph(emails: list[Email], now_ns: int) -> Graph:
     """The live nodes according to these graph emails (any order): for each node its
     newest message counts; a leave or an expired announcement removes it."""
-    latest: dict[str, tuple[int, int, dict[str, Any]]] = {}
+    found = []
     for email in emails:
         route = classify(email, now_ns)
-        if not isinstance(route, PublishRoute) or route.topic != GRAPH_TOPIC:
-            continue
-        try:
-            data = yaml.safe_load(email.body)
-            name = str(data["node"])
-        except (yaml.YAMLError, KeyError, TypeError):
-            _log.info("ignored a malformed graph announcement %s", email.message_id)
-            continue
-        key = (route.info.source_timestamp, route.info.sequence_number or 0)
-        if name not in latest or key > latest[name][:2]:
-            latest[name] = (*key, data | {"_gid": route.info.publisher_gid.value})
+        if isinstance(route, PublishRoute) and route.topic == GRAPH_TOPIC:
+            announced = read_announcement(email.body, route.info)
+            if announced is not None:
+                found.append(announced)
+    return graph_of_announcements(found, now_ns)
+
+
+def graph_of_announcements(found: Iterable[Announcement], now_ns: int) -> Graph:
+    """The live nodes according to these announcements (any order); see
+    :func:`build_graph`."""
+    latest: dict[str, tuple[int, int, dict[str, Any]]] = {}
+    for name, stamp, seq, data in found:
+        if name not in latest or (stamp, seq) > latest[name][:2]:
+            latest[name] = (stamp, seq, data)
     graph = Graph()
     for name, (stamp, _, data) in latest.items():
         period = float(data.get("period", 30.0))
@@ -225,3 +248,80 @@ def announcer_of(context: Context) -> Announcer:
     return context.shared(
         "emailmw.graph", lambda: Announcer(Publisher(GRAPH_TOPIC, context=context))
     )
+
+
+class GraphMonitor(Closeable):
+    """The live graph of a context's account, kept up to date: seeded from the mailbox's
+    history of the graph topic, then each announcement as it arrives (a subscription to
+    the graph topic, read by a thread of its own). :meth:`wait_for` blocks until the graph
+    says something (a service has a server). One per context (:func:`graph_of`); closed
+    with the context. Thread-safe."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._cond = threading.Condition()
+        self._latest: dict[str, Announcement] = {}
+        self._closed = False
+        self._sub = Subscription(GRAPH_TOPIC, context=context)
+        try:
+            history = context.receiver.history(GRAPH_TOPIC, 2000)
+        except NotImplementedError:
+            history = []
+        now = time.time_ns()
+        for email in history:
+            route = classify(email, now)
+            if isinstance(route, PublishRoute) and route.topic == GRAPH_TOPIC:
+                self._add(read_announcement(email.body, route.info))
+        self._thread = threading.Thread(target=self._run, name="emailmw-graph-monitor", daemon=True)
+        self._thread.start()
+
+    def _add(self, found: Announcement | None) -> None:
+        if found is None:
+            return
+        with self._cond:
+            known = self._latest.get(found[0])
+            if known is None or found[1:3] > known[1:3]:
+                self._latest[found[0]] = found
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while not self._closed:
+            try:
+                got = wait_for_message_with_info(self._sub, 1.0)
+            except Exception:  # noqa: BLE001 - closed under it: the loop ends
+                return
+            if got is not None:
+                self._add(read_announcement(*got))
+
+    def graph(self) -> Graph:
+        """The graph now (expired announcements left out)."""
+        with self._cond:
+            found = list(self._latest.values())
+        return graph_of_announcements(found, time.time_ns())
+
+    def wait_for(self, holds: Callable[[Graph], bool], timeout: float | None) -> bool:
+        """Block until ``holds(graph)`` (looked at on every announcement, and every
+        second for expiries), at most ``timeout`` seconds (None: no limit); whether it
+        holds. False at once when the context shuts down."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if holds(self.graph()):
+                    return True
+                if self._closed or not self._context.ok():
+                    return False
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(1.0 if left is None else min(left, 1.0))
+
+    def close(self) -> None:
+        self._closed = True
+        with self._cond:
+            self._cond.notify_all()
+        self._sub.close()
+
+
+def graph_of(context: Context) -> GraphMonitor:
+    """The :class:`GraphMonitor` of ``context`` (created on first use)."""
+    return context.shared("emailmw.graph.monitor", lambda: GraphMonitor(context))

@@ -17,6 +17,7 @@ so it is tested with explicit times. The executor drives it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -28,25 +29,89 @@ __all__ = [
     "Delivery",
     "DurabilityPolicy",
     "HistoryPolicy",
+    "LivelinessPolicy",
     "MessageLost",
+    "QoSPresetProfiles",
     "QoSProfile",
+    "ReliabilityPolicy",
     "Step",
+    "qos_profile_action_status_default",
+    "qos_profile_parameter_events",
+    "qos_profile_parameters",
+    "qos_profile_sensor_data",
+    "qos_profile_services_default",
+    "qos_profile_system_default",
 ]
 
 
-class HistoryPolicy(enum.Enum):
-    KEEP_LAST = "keep_last"
-    KEEP_ALL = "keep_all"
+class _Policy(enum.IntEnum):
+    """rclpy's QoS policy enums (their values too), with ``short_key``."""
+
+    @property
+    def short_key(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def get_from_short_key(cls, name: str) -> _Policy:
+        return cls[name.upper()]
 
 
-class DurabilityPolicy(enum.Enum):
-    VOLATILE = "volatile"
-    TRANSIENT_LOCAL = "transient_local"
+class HistoryPolicy(_Policy):
+    SYSTEM_DEFAULT = 0
+    KEEP_LAST = 1
+    KEEP_ALL = 2
+    UNKNOWN = 3
 
 
-@dataclass(frozen=True)
+class ReliabilityPolicy(_Policy):
+    """Email is always delivered reliably: ``BEST_EFFORT`` is accepted and changes
+    nothing."""
+
+    SYSTEM_DEFAULT = 0
+    RELIABLE = 1
+    BEST_EFFORT = 2
+    UNKNOWN = 3
+    BEST_AVAILABLE = 4
+
+
+class DurabilityPolicy(_Policy):
+    SYSTEM_DEFAULT = 0
+    TRANSIENT_LOCAL = 1
+    VOLATILE = 2
+    UNKNOWN = 3
+    BEST_AVAILABLE = 4
+
+
+class LivelinessPolicy(_Policy):
+    """Accepted for rclpy's signature; emailmw's graph expires nodes that stop
+    announcing (three announce periods)."""
+
+    SYSTEM_DEFAULT = 0
+    AUTOMATIC = 1
+    MANUAL_BY_TOPIC = 3
+    UNKNOWN = 4
+    BEST_AVAILABLE = 5
+
+
+def _seconds(value: Any, name: str) -> float | None:
+    """A time given as seconds or as a Duration (anything with ``nanoseconds``)."""
+    if value is None:
+        return None
+    nanoseconds = getattr(value, "nanoseconds", None)
+    if nanoseconds is not None and nanoseconds == 0:
+        return None  # rclpy's "infinite" (Duration() is 0)
+    seconds = nanoseconds / 1e9 if nanoseconds is not None else float(value)
+    if seconds <= 0:
+        raise ValueError(f"{name} must be > 0 seconds, got {seconds}")
+    return seconds
+
+
+@dataclass
 class QoSProfile:
-    """A subscription's (or publisher's) quality of service; times in seconds."""
+    """A subscription's (or publisher's) quality of service (rclpy's ``QoSProfile``).
+    Times are seconds or :class:`~emailmw.duration.Duration` objects (0: no limit).
+    emailmw adds ``ordered`` (release each publisher's messages in sequence order,
+    reporting gaps after ``gap_timeout`` seconds)."""
 
     depth: int = 10
     history: HistoryPolicy = HistoryPolicy.KEEP_LAST
@@ -55,10 +120,25 @@ class QoSProfile:
     deadline: float | None = None
     ordered: bool = False
     gap_timeout: float = 1.0
+    reliability: ReliabilityPolicy = ReliabilityPolicy.RELIABLE
+    liveliness: LivelinessPolicy = LivelinessPolicy.SYSTEM_DEFAULT
+    liveliness_lease_duration: float | None = None
+    avoid_ros_namespace_conventions: bool = False
 
     def __post_init__(self) -> None:
-        if self.depth < 1:
+        if isinstance(self.history, int) and not isinstance(self.history, HistoryPolicy):
+            self.history = HistoryPolicy(self.history)
+        if self.history == HistoryPolicy.SYSTEM_DEFAULT:
+            self.history = HistoryPolicy.KEEP_LAST
+        if self.durability == DurabilityPolicy.SYSTEM_DEFAULT:
+            self.durability = DurabilityPolicy.VOLATILE
+        if self.depth < 1 and self.history == HistoryPolicy.KEEP_LAST:
             raise ValueError(f"depth must be >= 1, got {self.depth}")
+        self.lifespan = _seconds(self.lifespan, "lifespan")
+        self.deadline = _seconds(self.deadline, "deadline")
+        self.liveliness_lease_duration = _seconds(
+            self.liveliness_lease_duration, "liveliness_lease_duration"
+        )
         for name in ("lifespan", "deadline"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -201,3 +281,39 @@ class Delivery(Generic[P]):
         if self.qos.deadline is not None:
             times.append(self._last_ns + int(self.qos.deadline * 1e9))
         return min(times) if times else None
+
+
+#: rclpy's presets, as emailmw has them
+qos_profile_system_default = QoSProfile(depth=10)
+qos_profile_sensor_data = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+qos_profile_services_default = QoSProfile(depth=10)
+qos_profile_parameters = QoSProfile(depth=1000)
+qos_profile_parameter_events = QoSProfile(depth=1000)
+qos_profile_action_status_default = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+class QoSPresetProfiles:
+    """rclpy's preset profiles by name (``SENSOR_DATA``, ..., ``get_from_short_key``)."""
+
+    SYSTEM_DEFAULT = qos_profile_system_default
+    SENSOR_DATA = qos_profile_sensor_data
+    SERVICES_DEFAULT = qos_profile_services_default
+    PARAMETERS = qos_profile_parameters
+    PARAMETER_EVENTS = qos_profile_parameter_events
+    ACTION_STATUS_DEFAULT = qos_profile_action_status_default
+    _NAMES = (
+        "system_default", "sensor_data", "services_default", "parameters",
+        "parameter_events", "action_status_default",
+    )  # fmt: skip
+
+    @classmethod
+    def get_from_short_key(cls, name: str) -> QoSProfile:
+        """The preset called ``name`` (``sensor_data``); ``KeyError`` names the choices."""
+        if name.lower() not in cls._NAMES:
+            raise KeyError(f"no QoS preset {name!r} (one of {', '.join(cls._NAMES)})")
+        profile: QoSProfile = getattr(cls, name.upper())
+        return dataclasses.replace(profile)
+
+    @classmethod
+    def short_keys(cls) -> list[str]:
+        return list(cls._NAMES)

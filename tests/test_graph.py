@@ -12,10 +12,17 @@ S = 1_000_000_000
 
 
 def test_nodes_announce_leave_and_expire(ctx: Context) -> None:
-    talker = Node("talker", namespace="/robot", context=ctx, announce_period=1.0)
+    # (without the parameter services every node offers: six services more each)
+    talker = Node(
+        "talker",
+        namespace="/robot",
+        context=ctx,
+        announce_period=1.0,
+        start_parameter_services=False,
+    )
     talker.create_publisher(std_msgs.msg.String, "chatter")
     talker.create_service(emailmw.example_interfaces.srv.AddTwoInts, "add", lambda q, r: r)
-    gone = Node("gone", context=ctx, announce_period=1.0)
+    gone = Node("gone", context=ctx, announce_period=1.0, start_parameter_services=False)
     gone.create_subscription(std_msgs.msg.String, "/robot/chatter", lambda m: None)
     round_trip(ctx)  # all earlier mail has gone through
     history = ctx.receiver.history(GRAPH_TOPIC, 100)
@@ -38,7 +45,7 @@ def test_nodes_announce_leave_and_expire(ctx: Context) -> None:
 def test_destroying_any_entity_is_announced_at_once(ctx: Context) -> None:
     """Every create_* and destroy_* sends an announcement: the graph never waits for the
     next periodic one (an hour away here)."""
-    node = Node("changing", context=ctx, announce_period=3600.0)
+    node = Node("changing", context=ctx, announce_period=3600.0, start_parameter_services=False)
     pub = node.create_publisher(std_msgs.msg.String, "chatter")
     sub = node.create_subscription(std_msgs.msg.String, "heard", lambda m: None)
     client = node.create_client(emailmw.example_interfaces.srv.AddTwoInts, "add")

@@ -49,7 +49,7 @@ def _call(context: Context, args: argparse.Namespace, kind: ServiceType, request
     node = Node(f"emailmw_cli_call_{int(time.time())}", context=context, announce_period=60)
     client = node.create_client(kind, resolve(args.name, "service name"))
     print(f"requester: making request: {serialize(request).strip()}", flush=True)
-    response = client.call(request, timeout=args.timeout)
+    response = client.call(request, timeout_sec=args.timeout)
     print(f"response:\n{serialize(response).strip()}")
     node.destroy_node()
     return 0

@@ -1,0 +1,13 @@
+"""rclpy's ``rclpy.callback_groups``."""
+
+from ._callback_groups import (
+    CallbackGroup,
+    MutuallyExclusiveCallbackGroup,
+    ReentrantCallbackGroup,
+)
+
+__all__ = [
+    "CallbackGroup",
+    "MutuallyExclusiveCallbackGroup",
+    "ReentrantCallbackGroup",
+]

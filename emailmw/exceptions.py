@@ -1,0 +1,32 @@
+"""rclpy's ``rclpy.exceptions``, under emailmw's one exception tree
+(:class:`~emailmw.EmailMWError`)."""
+
+from ._exceptions import ContextNotInitializedError as NotInitializedException
+from ._exceptions import (
+    ExternalShutdownException,
+    InvalidParameterException,
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+    ParameterAlreadyDeclaredException,
+    ParameterException,
+    ParameterImmutableException,
+    ParameterNotDeclaredException,
+    ParameterUninitializedException,
+    ROSInterruptException,
+)
+from ._exceptions import InvalidNameError as NameValidationException
+
+__all__ = [
+    "ExternalShutdownException",
+    "InvalidParameterException",
+    "InvalidParameterTypeException",
+    "InvalidParameterValueException",
+    "NameValidationException",
+    "NotInitializedException",
+    "ParameterAlreadyDeclaredException",
+    "ParameterException",
+    "ParameterImmutableException",
+    "ParameterNotDeclaredException",
+    "ParameterUninitializedException",
+    "ROSInterruptException",
+]

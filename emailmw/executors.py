@@ -1,0 +1,19 @@
+"""rclpy's ``rclpy.executors``: executors that spin nodes and run their callbacks."""
+
+from ._exceptions import ExternalShutdownException
+from ._executor import (
+    Executor,
+    MultiThreadedExecutor,
+    ShutdownException,
+    SingleThreadedExecutor,
+    TimeoutException,
+)
+
+__all__ = [
+    "Executor",
+    "ExternalShutdownException",
+    "MultiThreadedExecutor",
+    "ShutdownException",
+    "SingleThreadedExecutor",
+    "TimeoutException",
+]

@@ -6,9 +6,10 @@ steps whenever what it awaits is done.
 
 Shutdown: :meth:`Executor.shutdown` makes ``spin`` return; when a context of its nodes
 shuts down (``emailmw.shutdown()``, from any thread or a callback, or SIGINT) the executor
-is woken at once: ``spin`` returns if the shutdown came from one of its callbacks, and a
-wait that the shutdown interrupted raises :class:`ExternalShutdownException`, as rclpy's
-executors do.
+is woken at once and every ``spin*`` returns (rclpy raises
+:class:`ExternalShutdownException` out of a wait the shutdown interrupted; emailmw
+returns, so that a thread that spins ends cleanly and can be joined: code that catches the
+exception works unchanged).
 """
 
 from __future__ import annotations
@@ -193,10 +194,9 @@ class Executor:
     def spin_once(self, timeout_sec: float | None = None) -> None:
         """Wait for work, up to ``timeout_sec`` (None: no limit), and run what is ready.
 
-        Returns once it has run something, at the timeout, or after :meth:`shutdown`: a
-        :meth:`wake` (a node added or removed, another thread's call) makes it look at its
-        nodes again, not return. Raises :class:`ExternalShutdownException` when a context
-        of its nodes shuts down during the wait.
+        Returns once it has run something, at the timeout, after :meth:`shutdown`, or once
+        a context of its nodes shuts down: a :meth:`wake` (a node added or removed, another
+        thread's call) makes it look at its nodes again, not return.
         """
         self._spin_once(timeout_sec, lambda: self._shutdown)
 
@@ -207,7 +207,9 @@ class Executor:
             if items:
                 self._dispatch(items)
                 return
-            if stop() or (deadline is not None and time.monotonic() >= deadline):
+            if stop() or not self._ok():
+                return
+            if deadline is not None and time.monotonic() >= deadline:
                 return
 
     def _wait_for_work(self, deadline: float | None) -> list[_Item]:
@@ -216,7 +218,7 @@ class Executor:
         executables only by their public protocol (:class:`~emailmw.node.Executable`): a
         new kind plugs in without changing it."""
         if not self._ok():
-            raise ExternalShutdownException("the context was shut down")
+            return []
         with self._lock:
             busy = {id(i.entity) for i in self._pending}
             waiting = [*self._pending, *self._begun]
@@ -241,7 +243,7 @@ class Executor:
             wait_any([self._wake, *[w for e in executables for w in e.waitables()]], wait)
         self._wake._take()
         if not self._ok():
-            raise ExternalShutdownException("the context was shut down")
+            return []
         return self._collect(executables, time.monotonic())
 
     def _collect(self, executables: list[Executable], now: float) -> list[_Item]:
@@ -260,8 +262,7 @@ class Executor:
         return items
 
     def spin(self) -> None:
-        """Spin until :meth:`shutdown`, or until a context of its nodes shuts down
-        (:class:`ExternalShutdownException` when that interrupted a wait)."""
+        """Spin until :meth:`shutdown`, or until a context of its nodes shuts down."""
         self._shutdown = False
         while not self._shutdown and self._ok():
             try:
@@ -368,9 +369,9 @@ def spin_once(
 
 
 def spin(node: Node, executor: Executor | None = None) -> None:
-    """Run ``node``'s callbacks until its context shuts down (rclpy's ``rclpy.spin``):
-    returns when a callback shut it down, raises :class:`ExternalShutdownException` when
-    another thread (or SIGINT) did while it waited, and ``KeyboardInterrupt`` on Ctrl-C."""
+    """Run ``node``'s callbacks until its context shuts down (rclpy's ``rclpy.spin``), from
+    any thread or a callback: then it returns (within a second). Ctrl-C raises
+    ``KeyboardInterrupt`` out of it, the context shutting down."""
     used, temporary = _with_executor(node, executor)
     try:
         used.spin()

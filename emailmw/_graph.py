@@ -104,8 +104,16 @@ class Graph:
 
 
 def announcement(node: Announced, event: str = "announce") -> str:
-    def pairs(entities: Sequence[Any], attr: str) -> list[dict[str, str]]:
-        return [{"name": getattr(e, attr), "type": _type_of(e)} for e in entities]
+    """A node's announcement: its entities, and what its other waitables (an action's
+    server or client) say they are (``graph_entries()``: kind -> (name, type) pairs)."""
+
+    def pairs(entities: Sequence[Any], attr: str, kind: str) -> list[dict[str, str]]:
+        found = [{"name": getattr(e, attr), "type": _type_of(e)} for e in entities]
+        for waitable in getattr(node, "waitables", ()):
+            entries = getattr(waitable, "graph_entries", None)
+            if entries is not None:
+                found += [{"name": n, "type": t} for n, t in entries().get(kind, ())]
+        return found
 
     return str(
         yaml.safe_dump(
@@ -113,10 +121,10 @@ def announcement(node: Announced, event: str = "announce") -> str:
                 "event": event,
                 "node": node.get_fully_qualified_name(),
                 "period": node.announce_period,
-                "publishers": pairs(node.publishers, "topic"),
-                "subscriptions": pairs(node.subscriptions, "topic"),
-                "services": pairs(node.services, "service_name"),
-                "clients": pairs(node.clients, "service_name"),
+                "publishers": pairs(node.publishers, "topic", "publishers"),
+                "subscriptions": pairs(node.subscriptions, "topic", "subscriptions"),
+                "services": pairs(node.services, "service_name", "services"),
+                "clients": pairs(node.clients, "service_name", "clients"),
             },
             sort_keys=False,
         )

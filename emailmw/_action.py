@@ -661,6 +661,10 @@ class ActionClient(Executable):
 
     # ------------------------------------------------------------------ calls
 
+    def _executor(self) -> Any:
+        """Where the done callbacks of this client's futures run (rclpy's way)."""
+        return self._node.executor
+
     def server_is_ready(self) -> bool:
         """Whether the graph has a server of this action now."""
         name = f"{self.action_name}/_action/send_goal"
@@ -695,7 +699,9 @@ class ActionClient(Executable):
                 self._feedback_callbacks[key] = feedback_callback
         request = kind.Impl.SendGoalService.Request(goal_id=goal_id, goal=goal)
         sent = self._send_goal.send_request_async(serialize(request))
-        future: Future[ClientGoalHandle] = Future(f"the goal sent to {self.action_name}")
+        future: Future[ClientGoalHandle] = Future(
+            f"the goal sent to {self.action_name}", scheduler=self._executor
+        )
 
         def answered(done: Future[tuple[str, Any]]) -> None:
             failure = done.exception()
@@ -721,7 +727,7 @@ class ActionClient(Executable):
                     self._feedback_callbacks.pop(key, None)
             future.set_result(handle)
 
-        sent.add_done_callback(answered)
+        sent._when_done(answered)
         return future
 
     def send_goal(self, goal: Any, **kwargs: Any) -> Any:
@@ -736,7 +742,9 @@ class ActionClient(Executable):
         if handle._result is not None:
             return handle._result
         kind = self.action_type.Impl.GetResultService
-        future: Future[Any] = Future(f"the result of a goal of {self.action_name}")
+        future: Future[Any] = Future(
+            f"the result of a goal of {self.action_name}", scheduler=self._executor
+        )
         handle._result = future
         sent = self._get_result.send_request_async(serialize(kind.Request(goal_id=handle.goal_id)))
         key = _key(handle.goal_id)
@@ -762,13 +770,15 @@ class ActionClient(Executable):
                     executor.wake()
                 future.set_result(response)
 
-        sent.add_done_callback(answered)
+        sent._when_done(answered)
         return future
 
     def _cancel_goal_async(self, handle: ClientGoalHandle) -> Future[Any]:
         request = CancelGoal.Request(goal_info=GoalInfo(goal_id=handle.goal_id))
         sent = self._cancel_goal.send_request_async(serialize(request))
-        future: Future[Any] = Future(f"cancelling a goal of {self.action_name}")
+        future: Future[Any] = Future(
+            f"cancelling a goal of {self.action_name}", scheduler=self._executor
+        )
 
         def answered(done: Future[tuple[str, Any]]) -> None:
             failure = done.exception()
@@ -782,7 +792,7 @@ class ActionClient(Executable):
                 except TypeMismatchError as exc:
                     future.set_exception(exc)
 
-        sent.add_done_callback(answered)
+        sent._when_done(answered)
         return future
 
     def destroy(self) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import enum
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -443,7 +444,8 @@ class IntraprocessNetwork(_Network):
 
 class SignalHandlerOptions(enum.Enum):
     """Which signals :func:`init` handles (rclpy's): SIGINT and SIGTERM start shutting the
-    default context down, then act as Python's default (``KeyboardInterrupt``)."""
+    default context down (spinning returns); SIGINT then raises ``KeyboardInterrupt`` as
+    Python's default handler does."""
 
     NO = 0
     SIGINT = 1
@@ -458,16 +460,15 @@ _at_exit_registered = False
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    """SIGINT and SIGTERM: the default context starts shutting down (every spin returns),
+    then the handler that was there runs (SIGINT's raises ``KeyboardInterrupt``; SIGTERM's
+    default, ending the process, does not: the program ends as its code says)."""
     context = _default
     if context is not None:
         context.request_shutdown()
     previous = _installed.get(signum)
     if callable(previous):
         previous(signum, frame)
-    elif signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    else:
-        raise SystemExit(128 + signum)
 
 
 def _install(options: SignalHandlerOptions) -> None:
@@ -508,14 +509,16 @@ def init(
 ) -> Context:
     """Create the default context (rclpy's ``rclpy.init``): ``config`` is the mail account
     (a file, a mapping, :class:`~emailmw.Options`; default: ``EMAILMW_CONFIG_FILE``,
-    ``./email.yml``, ... else in-process only); ``args``' ``--ros-args`` apply to every
-    node. With ``context`` (one created with ``Context(...)``), that one gets the
-    arguments instead and stays the caller's. SIGINT and SIGTERM start shutting the
+    ``./email.yml``, ... else in-process only); ``args``' ``--ros-args`` (default, as in
+    rclpy: ``sys.argv``'s) apply to every node. With ``context`` (one created with
+    ``Context(...)``), that one gets the arguments instead and stays the caller's. SIGINT and SIGTERM start shutting the
     default context down (``signal_handler_options``). Returns the context, a context
     manager that shuts it down. Raises :class:`~emailmw.ContextAlreadyInitializedError`
     while a default context is running (call :func:`shutdown` first)."""
     global _default, _at_exit_registered
     del domain_id  # the mail account is the domain
+    if args is None:
+        args = sys.argv
     if context is not None:
         context.ros_args = context.ros_args.merged(parse_ros_args(args))
         set_levels_from_args(context.ros_args.log_levels)

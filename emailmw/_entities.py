@@ -553,7 +553,7 @@ class ServiceClient(_Entity, Waitable):
             if done.cancelled():
                 self._forget(seq)
 
-        future.add_done_callback(abandoned)
+        future._when_done(abandoned)
         return future
 
     def _not_sent(self, email: Email, error: SendError) -> None:

@@ -275,7 +275,7 @@ class Executor:
     ) -> None:
         """Spin until ``future`` is done, at most ``timeout_sec`` seconds."""
         deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
-        future.add_done_callback(lambda _: self.wake())
+        future._when_done(lambda _: self.wake())
         while not future.done() and not self._shutdown and self._ok():
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -285,7 +285,7 @@ class Executor:
     def spin_once_until_future_complete(
         self, future: Future[Any], timeout_sec: float | None = None
     ) -> None:
-        future.add_done_callback(lambda _: self.wake())
+        future._when_done(lambda _: self.wake())
         self._spin_once(timeout_sec, future.done)
 
 
@@ -313,11 +313,16 @@ class MultiThreadedExecutor(Executor):
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=num_threads, thread_name_prefix="emailmw-executor"
         )
+        self._pool_lock = threading.Lock()
+        self._pool_closed = False
 
     def _dispatch(self, items: list[_Item]) -> None:
-        for item in items:
-            if self._begin(item):
-                self._pool.submit(self._run_logged, item)
+        with self._pool_lock:
+            if self._pool_closed:
+                return
+            for item in items:
+                if self._begin(item):
+                    self._pool.submit(self._run_logged, item)
 
     def _run_logged(self, item: _Item) -> None:
         try:
@@ -329,6 +334,8 @@ class MultiThreadedExecutor(Executor):
 
     def shutdown(self, timeout_sec: float | None = None) -> bool:
         super().shutdown(timeout_sec)
+        with self._pool_lock:
+            self._pool_closed = True
         self._pool.shutdown(wait=True)
         return True
 

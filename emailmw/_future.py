@@ -53,9 +53,10 @@ class Future(Generic[T]):
       result, raises the call's exception, or :class:`~emailmw.ServiceTimeoutError` (a
       ``TimeoutError``) when it is not done in time; after :meth:`cancel` it returns None,
       as rclpy's does.
-    * :meth:`add_done_callback` runs ``callback(future)`` in the thread that completes
-      the future (at once, in the caller's thread, when it is done already); a callback
-      that raises is logged and does not stop the others.
+    * :meth:`add_done_callback` runs ``callback(future)`` in the executor that spins the
+      node the call belongs to, as rclpy does (``scheduler`` gives it; none: in the thread
+      that completes the future, or at once in the caller's when it is done already); a
+      callback that raises is logged and does not stop the others.
     * ``await future`` suspends an ``async def`` callback on an executor, or an asyncio
       task, until it is done, then gives the result.
 
@@ -63,15 +64,19 @@ class Future(Generic[T]):
     later ones do nothing. ``what`` names the call in the timeout's message.
     """
 
-    __slots__ = ("_callbacks", "_cancelled", "_done", "_exception", "_lock", "_result", "what")
+    __slots__ = (
+        "_callbacks", "_cancelled", "_done", "_exception", "_lock", "_result", "_scheduler",
+        "what",
+    )  # fmt: skip
 
-    def __init__(self, what: str = "") -> None:
+    def __init__(self, what: str = "", *, scheduler: Callable[[], Any] | None = None) -> None:
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._result: T | None = None
         self._exception: BaseException | None = None
         self._cancelled = False
-        self._callbacks: list[Callable[[Future[T]], None]] = []
+        self._callbacks: list[tuple[Callable[[Future[T]], None], bool]] = []
+        self._scheduler = scheduler
         self.what = what
 
     def __repr__(self) -> str:
@@ -117,11 +122,15 @@ class Future(Generic[T]):
             self._result, self._exception, self._cancelled = result, exception, cancel
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            self._call(callback)
+        for callback, inline in callbacks:
+            self._call(callback, inline)
         return True
 
-    def _call(self, callback: Callable[[Future[T]], None]) -> None:
+    def _call(self, callback: Callable[[Future[T]], None], inline: bool) -> None:
+        runner = None if inline or self._scheduler is None else self._scheduler()
+        if runner is not None:
+            runner.create_task(callback, self)
+            return
         try:
             callback(self)
         except Exception:  # noqa: BLE001 - a user callback may raise anything
@@ -139,11 +148,16 @@ class Future(Generic[T]):
 
     def add_done_callback(self, callback: Callable[[Future[T]], None]) -> None:
         refuse_coroutine(callback, "done")
+        self._when_done(callback, inline=False)
+
+    def _when_done(self, callback: Callable[[Future[T]], None], *, inline: bool = True) -> None:
+        """``callback(self)`` once done; ``inline``: on the completing thread, whatever the
+        scheduler (emailmw's own bookkeeping, never user code)."""
         with self._lock:
             if not self._done.is_set():
-                self._callbacks.append(callback)
+                self._callbacks.append((callback, inline))
                 return
-        self._call(callback)
+        self._call(callback, inline)
 
     def __await__(self) -> Generator[Any, None, T]:
         if not self.done():
@@ -159,7 +173,7 @@ class Future(Generic[T]):
                         lambda: None if waiter.done() else waiter.set_result(None)
                     )
 
-                self.add_done_callback(wake)
+                self._when_done(wake)
                 yield from waiter.__await__()
             while not self.done():
                 yield self  # an executor's task resumes the coroutine once this is done
@@ -228,7 +242,7 @@ class Task(Future[T]):
                 return
             self._waiting = awaited if isinstance(awaited, Future) else None
             if self._waiting is not None:
-                self._waiting.add_done_callback(self._resume)
+                self._waiting._when_done(self._resume)
             elif self._wake is not None:
                 self._wake()  # a bare yield: go on at the next look
         except BaseException as exc:
@@ -256,7 +270,7 @@ class Pending(Generic[K, T, D]):
         future: Future[T] = Future(what or self._what)
         with self._lock:
             self._entries[key] = (future, detail)
-        future.add_done_callback(lambda done: self._forget(key, done))
+        future._when_done(lambda done: self._forget(key, done))
         return future
 
     def _forget(self, key: K, future: Future[T]) -> None:

@@ -121,6 +121,7 @@ class MessageSpec:
     fields: tuple[FieldSpec, ...] = ()
     constants: tuple[ConstantSpec, ...] = ()
     text: str = ""
+    source: str = ""  # the file it was read from
 
     @property
     def package(self) -> str:
@@ -322,7 +323,7 @@ def parse_message(text: str, name: str, source: str = "<text>") -> MessageSpec:
             fields.append(FieldSpec(fname, kind, value, True))
         else:
             fields.append(FieldSpec(fname, kind))
-    return MessageSpec(name, tuple(fields), tuple(constants), text)
+    return MessageSpec(name, tuple(fields), tuple(constants), text, source)
 
 
 def _parts(text: str, count: int, what: str, source: str) -> list[str]:

@@ -208,7 +208,7 @@ def _register_package(specs: PackageSpecs) -> SimpleNamespace:
     """Build and register the types of ``specs`` (its messages first, in the order they
     need each other); their namespace (``msg``, ``srv``, ``action``)."""
     own = {m.name: m for m in specs.messages}
-    building: set[str] = set()
+    building: list[MessageSpec] = []
 
     def resolve(name: str) -> Any:
         with _LOCK:
@@ -216,19 +216,23 @@ def _register_package(specs: PackageSpecs) -> SimpleNamespace:
             if found is not None:
                 return found
             if name in own:
-                if name in building:
-                    raise InterfaceError(f"{name} contains itself")
-                building.add(name)
-                cls = _make_class(own[name], resolve)
+                if own[name] in building:
+                    raise InterfaceError(f"{own[name].source or name}: {name} contains itself")
+                building.append(own[name])
+                try:
+                    cls = _make_class(own[name], resolve)
+                finally:
+                    building.pop()
                 _REGISTRY[name] = cls
                 return cls
             pkg = name.split("/", maxsplit=1)[0]
             if pkg in SHIPPED_PACKAGES and pkg not in _PACKAGES and pkg != specs.name:
                 package(pkg)
                 return resolve(name)
+        where = building[-1].source if building and building[-1].source else specs.name
         raise InterfaceError(
-            f"package {specs.name}: unknown type {name} (load its package first: "
-            "emailmw.interfaces.load(DIR))"
+            f"{where}: unknown type {name} (no such message in {specs.name}; one of another "
+            "package: load that package first, emailmw.interfaces.load(DIR))"
         )
 
     msg = SimpleNamespace()

@@ -422,7 +422,9 @@ class Client(Generic[T]):
         if not isinstance(request, self.srv_type.Request):
             raise TypeMismatchError(f"{self.srv_type.name} request expected, got {request!r}")
         sent = self._core.send_request_async(serialize(request))
-        future: Future[Any] = Future(f"the call to service {self.service_name!r}")
+        future: Future[Any] = Future(
+            f"the call to service {self.service_name!r}", scheduler=lambda: self._node.executor
+        )
 
         def answered(done: Future[tuple[str, ServiceInfo]]) -> None:
             failure = done.exception()
@@ -445,8 +447,8 @@ class Client(Generic[T]):
 
         with self._lock:
             self._pending.append(future)
-        sent.add_done_callback(answered)
-        future.add_done_callback(abandoned)
+        sent._when_done(answered)
+        future._when_done(abandoned)
         return future
 
     def remove_pending_request(self, future: Future[Any]) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 import emailmw
-from emailmw.callback_groups import ReentrantCallbackGroup
 from emailmw import (
     Context,
     InvalidNameError,
@@ -28,6 +27,7 @@ from emailmw import (
 from emailmw._names import resolve_name
 from emailmw._wire import build as build_email
 from emailmw._wire import parse as parse_email
+from emailmw.callback_groups import ReentrantCallbackGroup
 
 from .helpers import Recorder, spin_until
 

@@ -1,0 +1,470 @@
+"""The rclpy surface in process (the intraprocess transport): module layout, init and ROS
+arguments, parameters and their services, shutdown that stops every spin, async
+callbacks, callback groups, timers, rates, logging, time, services and actions. The same
+programs over the real mail server, as separate processes: tests/email/test_ros_programs.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import emailmw
+from emailmw.action import ActionClient, ActionServer, CancelResponse, GoalResponse
+from emailmw.action_msgs.msg import GoalStatus
+from emailmw.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from emailmw.clock import Clock, ClockType
+from emailmw.duration import Duration
+from emailmw.example_interfaces.action import Fibonacci
+from emailmw.example_interfaces.srv import AddTwoInts
+from emailmw.exceptions import (
+    InvalidParameterValueException,
+    ParameterNotDeclaredException,
+    ROSInterruptException,
+)
+from emailmw.executors import MultiThreadedExecutor, SingleThreadedExecutor
+from emailmw.node import Node
+from emailmw.parameter import Parameter
+from emailmw.rcl_interfaces.msg import IntegerRange, ParameterDescriptor, SetParametersResult
+from emailmw.rcl_interfaces.srv import GetParameters, ListParameters, SetParameters
+from emailmw.std_msgs.msg import String
+from emailmw.time import Time
+from tests.helpers import Recorder
+
+INTRA = {"intraprocess": True}
+
+
+@pytest.fixture
+def default() -> Any:
+    """The default context, in process (shut down after the test)."""
+    context = emailmw.init(INTRA)
+    yield context
+    emailmw.try_shutdown()
+
+
+def _spin_in_thread(executor: Any) -> threading.Thread:
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_modules_and_names_are_rclpys() -> None:
+    expected = {
+        "emailmw.node": ["Node"],
+        "emailmw.executors": ["Executor", "SingleThreadedExecutor", "MultiThreadedExecutor",
+                              "ExternalShutdownException"],
+        "emailmw.qos": ["QoSProfile", "HistoryPolicy", "ReliabilityPolicy", "DurabilityPolicy",
+                        "qos_profile_sensor_data", "QoSPresetProfiles", "QoSHistoryPolicy"],
+        "emailmw.parameter": ["Parameter", "parameter_value_to_python"],
+        "emailmw.time": ["Time"],
+        "emailmw.duration": ["Duration"],
+        "emailmw.clock": ["Clock", "ClockType", "ROSClock"],
+        "emailmw.logging": ["get_logger", "LoggingSeverity", "set_logger_level"],
+        "emailmw.task": ["Future", "Task"],
+        "emailmw.callback_groups": ["MutuallyExclusiveCallbackGroup", "ReentrantCallbackGroup"],
+        "emailmw.action": ["ActionServer", "ActionClient", "GoalResponse", "CancelResponse"],
+        "emailmw.exceptions": ["ParameterNotDeclaredException", "ROSInterruptException"],
+        "emailmw.utilities": ["remove_ros_args", "ok", "try_shutdown"],
+        "emailmw.signals": ["SignalHandlerOptions"],
+        "emailmw.std_msgs.msg": ["String", "Header", "Float64MultiArray"],
+        "emailmw.geometry_msgs.msg": ["Point", "Pose", "Twist", "Vector3", "Quaternion",
+                                      "PoseStamped", "TransformStamped"],
+        "emailmw.builtin_interfaces.msg": ["Time", "Duration"],
+        "emailmw.example_interfaces.srv": ["AddTwoInts", "SetBool", "Trigger"],
+        "emailmw.example_interfaces.action": ["Fibonacci"],
+    }  # fmt: skip
+    for module, names in expected.items():
+        found = importlib.import_module(module)
+        missing = [n for n in names if not hasattr(found, n)]
+        assert not missing, (module, missing)
+    for name in ("init", "shutdown", "try_shutdown", "ok", "spin", "spin_once",
+                 "spin_until_future_complete", "create_node", "get_global_executor"):  # fmt: skip
+        assert callable(getattr(emailmw, name)), name
+
+
+def test_ros_args_give_parameters_names_and_log_levels(tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        "/**:\n  ros__parameters:\n    shared: 1\n"
+        "talker:\n  ros__parameters:\n    rate: 2.5\n    nested:\n      name: deep\n"
+    )
+    args = ["prog", "--ros-args", "-p", "greeting:=hi there", "--params-file", str(params),
+            "-r", "__node:=talker", "-r", "chatter:=/renamed", "--log-level", "warn", "--",
+            "--own-flag"]  # fmt: skip
+    assert emailmw.utilities.remove_ros_args(args) == ["prog", "--own-flag"]
+    emailmw.init(INTRA, args=args)
+    try:
+        node = Node("will_be_renamed", automatically_declare_parameters_from_overrides=True)
+        assert node.get_name() == "talker"
+        assert node.get_parameter("rate").value == 2.5
+        assert node.get_parameter("nested.name").value == "deep"
+        assert node.get_parameter("shared").value == 1
+        assert node.get_parameter("greeting").value == "hi there"
+        assert node.create_publisher(String, "chatter", 10).topic_name == "/renamed"
+        assert not node.get_logger().info("not shown at warn")
+        assert node.get_logger().warn("shown")
+    finally:
+        emailmw.logging.set_logger_level("", "info")
+        emailmw.shutdown()
+
+
+def test_a_bad_ros_argument_is_one_line() -> None:
+    with pytest.raises(emailmw.ConfigError, match="--params-file /nope: no such file"):
+        emailmw.init(INTRA, args=["--ros-args", "--params-file", "/nope"])
+    with pytest.raises(emailmw.ConfigError, match="'--bogus' is not a ROS argument"):
+        emailmw.Context(INTRA, args=["--ros-args", "--bogus"])
+
+
+def test_parameters_are_declared_typed_checked_and_called_back(ctx: emailmw.Context) -> None:
+    node = Node("params", context=ctx, parameter_overrides=[Parameter("speed", value=3)])
+    assert node.declare_parameter("speed", 1).value == 3  # the override wins
+    assert node.declare_parameter("name", "robot").type_ == Parameter.Type.STRING
+    ranged = ParameterDescriptor(integer_range=[IntegerRange(from_value=0, to_value=10, step=2)])
+    node.declare_parameter("even", 4, ranged)
+    node.declare_parameter("fixed", True, ParameterDescriptor(read_only=True))
+    seen: list[list[str]] = []
+    node.add_post_set_parameters_callback(lambda ps: seen.append([p.name for p in ps]))
+
+    def no_bob(parameters: list[Parameter[Any]]) -> Any:
+        bad = any(p.name == "name" and p.value == "bob" for p in parameters)
+        return SetParametersResult(successful=not bad, reason="no bob" if bad else "")
+
+    node.add_on_set_parameters_callback(no_bob)
+    results = node.set_parameters(
+        [Parameter("speed", value=5), Parameter("even", value=3), Parameter("fixed", value=False),
+         Parameter("name", value="bob"), Parameter("speed", value="fast")]
+    )  # fmt: skip
+    assert [r.successful for r in results] == [True, False, False, False, False]
+    assert "out of range" in results[1].reason
+    assert "read-only" in results[2].reason
+    assert results[3].reason == "no bob"
+    assert "Wrong parameter type" in results[4].reason
+    assert node.get_parameter("speed").value == 5
+    assert seen == [["speed"]]
+    atomic = node.set_parameters_atomically(
+        [Parameter("speed", value=6), Parameter("even", value=5)]
+    )
+    assert not atomic.successful
+    assert node.get_parameter("speed").value == 5  # all or nothing
+    with pytest.raises(ParameterNotDeclaredException):
+        node.get_parameter("nope")
+    with pytest.raises(InvalidParameterValueException):
+        node.declare_parameter("odd", 3, ranged)
+    assert node.get_parameter_or("nope", Parameter("nope", value=7)).value == 7
+    assert node.list_parameters([], 0).names == ["even", "fixed", "name", "speed", "use_sim_time"]
+
+
+def test_another_node_reads_and_sets_parameters_through_the_services(ctx: emailmw.Context) -> None:
+    target = Node("tunable", context=ctx)
+    target.declare_parameter("gain", 1.5)
+    caller = Node("tuner", context=ctx)
+    executor = SingleThreadedExecutor()
+    executor.add_node(target)
+    spinner = _spin_in_thread(executor)
+    try:
+        setter = caller.create_client(SetParameters, "/tunable/set_parameters")
+        assert setter.wait_for_service(timeout_sec=10)
+        request = SetParameters.Request(
+            parameters=[Parameter("gain", value=2.0).to_parameter_msg()]
+        )
+        assert [r.successful for r in setter.call(request, timeout_sec=10).results] == [True]
+        assert target.get_parameter("gain").value == 2.0
+        getter = caller.create_client(GetParameters, "/tunable/get_parameters")
+        values = getter.call(GetParameters.Request(names=["gain", "missing"]), 10).values
+        assert [emailmw.parameter.parameter_value_to_python(v) for v in values] == [2.0, None]
+        lister = caller.create_client(ListParameters, "/tunable/list_parameters")
+        assert lister.call(ListParameters.Request(), 10).result.names == ["gain", "use_sim_time"]
+    finally:
+        emailmw.shutdown(context=ctx)
+        spinner.join(5)
+    assert not spinner.is_alive()
+
+
+@pytest.mark.parametrize("where", ["another thread", "a callback"])
+def test_spin_returns_promptly_after_shutdown(default: Any, where: str) -> None:
+    node = Node("spinner")
+    ticks = Recorder[int]()
+
+    def tick() -> None:
+        ticks(len(ticks.items))
+        if where == "a callback" and len(ticks.items) == 3:
+            emailmw.shutdown()
+
+    node.create_timer(0.01, tick)
+    thread = threading.Thread(target=emailmw.spin, args=(node,), daemon=True)
+    thread.start()
+    ticks.wait_count(3)
+    started = time.monotonic()
+    if where == "another thread":
+        emailmw.shutdown()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 1.0
+    assert not emailmw.ok()
+    count = len(ticks.items)
+    assert not ticks.wait_for(lambda items: len(items) > count, 0.1)  # no timer after shutdown
+    node.destroy_node()  # works on a shut context
+    emailmw.try_shutdown()  # nothing left to shut: no error
+
+
+def test_a_rate_loop_with_spin_in_a_thread_ends_at_shutdown(default: Any) -> None:
+    node = Node("rate_node")
+    spinner = threading.Thread(target=emailmw.spin, args=(node,), daemon=True)
+    spinner.start()
+    rate = node.create_rate(50)
+    started = time.monotonic()
+    for _ in range(10):
+        rate.sleep()
+    assert 0.15 < time.monotonic() - started < 2.0
+    threading.Timer(0.05, emailmw.shutdown).start()
+
+    def loop() -> None:
+        while True:
+            rate.sleep()
+
+    with pytest.raises(ROSInterruptException):
+        loop()
+    spinner.join(5)
+    assert not spinner.is_alive()
+
+
+def test_spin_until_future_complete_and_spin_once_return_at_shutdown(default: Any) -> None:
+    node = Node("waiter")
+    never: emailmw.Future[int] = emailmw.Future()
+    threading.Timer(0.1, emailmw.shutdown).start()
+    started = time.monotonic()
+    emailmw.spin_until_future_complete(node, never)
+    emailmw.spin_once(node)  # the context is shut down: returns at once
+    assert time.monotonic() - started < 1.5
+    assert not never.done()
+
+
+def test_async_callbacks_run_and_await_futures(ctx: emailmw.Context) -> None:
+    node = Node("asyncs", context=ctx)
+
+    async def add(request: Any, response: Any) -> Any:
+        response.sum = request.a + request.b
+        return response
+
+    node.create_service(AddTwoInts, "add", add)
+    client = node.create_client(AddTwoInts, "add")
+    sums = Recorder[int]()
+
+    async def on_message(msg: Any) -> None:
+        future = client.call_async(AddTwoInts.Request(a=len(msg.data), b=1))
+        response = await future  # suspends this callback, not the executor
+        sums(response.sum)
+
+    node.create_subscription(String, "words", on_message, 10,
+                             callback_group=ReentrantCallbackGroup())  # fmt: skip
+    publisher = node.create_publisher(String, "words", 10)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    task = executor.create_task(lambda: 40 + 2)
+    spinner = _spin_in_thread(executor)
+    try:
+        for word in ("a", "bb", "ccc"):
+            publisher.publish(String(data=word))
+        assert sorted(sums.wait_count(3)) == [2, 3, 4]
+        assert task.result(5) == 42
+    finally:
+        ctx.shutdown()
+        spinner.join(5)
+
+
+def test_a_mutually_exclusive_group_runs_one_callback_at_a_time(ctx: emailmw.Context) -> None:
+    node = Node("exclusive", context=ctx)
+    running = [0]
+    most = [0]
+    done = Recorder[str]()
+    lock = threading.Lock()
+
+    def slow(msg: Any) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)  # a callback that takes a while: the test measures overlap
+        with lock:
+            running[0] -= 1
+        done(msg.data)
+
+    group = MutuallyExclusiveCallbackGroup()
+    for topic in ("a", "b"):
+        node.create_subscription(String, topic, slow, 10, callback_group=group)
+    executor = MultiThreadedExecutor(num_threads=4)
+    executor.add_node(node)
+    spinner = _spin_in_thread(executor)
+    try:
+        for i in range(5):
+            for topic in ("a", "b"):
+                node.create_publisher(String, topic, 10).publish(String(data=f"{topic}{i}"))
+        done.wait_count(10)
+        assert most[0] == 1
+    finally:
+        executor.shutdown()
+        spinner.join(5)
+
+
+def test_timers_as_rclpys(ctx: emailmw.Context) -> None:
+    node = Node("timers", context=ctx)
+    infos = Recorder[Any]()
+    node.create_timer(0.01, infos)  # one argument: a TimerInfo
+    later = node.create_timer(0.01, lambda: infos("late"), autostart=False)
+    assert later.is_canceled()
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    deadline = time.monotonic() + 5
+    while len(infos.items) < 3 and time.monotonic() < deadline:
+        executor.spin_once(0.1)
+    first = infos.items[0]
+    assert first.actual_call_time.nanoseconds >= first.expected_call_time.nanoseconds
+    later.reset()
+    while "late" not in infos.items and time.monotonic() < deadline:
+        executor.spin_once(0.1)
+    assert "late" in infos.items
+
+
+def test_logger_once_skip_first_and_throttle(ctx: emailmw.Context, capsys: Any) -> None:
+    logger = Node("chatty", context=ctx).get_logger()
+    for i in range(5):
+        logger.info(f"once {i}", once=True)
+        logger.info(f"skip {i}", skip_first=True)
+        logger.warn(f"throttled {i}", throttle_duration_sec=60)
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(": ", 1)[1] for line in err if "once" in line] == ["once 0"]
+    assert len([line for line in err if "skip" in line]) == 4
+    assert [line.split(": ", 1)[1] for line in err if "throttled" in line] == ["throttled 0"]
+    assert err[0].startswith("[INFO] [")
+    assert "] [chatty]: " in err[0]
+
+
+def test_time_duration_and_clock() -> None:
+    start = Time(seconds=10, nanoseconds=5)
+    later = start + Duration(seconds=1.5)
+    assert (later - start).nanoseconds == 1_500_000_000
+    assert later.to_msg().sec == 11
+    assert Time.from_msg(later.to_msg(), ClockType.SYSTEM_TIME) == later
+    assert Duration(seconds=2) > Duration(nanoseconds=1)
+    clock = Clock(clock_type=ClockType.STEADY_TIME)
+    assert clock.now().clock_type == ClockType.STEADY_TIME
+    with pytest.raises(TypeError):
+        _ = start < Time(seconds=1, clock_type=ClockType.STEADY_TIME)
+
+
+def test_waiting_for_a_service_and_calling_nobody(ctx: emailmw.Context) -> None:
+    node = Node("caller", context=ctx)
+    client = node.create_client(AddTwoInts, "/nobody")
+    assert not client.wait_for_service(timeout_sec=0.2)
+    assert not client.service_is_ready()
+    with pytest.raises(emailmw.ServiceTimeoutError, match=r"service '/nobody' not available"):
+        client.call(AddTwoInts.Request(), timeout_sec=0.2)
+    Node("server", context=ctx).create_service(AddTwoInts, "/nobody", lambda q, r: r)
+    assert client.wait_for_service(timeout_sec=10)
+
+
+def _fibonacci(node: Node, **kwargs: Any) -> ActionServer:
+    def execute(goal_handle: Any) -> Any:
+        sequence = [0, 1]
+        for i in range(1, goal_handle.request.order):
+            if goal_handle.is_cancel_requested:
+                goal_handle.canceled()
+                return Fibonacci.Result(sequence=sequence)
+            sequence.append(sequence[i] + sequence[i - 1])
+            goal_handle.publish_feedback(Fibonacci.Feedback(sequence=list(sequence)))
+            time.sleep(kwargs.get("step", 0))  # a slow goal, for cancelling it
+        goal_handle.succeed()
+        return Fibonacci.Result(sequence=sequence)
+
+    return ActionServer(node, Fibonacci, "fibonacci", execute,
+                        goal_callback=kwargs.get("goal_callback", lambda g: GoalResponse.ACCEPT),
+                        cancel_callback=lambda h: CancelResponse.ACCEPT,
+                        callback_group=ReentrantCallbackGroup())  # fmt: skip
+
+
+def test_an_action_with_feedback_and_a_result(ctx: emailmw.Context) -> None:
+    node = Node("fibonacci_server", context=ctx)
+    _fibonacci(node, goal_callback=lambda g: GoalResponse.ACCEPT if g.order < 50 else (
+        GoalResponse.REJECT))  # fmt: skip
+    client = ActionClient(Node("fibonacci_client", context=ctx), Fibonacci, "fibonacci")
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    executor.add_node(client._node)
+    spinner = _spin_in_thread(executor)
+    try:
+        assert client.wait_for_server(timeout_sec=10)
+        feedback = Recorder[list[int]]()
+        handle = client.send_goal_async(
+            Fibonacci.Goal(order=6), lambda m: feedback(list(m.feedback.sequence))
+        ).result(10)
+        assert handle.accepted
+        response = handle.get_result_async().result(10)
+        assert response.status == GoalStatus.STATUS_SUCCEEDED
+        assert response.result.sequence == [0, 1, 1, 2, 3, 5, 8]
+        assert feedback.wait_count(5)[-1] == [0, 1, 1, 2, 3, 5, 8]
+        refused = client.send_goal_async(Fibonacci.Goal(order=99)).result(10)
+        assert not refused.accepted
+        assert emailmw.action.get_action_names_and_types(node) == [
+            ("/fibonacci", ["example_interfaces/action/Fibonacci"])
+        ]
+    finally:
+        executor.shutdown()
+        spinner.join(5)
+
+
+def test_an_action_goal_is_cancelled(ctx: emailmw.Context) -> None:
+    node = Node("slow_server", context=ctx)
+    _fibonacci(node, step=0.05)
+    client = ActionClient(Node("canceller", context=ctx), Fibonacci, "fibonacci")
+    executor = MultiThreadedExecutor(num_threads=3)
+    executor.add_node(node)
+    executor.add_node(client._node)
+    spinner = _spin_in_thread(executor)
+    try:
+        feedback = Recorder[int]()
+        handle = client.send_goal_async(
+            Fibonacci.Goal(order=1000), lambda m: feedback(len(m.feedback.sequence))
+        ).result(10)
+        feedback.wait_count(2)
+        cancel = handle.cancel_goal_async().result(10)
+        assert cancel.return_code == 0
+        assert len(cancel.goals_canceling) == 1
+        response = handle.get_result_async().result(10)
+        assert response.status == GoalStatus.STATUS_CANCELED
+        assert 2 <= len(response.result.sequence) < 1000
+    finally:
+        executor.shutdown()
+        spinner.join(5)
+
+
+def test_a_client_reports_a_lost_server_with_a_clear_status(ctx: emailmw.Context) -> None:
+    node = Node("doomed", context=ctx)
+    server = _fibonacci(node, step=0.05)
+    client_node = Node("hopeful", context=ctx)
+    client = ActionClient(client_node, Fibonacci, "fibonacci", server_timeout=0.5)
+    server_executor = MultiThreadedExecutor(num_threads=2)
+    server_executor.add_node(node)
+    client_executor = SingleThreadedExecutor()
+    client_executor.add_node(client_node)
+    servers = _spin_in_thread(server_executor)
+    clients = _spin_in_thread(client_executor)
+    try:
+        feedback = Recorder[int]()
+        handle = client.send_goal_async(Fibonacci.Goal(order=1000), lambda m: feedback(1)).result(
+            10
+        )
+        result = handle.get_result_async()
+        feedback.wait_count(1)
+        server_executor.shutdown()  # the server stops answering mid-goal
+        servers.join(5)
+        server._status.close()
+        response = result.result(10)
+        assert response.status == GoalStatus.STATUS_UNKNOWN
+        assert handle.status == GoalStatus.STATUS_UNKNOWN
+    finally:
+        client_executor.shutdown()
+        clients.join(5)

@@ -511,8 +511,8 @@ def init(
     (a file, a mapping, :class:`~emailmw.Options`; default: ``EMAILMW_CONFIG_FILE``,
     ``./email.yml``, ... else in-process only); ``args``' ``--ros-args`` (default, as in
     rclpy: ``sys.argv``'s) apply to every node. With ``context`` (one created with
-    ``Context(...)``), that one gets the arguments instead and stays the caller's. SIGINT and SIGTERM start shutting the
-    default context down (``signal_handler_options``). Returns the context, a context
+    ``Context(...)``), that one gets the arguments instead and stays the caller's. SIGINT
+    and SIGTERM start shutting the default context down (``signal_handler_options``). Returns the context, a context
     manager that shuts it down. Raises :class:`~emailmw.ContextAlreadyInitializedError`
     while a default context is running (call :func:`shutdown` first)."""
     global _default, _at_exit_registered

@@ -512,9 +512,10 @@ def init(
     ``./email.yml``, ... else in-process only); ``args``' ``--ros-args`` (default, as in
     rclpy: ``sys.argv``'s) apply to every node. With ``context`` (one created with
     ``Context(...)``), that one gets the arguments instead and stays the caller's. SIGINT
-    and SIGTERM start shutting the default context down (``signal_handler_options``). Returns the context, a context
-    manager that shuts it down. Raises :class:`~emailmw.ContextAlreadyInitializedError`
-    while a default context is running (call :func:`shutdown` first)."""
+    and SIGTERM start shutting the default context down (``signal_handler_options``).
+    Returns the context, a context manager that shuts it down. Raises
+    :class:`~emailmw.ContextAlreadyInitializedError` while a default context is running
+    (call :func:`shutdown` first)."""
     global _default, _at_exit_registered
     del domain_id  # the mail account is the domain
     if args is None:

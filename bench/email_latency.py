@@ -16,8 +16,12 @@ and floor alike. All in one run:
 * receiver CPU while nothing arrives for 10 s (native; includes its switch from NOOP
   polling to IDLE).
 
+* the ROS layer (``_ros_layer.py``), two accounts: a typed service call between nodes, an
+  action goal -> result, setting a parameter through the parameter service.
+
 Targets (issue #3): native p50 <= 1.3x floor p50; native throughput >= 0.8x floor; idle
-CPU <= 2 %; server CPU <= 15 ms per message. Prints a table, writes JSON, exits 0.
+CPU <= 2 %; server CPU <= 15 ms per message; (issue #37) action round trip <= 3x a typed
+service call's p50. Prints a table, writes JSON, exits 0.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import uuid
 from pathlib import Path
 
 import psutil
+from _ros_layer import ros_round_trips
 
 import emailmw
 from emailmw.testing.mailserver import MailServer
@@ -237,6 +242,19 @@ def floor_run(server: MailServer, count: int, rate: float | None) -> dict[str, f
     }
 
 
+def ros_email(server: MailServer, calls: int) -> dict[str, float]:
+    """The ROS layer's round trips over the server: the serving nodes on one account, the
+    calling node on another, each context a process's (as two programs would be)."""
+    serve_at, call_at = server.fresh_account(), server.fresh_account()
+    # each sends to both mailboxes: the graph, requests and responses reach everyone
+    to = [serve_at, call_at]
+    with (
+        emailmw.Context({"email": server.config(serve_at, to=to)}) as server_ctx,
+        emailmw.Context({"email": server.config(call_at, to=to)}) as client_ctx,
+    ):
+        return ros_round_trips(server_ctx, client_ctx, calls, 1e6, warmup=3)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=200)
@@ -248,6 +266,7 @@ def main() -> int:
         default=None,
         help="native poll.interval (default: emailmw's default)",
     )
+    parser.add_argument("--ros-calls", type=int, default=40, help="typed calls, goals")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     interval = args.poll_interval or emailmw.Options().poll.interval
@@ -267,6 +286,8 @@ def main() -> int:
         memory_burst = emailmw_run(
             server, "native", args.burst, None, poll_interval=interval, guarantee="memory"
         )
+        print(f"ROS layer: {args.ros_calls} calls of each kind ...", flush=True)
+        ros = ros_email(server, args.ros_calls)
     finally:
         server.stop()
 
@@ -285,6 +306,9 @@ def main() -> int:
         "floor_throughput_msgs_per_s": round(floor_burst["msgs_per_s"], 1),
         "server_cpu_ms_per_msg": round(native["server_cpu_ms_per_msg"], 2),
         "idle_cpu_percent": round(native["idle_cpu_percent"], 3),
+        "node_service_p50_ms": round(ros["node_service"], 2),
+        "action_round_trip_ms": round(ros["action"], 2),
+        "parameter_set_remote_ms": round(ros["parameter_set_remote"], 2),
         "received": {
             "native": native["received"],
             "curl": curl["received"],
@@ -325,6 +349,14 @@ def main() -> int:
             "<= 15 ms",
             r["server_cpu_ms_per_msg"] <= 15,
         ),
+        ("typed service call p50", f"{r['node_service_p50_ms']} ms", "-", True),
+        (
+            "action goal -> result p50",
+            f"{r['action_round_trip_ms']} ms",
+            f"<= 3x service ({r['action_round_trip_ms'] / r['node_service_p50_ms']:.2f}x)",
+            r["action_round_trip_ms"] <= 3 * r["node_service_p50_ms"],
+        ),
+        ("parameter set (service) p50", f"{r['parameter_set_remote_ms']} ms", "-", True),
         (
             "receiver CPU, 10 s idle",
             f"{r['idle_cpu_percent']} %",

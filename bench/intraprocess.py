@@ -12,8 +12,12 @@
     one in flight; the floor for a three-thread hand-off in CPython.
 Idle CPU: CPU time of this process while blocked 2 s in WaitSet.wait, as % of one core.
 
+(e) the ROS layer (``_ros_layer.py``): a typed service call between two spun nodes, an
+    action goal -> result, setting a parameter in the node and through its service.
+
 Targets (issue #2): latency p50 <= 3x baseline p50, p99 <= 1 ms, throughput >= 20,000
-msgs/s, idle CPU <= 1 %. This is a benchmark, not a test: it prints and writes JSON and
+msgs/s, idle CPU <= 1 %; (issue #37) action round trip <= 5x a (typed) service round trip.
+This is a benchmark, not a test: it prints and writes JSON and
 exits 0 whatever the figures are.
 """
 
@@ -28,6 +32,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from _ros_layer import ros_round_trips
 
 import emailmw
 
@@ -133,6 +139,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--service-calls", type=int, default=5_000)
+    parser.add_argument("--ros-calls", type=int, default=1_000, help="typed calls, goals")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args()
     payload = "x" * 100
@@ -146,6 +153,8 @@ def main() -> int:
         throughput = bench_throughput(ctx, args.messages, payload)
         service = bench_service(ctx, args.service_calls, payload)
         idle = bench_idle_cpu(ctx)
+    with emailmw.Context({"intraprocess": True}) as ctx:
+        ros = ros_round_trips(ctx, ctx, args.ros_calls, 1e3, warmup=50)
 
     results = {
         "messages": args.messages,
@@ -154,6 +163,10 @@ def main() -> int:
         "latency_p99_us": round(percentile(latency, 99), 1),
         "throughput_msgs_per_s": round(throughput),
         "service_rtt_p50_us": round(statistics.median(service), 1),
+        "node_service_rtt_p50_us": round(ros["node_service"], 1),
+        "action_round_trip_us": round(ros["action"], 1),
+        "parameter_set_us": round(ros["parameter_set"], 1),
+        "parameter_set_remote_us": round(ros["parameter_set_remote"], 1),
         "baseline_latency_p50_us": round(statistics.median(baseline), 1),
         "baseline_latency_p99_us": round(percentile(baseline, 99), 1),
         "idle_cpu_percent": round(idle, 3),
@@ -161,6 +174,7 @@ def main() -> int:
         "machine": f"{platform.machine()}, {threading.active_count()} threads at exit",
     }
     ratio = results["latency_p50_us"] / results["baseline_latency_p50_us"]
+    action_ratio = results["action_round_trip_us"] / results["node_service_rtt_p50_us"]
     rows = [
         (
             "latency p50",
@@ -181,6 +195,25 @@ def main() -> int:
             results["throughput_msgs_per_s"] >= 20_000,
         ),
         ("service round trip p50", f"{results['service_rtt_p50_us']} us", "-", True),
+        (
+            "typed service (nodes) p50",
+            f"{results['node_service_rtt_p50_us']} us",
+            "-",
+            True,
+        ),
+        (
+            "action goal -> result p50",
+            f"{results['action_round_trip_us']} us",
+            f"<= 5x service ({action_ratio:.2f}x)",
+            action_ratio <= 5,
+        ),
+        ("parameter set (in node) p50", f"{results['parameter_set_us']} us", "-", True),
+        (
+            "parameter set (service) p50",
+            f"{results['parameter_set_remote_us']} us",
+            "-",
+            True,
+        ),
         (
             "baseline p50 (3 threads, 2 queues)",
             f"{results['baseline_latency_p50_us']} us",

@@ -199,7 +199,10 @@ class ActionServer(Executable):
     run by the executor that spins ``node``. ``execute_callback(goal_handle) -> Result``;
     ``goal_callback(goal) -> GoalResponse`` (default: accept), ``cancel_callback(handle)
     -> CancelResponse`` (default: refuse), ``handle_accepted_callback(handle)`` (default:
-    execute it). A result is kept ``result_timeout`` seconds after its goal ended."""
+    execute it). A result is kept ``result_timeout`` seconds after its goal ended. Goal
+    status goes out ``status_delay`` seconds after a change at the latest (the changes of
+    that while in one status array), and every ``status_period`` seconds while a goal is
+    active."""
 
     def __init__(
         self,
@@ -219,8 +222,9 @@ class ActionServer(Executable):
         cancel_service_qos_profile: Any = None,
         feedback_pub_qos_profile: Any = None,
         status_pub_qos_profile: Any = None,
-        result_timeout: float = 900.0,
+        result_timeout: float = 10.0,
         status_period: float = 1.0,
+        status_delay: float = 0.02,
     ) -> None:
         del goal_service_qos_profile, result_service_qos_profile, cancel_service_qos_profile
         del feedback_pub_qos_profile, status_pub_qos_profile
@@ -243,7 +247,11 @@ class ActionServer(Executable):
         self._waiting: dict[bytes, list[RequestId]] = {}  # get_result requests to answer
         self._to_execute: list[tuple[ServerGoalHandle, Callable[..., Any] | None]] = []
         self._next_status = time.monotonic()
-        self._status_due = True
+        # a change of status is published this long after it at the latest (the changes
+        # of a quick goal go in one status array, not one each)
+        self._status_delay = status_delay
+        self._status_at: float | None = None  # when the changes so far go out
+        self._status_changed: set[bytes] = set()
         context = node.context
         self._send_goal = ServiceServer(f"{prefix}/send_goal", context=context)
         self._cancel_goal = ServiceServer(f"{prefix}/cancel_goal", context=context)
@@ -274,10 +282,12 @@ class ActionServer(Executable):
 
     def due_in(self, now: float) -> float | None:
         with self._lock:
-            if self._to_execute or self._status_due:
+            if self._to_execute:
                 return 0.0
-            active = any(h.is_active for h in self._goals.values())
-        return max(0.0, self._next_status - now) if active else None
+            when = [self._status_at] if self._status_at is not None else []
+            if any(h.is_active for h in self._goals.values()):
+                when.append(self._next_status)
+        return max(0.0, min(when) - now) if when else None
 
     def take(self, now: float) -> list[Work]:
         work: list[Work] = []
@@ -291,13 +301,15 @@ class ActionServer(Executable):
                 work.append(functools.partial(handler, got[0].id, got[0].content))
         with self._lock:
             executing, self._to_execute = self._to_execute, []
-            if self._status_due or (
+            publish = (self._status_at is not None and now >= self._status_at) or (
                 now >= self._next_status and any(h.is_active for h in self._goals.values())
-            ):
-                self._status_due = False
+            )
+            if publish:
+                self._status_at = None
                 self._next_status = now + self._status_period
-                work.append(self._publish_status)
         work += [functools.partial(self._execute, h, c) for h, c in executing]
+        if publish:  # after the goals run: their changes of this round in one status
+            work.append(self._publish_status)
         return work
 
     # ------------------------------------------------------------------ protocol
@@ -436,9 +448,10 @@ class ActionServer(Executable):
                     self._goals.pop(key, None)
 
     def _changed(self, handle: ServerGoalHandle) -> None:
-        del handle
         with self._lock:
-            self._status_due = True
+            if self._status_at is None:
+                self._status_at = time.monotonic() + self._status_delay
+            self._status_changed.add(_key(handle.goal_id))
         self._wake()
 
     def _wake(self) -> None:
@@ -447,9 +460,15 @@ class ActionServer(Executable):
             executor.wake()
 
     def _publish_status(self) -> None:
+        """The status of the active goals and of those whose status changed since the last
+        one (a goal's end is said once, and is in its result too: the array stays as small
+        as what is going on)."""
         with self._lock:
+            changed, self._status_changed = self._status_changed, set()
             statuses = [
-                GoalStatus(goal_info=h.goal_info, status=h.status) for h in self._goals.values()
+                GoalStatus(goal_info=h.goal_info, status=h.status)
+                for k, h in self._goals.items()
+                if h.is_active or k in changed
             ]
         self._status.publish(serialize(GoalStatusArray(status_list=statuses)))
 

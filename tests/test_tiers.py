@@ -60,5 +60,6 @@ def test_server_tests_carry_the_mailserver_marker(request: pytest.FixtureRequest
         "test_a_verb_without_a_mail_account_says_how_to_configure_one",
         "test_version",
         "test_interface_show_and_list_and_errors",
+        "test_the_rule_is_mechanical",
     }
     assert request.node.get_closest_marker("mailserver") is None

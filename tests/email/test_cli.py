@@ -80,7 +80,9 @@ def test_topic_list_info_and_service_list(system: dict[str, Any]) -> None:
     assert "Type: std_msgs/msg/String" in info.stdout
     assert "Publisher count: 1" in info.stdout
     services = cli(system["config"], "service", "list", "-t")
-    assert services.stdout.strip() == "/add_two_ints [example_interfaces/srv/AddTwoInts]"
+    # (each node's parameter services are listed too, as ros2 lists them)
+    assert "/add_two_ints [example_interfaces/srv/AddTwoInts]" in services.stdout.splitlines()
+    assert "/talker/set_parameters [rcl_interfaces/srv/SetParameters]" in services.stdout
 
 
 def test_service_call(system: dict[str, Any]) -> None:
@@ -173,7 +175,7 @@ def test_topic_echo_hz_bw(
 
 def test_interface_show_and_list_and_errors(tmp_path: Path) -> None:
     show = cli(tmp_path / "unused.yml", "interface", "show", "std_msgs/msg/String")
-    assert show.stdout.strip() == "str data"
+    assert show.stdout.strip() == "string data"  # ROS's type names, as ros2 prints them
     listing = cli(tmp_path / "unused.yml", "interface", "list")
     assert "example_interfaces/srv/AddTwoInts" in listing.stdout.split()
     bad = cli(tmp_path / "unused.yml", "interface", "show", "no/msg/Such")

@@ -438,23 +438,40 @@ def land_units(
 def _land_files(source: str, groups: list[dict[str, Any]], keystore: str | None) -> pa.Table:
     columns = _Columns(source)
     with _gc_paused():
-        for group in groups:
-            mailbox = group["mailbox"]
-            try:
-                dir_fd = os.open(group["directory"], os.O_RDONLY | os.O_DIRECTORY)
-            except FileNotFoundError:
-                continue  # removed since the listing, and its files with it
-            try:
-                for name in group["names"]:
-                    try:
-                        raw = _read_file(name, dir_fd)
-                    except FileNotFoundError:
-                        continue  # moved or expunged since the listing
-                    key = name.partition(":2,")[0]
-                    columns.add(mailbox, key, _row(raw, maildir_name_ns(name), keystore))
-            finally:
-                os.close(dir_fd)
+        for mailbox, key, name_ns, raw in maildir_emails(groups):
+            columns.add(mailbox, key, _row(raw, name_ns, keystore))
         return columns.table()
+
+
+def maildir_emails(groups: list[dict[str, Any]]) -> Iterator[tuple[str, str, int | None, bytes]]:
+    """The emails a Maildir unit names: (mailbox, key, the delivery time its file name
+    gives, the raw bytes). A file or directory gone since the listing is skipped."""
+    for group in groups:
+        mailbox = group["mailbox"]
+        try:
+            dir_fd = os.open(group["directory"], os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            continue  # removed since the listing, and its files with it
+        try:
+            for name in group["names"]:
+                try:
+                    raw = _read_file(name, dir_fd)
+                except FileNotFoundError:
+                    continue  # moved or expunged since the listing
+                yield mailbox, name.partition(":2,")[0], maildir_name_ns(name), raw
+        finally:
+            os.close(dir_fd)
+
+
+def unit_emails(unit: dict[str, Any]) -> Iterator[tuple[str, str, int | None, bytes]]:
+    """The emails of one unit of :func:`list_units` as (mailbox, key, delivery time from
+    the store or None, raw bytes): what other readers of an archive (``emailmw bag
+    export``) share with the landing."""
+    if unit["kind"] == "maildir":
+        yield from maildir_emails(unit["groups"])
+        return
+    for offset, raw in mbox_emails(unit["path"], unit["start"], unit["end"]):
+        yield unit["mailbox"], str(offset), None, bytes(raw)
 
 
 def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
@@ -477,14 +494,21 @@ def _land_mbox_range(
     source: str, path: str, mailbox: str, start: int, end: int, keystore: str | None
 ) -> pa.Table:
     columns = _Columns(source, mailbox)
-    if end <= start:  # an empty mbox (which mmap refuses): no rows
-        return columns.table()
     offsets, rows = columns.offsets, columns.rows
-    with (
-        _gc_paused(),
-        open(path, "rb") as handle,
-        mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m,
-    ):
+    with _gc_paused():
+        for offset, raw in mbox_emails(path, start, end):
+            offsets.append(offset)
+            rows.append(_row(raw, None, keystore))
+        return columns.table()
+
+
+def mbox_emails(path: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """The messages of an mbox between byte offsets ``start`` and ``end`` (a range of
+    :func:`_mbox_ranges`): (the offset of its ``From `` line, its bytes, mboxrd quoting
+    undone)."""
+    if end <= start:  # an empty mbox (which mmap refuses): nothing
+        return
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
         find = m.find
         # mboxrd quoting: a line '>From ' (any number of '>') loses one '>'. Every such line
         # holds the string '>From ', so a piece without it needs no look at any message
@@ -509,7 +533,5 @@ def _land_mbox_range(
             if quoted and b"\n>" in raw:
                 raw = _MBOXRD_QUOTED.sub(rb"\1", raw)  # mboxrd: '>From ' -> 'From '
             if raw and not raw.isspace():
-                offsets.append(pos)
-                rows.append(_row(raw, None, keystore))
+                yield pos, raw
             pos = stop
-        return columns.table()

@@ -1,0 +1,416 @@
+"""Recording, playing, describing and exporting bags (rosbag2, MCAP storage).
+
+A bag holds each message on its topic, CDR-serialized with its ROS type's definition, at
+the time its publisher sent it (``Source-Timestamp``), and beside it, at the same time,
+emailmw's metadata of it on ``/_emailmw/message_info`` (``emailmw_msgs/msg/MessageInfo``:
+the topic, emailmw's type name, the send and receive times, the publisher's GID, the
+sequence number, the verified identity, the Message-ID). A message that came without a
+type (a core ``Publisher``'s string) is kept as ``std_msgs/msg/String`` data, its
+MessageInfo's ``message_type`` empty, and played back as it came.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+
+from .._context import Context
+from .._entities import Publisher, Subscription
+from .._exceptions import ConfigError, TypeMismatchError
+from .._graph import GRAPH_TOPIC, graph_of
+from .._interfaces import HEADER_MESSAGE_TYPE, from_data, get_interface, serialize, to_data
+from .._log import get_logger
+from .._protocol import PublishRoute, classify
+from .._types import MessageInfo
+from .._waitable import wait_any
+from .._wire import parse
+from .convert import BagTypes
+
+__all__ = ["BagInfo", "BagWriter", "bag_info", "export", "play", "read_bag", "record"]
+
+_log = get_logger("bag")
+INFO_TOPIC: Final = "/_emailmw/message_info"
+INFO_TYPE: Final = "emailmw_msgs/msg/MessageInfo"
+_UNTYPED: Final = "std_msgs/msg/String"
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NS: Final = 1_000_000_000
+
+
+def _stamp(ns: int) -> dict[str, int]:
+    return {"sec": ns // _NS, "nanosec": ns % _NS}
+
+
+@dataclass
+class BagWriter:
+    """Writes messages into a new bag directory ``path`` (refused when it exists)."""
+
+    path: Path
+    types: BagTypes = field(default_factory=BagTypes)
+
+    def __post_init__(self) -> None:
+        if self.path.exists():
+            raise ConfigError(f"{self.path} exists already: give a new directory", source="-o")
+        self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
+        self._writer.open()
+        self._connections: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def _connection(self, topic: str, type_name: str) -> Any:
+        found = self._connections.get((topic, type_name))
+        if found is None:
+            self.types.register(type_name)
+            found = self._writer.add_connection(topic, type_name, typestore=self.types.store)
+            self._connections[(topic, type_name)] = found
+        return found
+
+    def write(
+        self,
+        topic: str,
+        message_type: str | None,
+        data: Any,
+        info: MessageInfo,
+        received_ns: int,
+        message_id: str | None = None,
+    ) -> None:
+        """Write one message (its plain data; ``message_type`` None: untyped, ``data`` its
+        body) and its MessageInfo, at its send time."""
+        kind = message_type or _UNTYPED
+        payload = data if message_type else {"data": data}
+        stamp = info.source_timestamp or received_ns
+        meta = {
+            "topic": topic,
+            "message_type": message_type or "",
+            "source_stamp": _stamp(info.source_timestamp),
+            "received_stamp": _stamp(received_ns),
+            "publisher_gid": info.publisher_gid.value,
+            "sequence_number": -1 if info.sequence_number is None else info.sequence_number,
+            "identity": info.identity or "",
+            "message_id": message_id or "",
+        }
+        with self._lock:
+            raw = self.types.to_cdr(kind, payload)
+            self._writer.write(self._connection(topic, kind), stamp, raw)
+            self._writer.write(
+                self._connection(INFO_TOPIC, INFO_TYPE), stamp, self.types.to_cdr(INFO_TYPE, meta)
+            )
+            self.count += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._writer.close()
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One message of a bag: its topic, emailmw type name (None: untyped), plain data
+    (the body for an untyped one), bag timestamp and emailmw's metadata of it."""
+
+    topic: str
+    message_type: str | None
+    data: Any
+    timestamp_ns: int
+    info: dict[str, Any]
+
+
+def read_bag(path: str | Path, topics: Sequence[str] = ()) -> Iterator[Recorded]:
+    """The messages of a bag (written by emailmw or another rosbag2 tool), in time order;
+    ``topics``: only these. Each comes with its MessageInfo (matched by time and topic;
+    none in a bag another tool wrote)."""
+    types = BagTypes()
+    with Reader(Path(path)) as reader:
+        wanted = [c for c in reader.connections if not topics or c.topic in (*topics, INFO_TOPIC)]
+        group: list[tuple[Any, int, bytes]] = []
+        for connection, timestamp, raw in reader.messages(connections=wanted):
+            if group and timestamp != group[0][1]:
+                yield from _paired(group, types)
+                group = []
+            group.append((connection, timestamp, raw))
+        yield from _paired(group, types)
+
+
+def _paired(group: list[tuple[Any, int, bytes]], types: BagTypes) -> Iterator[Recorded]:
+    """The messages of one timestamp, each with its MessageInfo."""
+    infos = [types.from_cdr(INFO_TYPE, raw) for c, _, raw in group if c.topic == INFO_TOPIC]
+    for connection, timestamp, raw in group:
+        if connection.topic == INFO_TOPIC:
+            continue
+        info = next((i for i in infos if i["topic"] == connection.topic), None)
+        if info is not None:
+            infos.remove(info)
+        data = _from_cdr(types, connection.msgtype, raw)
+        message_type: str | None = connection.msgtype
+        if info is not None and info["message_type"] == "" and message_type == _UNTYPED:
+            message_type, data = None, data.get("data", "")
+        yield Recorded(connection.topic, message_type, data, timestamp, info or {})
+
+
+def _from_cdr(types: BagTypes, type_name: str, raw: bytes) -> Any:
+    try:
+        return types.from_cdr(type_name, raw)
+    except KeyError as exc:
+        raise ConfigError(
+            f"the bag holds {type_name}, a type emailmw does not know: load its package "
+            "(emailmw.interfaces.load) first",
+            source="bag",
+        ) from exc
+
+
+# ----------------------------------------------------------------------------- record
+
+
+def _plain_body(body: str, message_type: str | None) -> Any:
+    """A message's plain data from its YAML body, checked against its type."""
+    if message_type is None:
+        return body
+    kind = get_interface(message_type)
+    data = yaml.load(body, Loader=_Loader)  # noqa: S506 - a safe loader
+    return to_data(from_data(kind, data))
+
+
+def record(
+    context: Context,
+    out: Path,
+    topics: Sequence[str],
+    *,
+    all_topics: bool = False,
+    stop: threading.Event | None = None,
+    count: int | None = None,
+    duration: float | None = None,
+    on_message: Callable[[int], None] | None = None,
+) -> int:
+    """Record ``topics`` (with ``all_topics``: every topic in the graph, those that appear
+    later too, emailmw's own left out) into a new bag ``out``, until ``stop`` is set,
+    ``count`` messages were recorded or ``duration`` seconds passed. The number recorded.
+    A message of a type emailmw does not know is counted and left out (logged once)."""
+    writer = BagWriter(out)
+    subscriptions: dict[str, Subscription] = {}
+    refused: dict[str, int] = {}
+    end = None if duration is None else time.monotonic() + duration
+    stop = stop or threading.Event()
+    monitor = graph_of(context) if all_topics else None
+    next_look = 0.0
+
+    def follow() -> None:
+        names = list(topics)
+        if monitor is not None:
+            names += [
+                t for t in monitor.graph().topics() if t != GRAPH_TOPIC and not t.startswith("/_")
+            ]
+        for name in names:
+            if name not in subscriptions:
+                subscriptions[name] = Subscription(name, context=context)
+
+    try:
+        while not stop.is_set() and (count is None or writer.count < count):
+            now = time.monotonic()
+            if end is not None and now >= end:
+                break
+            if now >= next_look:
+                follow()
+                next_look = now + 1.0
+            wait = 1.0 if end is None else max(0.0, min(1.0, end - now))
+            if not wait_any(list(subscriptions.values()), wait):
+                continue
+            for topic, subscription in list(subscriptions.items()):
+                while (got := subscription.get_message_with_info()) is not None:
+                    body, info = got
+                    try:
+                        data = _plain_body(body, info.message_type)
+                    except (KeyError, TypeMismatchError, yaml.YAMLError) as exc:
+                        refused[topic] = refused.get(topic, 0) + 1
+                        if refused[topic] == 1:
+                            _log.warning("not recorded on %s: %s", topic, exc)
+                        continue
+                    writer.write(topic, info.message_type, data, info, info.received_timestamp)
+                    if on_message is not None:
+                        on_message(writer.count)
+                    if count is not None and writer.count >= count:
+                        break
+    finally:
+        for subscription in subscriptions.values():
+            subscription.close()
+        writer.close()
+    return writer.count
+
+
+# ----------------------------------------------------------------------------- play
+
+
+def play(
+    context: Context,
+    path: Path,
+    *,
+    rate: float = 1.0,
+    loop: bool = False,
+    topics: Sequence[str] = (),
+    stop: threading.Event | None = None,
+) -> int:
+    """Publish a bag's messages over ``context`` with their recorded timing (``rate``:
+    faster or slower), each on its topic with its type; ``loop``: again and again until
+    ``stop``. The number published."""
+    if not rate > 0:
+        raise ConfigError("--rate must be above 0", source="emailmw bag play")
+    stop = stop or threading.Event()
+    publishers: dict[str, Publisher] = {}
+    sent = 0
+    try:
+        while True:
+            start_wall = time.monotonic()
+            first: int | None = None
+            for message in read_bag(path, topics):
+                if message.topic.startswith("/_emailmw/"):
+                    continue
+                if first is None:
+                    first = message.timestamp_ns
+                due = start_wall + (message.timestamp_ns - first) / _NS / rate
+                if stop.wait(max(0.0, due - time.monotonic())):
+                    return sent
+                publisher = publishers.get(message.topic)
+                if publisher is None:
+                    publisher = publishers[message.topic] = Publisher(
+                        message.topic, context=context
+                    )
+                if message.message_type is None:
+                    publisher.publish(str(message.data))
+                else:
+                    typed = from_data(get_interface(message.message_type), message.data)
+                    publisher.publish(serialize(typed), {HEADER_MESSAGE_TYPE: message.message_type})
+                sent += 1
+            if not loop or stop.is_set():
+                return sent
+    finally:
+        context.flush(30)
+        for publisher in publishers.values():
+            publisher.close()
+
+
+# ----------------------------------------------------------------------------- info
+
+
+@dataclass
+class BagInfo:
+    """What ``ros2 bag info`` says of a bag."""
+
+    path: Path
+    files: list[str]
+    size: int
+    storage: str
+    start_ns: int
+    end_ns: int
+    messages: int
+    topics: list[tuple[str, str, int]]  # topic, type, count
+
+    def text(self) -> str:
+        lines = [
+            f"Files:             {', '.join(self.files)}",
+            f"Bag size:          {_size(self.size)}",
+            f"Storage id:        {self.storage}",
+            f"Duration:          {_seconds(self.end_ns - self.start_ns)}s",
+            f"Start:             {_when(self.start_ns)} ({_seconds(self.start_ns)})",
+            f"End:               {_when(self.end_ns)} ({_seconds(self.end_ns)})",
+            f"Messages:          {self.messages}",
+        ]
+        width = max((len(t) for t, _, _ in self.topics), default=0)
+        type_width = max((len(k) for _, k, _ in self.topics), default=0)
+        for index, (topic, kind, count) in enumerate(self.topics):
+            head = "Topic information: " if index == 0 else " " * 19
+            lines.append(
+                f"{head}Topic: {topic:<{width}} | Type: {kind:<{type_width}} | "
+                f"Count: {count} | Serialization Format: cdr"
+            )
+        if not self.topics:
+            lines.append("Topic information: ")
+        return "\n".join(lines)
+
+
+def _seconds(ns: int) -> str:
+    return f"{ns // _NS}.{ns % _NS:09d}"
+
+
+def _size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{size} B"
+        value /= 1024
+    return f"{size} B"
+
+
+def _when(ns: int) -> str:
+    moment = time.gmtime(ns // _NS)
+    return time.strftime("%b %d %Y %H:%M:%S", moment) + f".{ns % _NS:09d} UTC"
+
+
+def bag_info(path: str | Path) -> BagInfo:
+    """The summary of a bag (its metadata)."""
+    root = Path(path)
+    if not (root / "metadata.yaml").is_file():
+        raise ConfigError(f"{root}: not a bag (no metadata.yaml)", source="bag")
+    with Reader(root) as reader:
+        topics = sorted((c.topic, c.msgtype, c.msgcount) for c in reader.connections)
+        stored = sorted(p for p in root.iterdir() if p.suffix in (".mcap", ".db3"))
+        files = [p.name for p in stored]
+        size = sum(p.stat().st_size for p in stored)
+        return BagInfo(
+            root,
+            files,
+            size,
+            "mcap" if files and files[0].endswith(".mcap") else "sqlite3",
+            reader.start_time if reader.message_count else 0,
+            reader.end_time if reader.message_count else 0,
+            reader.message_count,
+            topics,
+        )
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def export(
+    emails: Iterable[tuple[bytes, int | None]],
+    out: Path,
+    *,
+    include_internal: bool = False,
+    on_message: Callable[[int], None] | None = None,
+) -> tuple[int, int]:
+    """Write the published messages among ``emails`` (raw bytes, with the delivery time
+    the store gives, None: unknown) into a new bag ``out``: the bag a recorder would have
+    written had it been there. (written, left out: not a publish, foreign or malformed
+    mail, a type emailmw does not know.)"""
+    writer = BagWriter(out)
+    left = 0
+    try:
+        for raw, delivered_ns in emails:
+            try:
+                email = parse(raw)
+            except Exception:  # noqa: BLE001 - no stored email stops the export
+                left += 1
+                continue
+            route = classify(email, delivered_ns or 0)
+            if not isinstance(route, PublishRoute) or (
+                not include_internal and route.topic.startswith("/_emailmw/")
+            ):
+                left += 1
+                continue
+            try:
+                data = _plain_body(email.body, route.info.message_type)
+            except (KeyError, TypeMismatchError, yaml.YAMLError):
+                left += 1
+                continue
+            received = delivered_ns or route.info.source_timestamp
+            writer.write(
+                route.topic, route.info.message_type, data, route.info, received, email.message_id
+            )
+            if on_message is not None:
+                on_message(writer.count)
+    finally:
+        writer.close()
+    return writer.count, left

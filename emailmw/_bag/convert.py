@@ -1,0 +1,133 @@
+"""emailmw's message types as rosbags sees them: a rosbags typestore with every emailmw type
+registered from its ROS definition (so that bags carry ROS 2's message definitions and CDR
+that ``ros2 bag``, Foxglove and the ``rosbags``/``mcap`` readers accept), and the
+conversions between emailmw's plain message data (what the YAML body holds) and rosbags'
+message objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import typing
+from typing import Any, Final
+
+import numpy as np
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+from rosbags.typesys.store import Typestore
+
+from .._idl import MessageSpec, strip_comment
+from .._interfaces import get_interface
+
+__all__ = ["BagTypes"]
+
+#: numpy's dtype of each primitive array element (rosbags holds numeric arrays so)
+_DTYPES: Final = {
+    "bool": np.bool_,
+    "byte": np.uint8,
+    "char": np.uint8,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "int16": np.int16,
+    "uint16": np.uint16,
+    "int32": np.int32,
+    "uint32": np.uint32,
+    "int64": np.int64,
+    "uint64": np.uint64,
+    "float32": np.float32,
+    "float64": np.float64,
+}
+_ROS_OF_PYTHON: Final = {str: "string", int: "int64", float: "float64", bool: "bool"}
+
+
+def _definition(cls: Any) -> tuple[str, list[str]]:
+    """The ``.msg`` text of a message class and the message types it names."""
+    spec: MessageSpec | None = getattr(cls, "__emailmw_spec__", None)
+    if spec is not None:
+        lines = [strip_comment(line).strip() for line in spec.text.splitlines()]
+        text = "\n".join(line for line in lines if line)
+        nested = [f.type.base for f in spec.fields if not f.type.primitive]
+        return text, nested
+    lines, nested = [], []
+    for f in dataclasses.fields(cls):
+        kind = typing.get_type_hints(cls)[f.name]
+        array = typing.get_origin(kind) is list
+        if array:
+            (kind,) = typing.get_args(kind)
+        name = _ROS_OF_PYTHON.get(kind)
+        if name is None:
+            name = str(kind.__emailmw_type__)
+            nested.append(name)
+        lines.append(f"{name}{'[]' if array else ''} {f.name}")
+    return "\n".join(lines), nested
+
+
+class BagTypes:
+    """A typestore holding the emailmw types a bag needs, registered on first use, with
+    their ROS definitions; converts plain message data to and from CDR. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.store: Typestore = get_typestore(Stores.EMPTY)
+        self._lock = threading.Lock()
+        self._known: set[str] = set()
+
+    def register(self, type_name: str) -> None:
+        """Register ``type_name`` (``pkg/msg/Name``) and the types it contains."""
+        with self._lock:
+            pending = [type_name]
+            found: dict[str, Any] = {}
+            while pending:
+                name = pending.pop()
+                if name in self._known or name in found:
+                    continue
+                text, nested = _definition(get_interface(name))
+                # rosbags names a type by its ROS name; a part of a service or action
+                # (pkg/srv/X_Request) is registered as what it is
+                found.update(get_types_from_msg(text, name))
+                pending += nested
+            self.store.register(found)
+            self._known.update(found)
+
+    def to_cdr(self, type_name: str, data: Any) -> bytes:
+        """CDR bytes of ``data`` (a message's plain data) as ``type_name``."""
+        self.register(type_name)
+        return bytes(self.store.serialize_cdr(self._object(type_name, data), type_name))
+
+    def from_cdr(self, type_name: str, raw: bytes | memoryview) -> Any:
+        """The plain data of CDR bytes of ``type_name``."""
+        self.register(type_name)
+        return self._plain(self.store.deserialize_cdr(bytes(raw), type_name))
+
+    def _object(self, type_name: str, data: Any) -> Any:
+        """A rosbags message object of ``type_name`` from plain data (every field)."""
+        cls = self.store.types[type_name]
+        fields = self.store.fielddefs[type_name][1]
+        return cls(**{name: self._field(kind, data[name]) for name, kind in fields})
+
+    def _field(self, definition: Any, value: Any) -> Any:
+        node, inner = definition
+        if node.name == "NAME":  # a nested message
+            return self._object(inner, value)
+        if node.name in ("ARRAY", "SEQUENCE"):
+            element = inner[0]
+            if element[0].name == "BASE":
+                base = element[1][0]
+                if base in _DTYPES:
+                    return np.array(value, dtype=_DTYPES[base])
+                return list(value)
+            return [self._object(element[1], item) for item in value]
+        return value
+
+    def _plain(self, message: Any) -> Any:
+        if isinstance(message, np.ndarray):
+            return [item.item() for item in message]
+        if isinstance(message, list):
+            return [self._plain(item) for item in message]
+        if dataclasses.is_dataclass(message) and not isinstance(message, type):
+            return {
+                f.name: self._plain(getattr(message, f.name))
+                for f in dataclasses.fields(message)
+                if f.name != "__msgtype__" and not f.name.isupper()
+            }
+        if isinstance(message, np.generic):
+            return message.item()
+        return message

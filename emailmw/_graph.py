@@ -33,6 +33,7 @@ __all__ = [
     "GRAPH_TOPIC",
     "Announced",
     "Announcer",
+    "Endpoint",
     "Graph",
     "NodeRecord",
     "GraphMonitor",
@@ -72,6 +73,17 @@ _log = get_logger("graph")
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """One publisher or subscription as its node announced it: its topic, type, GID
+    (0: not said) and QoS (history, depth, reliability, durability; empty: not said)."""
+
+    topic: str
+    type: str
+    gid: int = 0
+    qos: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class NodeRecord:
     name: str
     gid: int
@@ -81,6 +93,8 @@ class NodeRecord:
     subscriptions: tuple[tuple[str, str], ...] = ()
     services: tuple[tuple[str, str], ...] = ()
     clients: tuple[tuple[str, str], ...] = ()
+    #: the publishers and subscriptions with their GIDs and QoS (``topic info -v``)
+    endpoints: tuple[tuple[str, Endpoint], ...] = ()  # ("publisher" | "subscription", ...)
 
 
 @dataclass
@@ -107,8 +121,8 @@ def announcement(node: Announced, event: str = "announce") -> str:
     """A node's announcement: its entities, and what its other waitables (an action's
     server or client) say they are (``graph_entries()``: kind -> (name, type) pairs)."""
 
-    def pairs(entities: Sequence[Any], attr: str, kind: str) -> list[dict[str, str]]:
-        found = [{"name": getattr(e, attr), "type": _type_of(e)} for e in entities]
+    def pairs(entities: Sequence[Any], attr: str, kind: str) -> list[dict[str, Any]]:
+        found = [{"name": getattr(e, attr), "type": _type_of(e), **_details(e)} for e in entities]
         for waitable in getattr(node, "waitables", ()):
             entries = getattr(waitable, "graph_entries", None)
             if entries is not None:
@@ -129,6 +143,23 @@ def announcement(node: Announced, event: str = "announce") -> str:
             sort_keys=False,
         )
     )
+
+
+def _details(entity: Any) -> dict[str, Any]:
+    """What ``topic info --verbose`` shows of an endpoint: its GID and QoS, where it has them."""
+    out: dict[str, Any] = {}
+    gid = getattr(getattr(entity, "_core", None), "gid", None)
+    if gid is not None:
+        out["gid"] = gid.value
+    qos = getattr(entity, "qos_profile", None) or getattr(entity, "qos", None)
+    if qos is not None and hasattr(qos, "depth"):
+        out["qos"] = {
+            "history": qos.history.name.lower(),
+            "depth": str(qos.depth),
+            "reliability": qos.reliability.name.lower(),
+            "durability": qos.durability.name.lower(),
+        }
+    return out
 
 
 def _type_of(entity: Any) -> str:
@@ -174,24 +205,48 @@ def graph_of_announcements(found: Iterable[Announcement], now_ns: int) -> Graph:
             latest[name] = (stamp, seq, data)
     graph = Graph()
     for name, (stamp, _, data) in latest.items():
-        period = float(data.get("period", 30.0))
-        if data.get("event") == "leave" or now_ns - stamp > _EXPIRY_PERIODS * period * 1e9:
+        try:
+            record = _record(name, stamp, data, now_ns)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            _log.info("ignored the malformed graph announcement of %r: %s", name, exc)
             continue
-
-        def pairs(key: str, data: dict[str, Any] = data) -> tuple[tuple[str, str], ...]:
-            return tuple((str(e["name"]), str(e["type"])) for e in data.get(key) or ())
-
-        graph.nodes[name] = NodeRecord(
-            name,
-            int(data["_gid"]),
-            period,
-            stamp,
-            pairs("publishers"),
-            pairs("subscriptions"),
-            pairs("services"),
-            pairs("clients"),
-        )
+        if record is not None:
+            graph.nodes[name] = record
     return graph
+
+
+def _record(name: str, stamp: int, data: dict[str, Any], now_ns: int) -> NodeRecord | None:
+    """The node an announcement says, or None when it left or expired; a malformed one
+    raises."""
+    period = float(data.get("period", 30.0))
+    if data.get("event") == "leave" or now_ns - stamp > _EXPIRY_PERIODS * period * 1e9:
+        return None
+
+    def pairs(key: str, data: dict[str, Any] = data) -> tuple[tuple[str, str], ...]:
+        return tuple((str(e["name"]), str(e["type"])) for e in data.get(key) or ())
+
+    def endpoints(data: dict[str, Any] = data) -> tuple[tuple[str, Endpoint], ...]:
+        found = []
+        for key, kind in (("publishers", "publisher"), ("subscriptions", "subscription")):
+            for e in data.get(key) or ():
+                qos = e.get("qos") if isinstance(e.get("qos"), dict) else {}
+                found.append((kind, Endpoint(
+                    str(e["name"]), str(e["type"]), int(e.get("gid") or 0),
+                    tuple((str(k), str(v)) for k, v in qos.items()),
+                )))  # fmt: skip
+        return tuple(found)
+
+    return NodeRecord(
+        name,
+        int(data["_gid"]),
+        period,
+        stamp,
+        pairs("publishers"),
+        pairs("subscriptions"),
+        pairs("services"),
+        pairs("clients"),
+        endpoints(),
+    )
 
 
 def read_graph(receiver: EmailReceiver, limit: int = 2000) -> Graph:

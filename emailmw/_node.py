@@ -1415,9 +1415,20 @@ class Node:
                     )
                 )
                 continue
+            if parameter.type_ == Parameter.Type.NOT_SET:  # a parameter deleted (undeclared)
+                results.append(self._delete(parameter.name))
+                continue
             results.append(self._apply([parameter], {}))
         response.results = results
         return response
+
+    def _delete(self, name: str) -> Any:
+        """Undeclare ``name`` for a remote caller (``emailmw param delete``)."""
+        try:
+            self.undeclare_parameter(name)
+        except (ParameterImmutableException, ParameterNotDeclaredException) as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
 
     def _srv_set_atomically(self, request: Any, response: Any) -> Any:
         parameters = self._pre([Parameter.from_parameter_msg(p) for p in request.parameters])

@@ -108,9 +108,10 @@ def resolve(name: str, what: str = "topic name") -> str:
 def yaml_values(text: str, what: str = "VALUES") -> Any:
     """``text`` as YAML (an empty text: ``{}``), or one line saying where it is wrong."""
     try:
-        return yaml.safe_load(text) or {}
+        value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise CommandError(f"{what}: not valid YAML: {where}{problem}") from exc
+    return {} if value is None else value

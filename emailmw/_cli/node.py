@@ -33,13 +33,46 @@ def info(context: Context, args: argparse.Namespace) -> int:
     if record is None:
         raise CommandError(f"no node {node_name!r} in the graph (see 'emailmw node list')")
     print(record.name)
+
+    def plain(pairs: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+        return sorted((n, k) for n, k in pairs if "/_action/" not in n)
+
+    def actions(pairs: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+        suffix = "/_action/send_goal"
+        return sorted((n[: -len(suffix)], k[: -len("_SendGoal")]) for n, k in pairs
+                      if n.endswith(suffix))  # fmt: skip
+
     for title, pairs in (
-        ("Publishers", record.publishers),
-        ("Subscribers", record.subscriptions),
-        ("Service Servers", record.services),
-        ("Service Clients", record.clients),
+        ("Subscribers", plain(record.subscriptions)),
+        ("Publishers", plain(record.publishers)),
+        ("Service Servers", plain(record.services)),
+        ("Service Clients", plain(record.clients)),
+        ("Action Servers", actions(record.services)),
+        ("Action Clients", actions(record.clients)),
     ):
         print(f"  {title}:")
-        for name, kind in sorted(pairs):
+        for name, kind in pairs:
             print(f"    {name}: {kind}")
+    if any(s == f"{node_name}/list_parameters" for s, _ in record.services):
+        print("  Parameters:")
+        for name in _parameters(context, node_name):
+            print(f"    {name}")
     return 0
+
+
+def _parameters(context: Context, node_name: str) -> list[str]:
+    """The node's parameter names, when it answers within a few seconds (it is spun)."""
+    from .._node import Node
+    from ..rcl_interfaces.srv import ListParameters
+
+    asking = Node("emailmw_cli_node_info", context=context, start_parameter_services=False,
+                  announce_period=60)  # fmt: skip
+    try:
+        client = asking.create_client(ListParameters, f"{node_name}/list_parameters")
+        future = client.call_async(ListParameters.Request())
+        try:
+            return list(future.result(5.0).result.names)
+        except TimeoutError:
+            return ["(the node did not answer within 5 s: is it spun?)"]
+    finally:
+        asking.destroy_node()

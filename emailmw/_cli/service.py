@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import yaml
 
 from .._context import Context
+from .._exceptions import TypeMismatchError
 from .._graph import read_graph
 from .._interfaces import ServiceType, deserialize, serialize
 from .._node import Node
-from .common import Commands, resolve, verbs, with_account, yaml_values
+from .common import CommandError, Commands, resolve, verbs, with_account, yaml_values
 from .interface import service_type
 
 __all__ = ["register"]
 
 
 def register(commands: Commands, common: argparse.ArgumentParser) -> None:
-    parser = commands.add_parser("service", help="services: list, call")
+    parser = commands.add_parser("service", help="services: list, type, find, call")
     add = verbs(parser, common)
     add("list", run=list_, help="services in the graph").add_argument(
         "-t", "--show-types", action="store_true"
     )
+    add("type", run=type_, help="the type of a service").add_argument("name")
+    add("find", run=find, help="the services of a type").add_argument("type")
     p = add("call", run=call, help="call a service with a request given as YAML")
     p.add_argument("name")
     p.add_argument("type")
@@ -38,16 +42,41 @@ def list_(context: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+@with_account
+def type_(context: Context, args: argparse.Namespace) -> int:
+    name = resolve(args.name, "service name")
+    kinds = read_graph(context.receiver).services().get(name)
+    if kinds is None:
+        raise CommandError(f"no service {name!r} in the graph (see 'emailmw service list')")
+    for kind in sorted(kinds):
+        print(kind)
+    return 0
+
+
+@with_account
+def find(context: Context, args: argparse.Namespace) -> int:
+    for name, kinds in sorted(read_graph(context.receiver).services().items()):
+        if args.type in kinds:
+            print(name)
+    return 0
+
+
 def call(args: argparse.Namespace) -> int:
     kind = service_type(args.type)  # mistakes in the arguments before connecting
-    request = deserialize(kind.Request, yaml.safe_dump(yaml_values(args.values)))
+    try:
+        request = deserialize(kind.Request, yaml.safe_dump(yaml_values(args.values)))
+    except TypeMismatchError as exc:
+        raise CommandError(f"VALUES: {exc}") from None
     return _call(args, kind, request)
 
 
 @with_account
 def _call(context: Context, args: argparse.Namespace, kind: ServiceType, request: object) -> int:
-    node = Node(f"emailmw_cli_call_{int(time.time())}", context=context, announce_period=60)
+    node = Node(f"emailmw_cli_call_{int(time.time())}", context=context, announce_period=60,
+                start_parameter_services=False)  # fmt: skip
     client = node.create_client(kind, resolve(args.name, "service name"))
+    if not client.wait_for_service(timeout_sec=min(args.timeout, 10.0)):
+        print("waiting for service to become available...", file=sys.stderr, flush=True)
     print(f"requester: making request: {serialize(request).strip()}", flush=True)
     response = client.call(request, timeout_sec=args.timeout)
     print(f"response:\n{serialize(response).strip()}")

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import email_validator
 import yaml
 
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, yaml_error
 from ._log import get_logger, register_secret
 from ._protocol import Recipients, address_domain
 from ._wire import DEFAULT_MAX_MESSAGE_SIZE
@@ -270,7 +270,7 @@ def read_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", source=source) from exc
+        raise yaml_error(exc, source) from exc
 
 
 def _load_file(path: Path) -> Options:

@@ -69,6 +69,16 @@ class ConfigError(EmailMWError, ValueError):
         super().__init__(f"{where}: {message}")
 
 
+def yaml_error(exc: Exception, source: str) -> ConfigError:
+    """``exc`` (a ``yaml.YAMLError``) as one line, ``source:line:col: what is wrong``
+    (PyYAML's own message spans several lines and quotes the text)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    return ConfigError(f"{problem} ({context})" if context else problem, source=where)
+
+
 class InterfaceError(EmailMWError, ValueError):
     """An interface definition (``.msg``, ``.srv``, ``.action``) that cannot be read: the
     message names the file, the line and what is wrong."""

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 import yaml
 
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, yaml_error
 from .rcl_interfaces.msg import Parameter as ParameterMsg
 from .rcl_interfaces.msg import ParameterType, ParameterValue
 
@@ -355,11 +355,7 @@ def parameter_dict_from_yaml_file(path: str | Path) -> dict[str, dict[str, Any]]
     except OSError as exc:
         raise ConfigError(f"cannot read it: {exc.strerror}", source=str(path)) from exc
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        raise ConfigError(
-            f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})", source=str(path)
-        ) from exc
+        raise yaml_error(exc, str(path)) from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -109,7 +109,7 @@ def test_password_is_redacted_from_log_lines(
             "smtp:// or smtps://",
         ),
         ("[not, a, mapping]\n", None, "mapping"),
-        ("email: {\n", None, "not valid YAML"),
+        ("email: {\n", None, "cfg.yml:2:1: expected the node content"),
     ],
 )
 def test_config_errors_name_file_key_and_expectation(

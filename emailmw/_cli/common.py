@@ -18,7 +18,7 @@ import yaml
 
 from .._config import load_options
 from .._context import Context
-from .._exceptions import EmailMWError
+from .._exceptions import EmailMWError, yaml_error
 from .._names import resolve_name
 
 __all__ = [
@@ -110,8 +110,5 @@ def yaml_values(text: str, what: str = "VALUES") -> Any:
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise CommandError(f"{what}: not valid YAML: {where}{problem}") from exc
+        raise CommandError(str(yaml_error(exc, what))) from exc
     return {} if value is None else value

@@ -9,7 +9,7 @@ import time
 import yaml
 
 from .._context import Context
-from .._exceptions import TypeMismatchError
+from .._exceptions import ServiceTimeoutError, TypeMismatchError
 from .._graph import read_graph
 from .._interfaces import ServiceType, deserialize, serialize
 from .._node import Node
@@ -74,11 +74,19 @@ def call(args: argparse.Namespace) -> int:
 def _call(context: Context, args: argparse.Namespace, kind: ServiceType, request: object) -> int:
     node = Node(f"emailmw_cli_call_{int(time.time())}", context=context, announce_period=60,
                 start_parameter_services=False)  # fmt: skip
-    client = node.create_client(kind, resolve(args.name, "service name"))
+    name = resolve(args.name, "service name")
+    client = node.create_client(kind, name)
     if not client.wait_for_service(timeout_sec=min(args.timeout, 10.0)):
+        # a server that does not announce itself (the C++ rmw_email) may still answer
         print("waiting for service to become available...", file=sys.stderr, flush=True)
     print(f"requester: making request: {serialize(request).strip()}", flush=True)
-    response = client.call(request, timeout_sec=args.timeout)
+    try:
+        response = client.call(request, timeout_sec=args.timeout)
+    except ServiceTimeoutError:
+        raise CommandError(
+            f"no answer from service {name!r} within {args.timeout:g} s: is its server "
+            "running? (see 'emailmw service list'; --timeout S waits longer)"
+        ) from None
     print(f"response:\n{serialize(response).strip()}")
     node.destroy_node()
     return 0

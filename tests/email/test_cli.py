@@ -250,6 +250,26 @@ def test_user_mistakes_are_one_line_errors(system: dict[str, Any]) -> None:
     assert stderr.strip().splitlines() == [
         "emailmw: error: --field: the message has no field 'nosuch' (its fields: data)"
     ]
+    absent = cli(config, "service", "call", "/nobody", _ADD, "{a: 1, b: 2}", "--timeout", "2")
+    _one_line_error(absent, "'/nobody'", "emailmw service list")
+
+
+def test_yaml_mistakes_say_where_in_one_line(tmp_path: Path) -> None:
+    """In a config file and in a message's values: ``file:line:col: what is wrong``."""
+    config = tmp_path / "email.yml"
+    config.write_text("email:\n  host: [a\n")
+    bad_config = cli(config, "node", "list")
+    assert bad_config.returncode == 1
+    assert bad_config.stderr.splitlines() == [
+        f"emailmw: error: {config}:3:1: expected ',' or ']', but got '<stream end>' "
+        "(while parsing a flow sequence)"
+    ]
+    bad_values = cli(config, "topic", "pub", "/x", "std_msgs/msg/String", "{data: [")
+    assert bad_values.returncode == 1
+    assert bad_values.stderr.splitlines() == [
+        "emailmw: error: VALUES:1:9: expected the node content, but found '<stream end>' "
+        "(while parsing a flow node)"
+    ]
 
 
 def test_echo_into_a_pipe_that_closes_ends_quietly(system: dict[str, Any]) -> None:
@@ -285,6 +305,7 @@ def test_a_verb_without_a_mail_account_says_how_to_configure_one(tmp_path: Path)
             env=env,
         )
         _one_line_error(result, "no mail account configured", "--config")
+        assert result.stderr.count("error") == 1, result.stderr  # said once
 
 
 def test_version() -> None:

@@ -317,3 +317,40 @@ class QoSPresetProfiles:
     @classmethod
     def short_keys(cls) -> list[str]:
         return list(cls._NAMES)
+
+
+class QoSCompatibility(enum.IntEnum):
+    """rclpy's ``QoSCompatibility``: whether a publisher reaches a subscription."""
+
+    OK = 0
+    WARNING = 1
+    ERROR = 2
+
+
+def qos_check_compatible(
+    publisher_qos: QoSProfile, subscription_qos: QoSProfile
+) -> tuple[QoSCompatibility, str]:
+    """rclpy's ``qos_check_compatible``: ERROR (with rmw's reason) when a subscription
+    asks for more than the publisher offers, as ROS 2 decides it: best effort offered and
+    reliable asked, volatile offered and transient local asked, a publisher's deadline
+    longer than the subscription's. emailmw delivers the message over email either way;
+    ``emailmw doctor`` reports the pairs as ``ros2 doctor`` does, since they would not talk
+    on a DDS middleware."""
+    reasons = []
+    if (
+        publisher_qos.reliability == ReliabilityPolicy.BEST_EFFORT
+        and subscription_qos.reliability == ReliabilityPolicy.RELIABLE
+    ):
+        reasons.append("ERROR: Best effort publisher and reliable subscription;")
+    if (
+        publisher_qos.durability == DurabilityPolicy.VOLATILE
+        and subscription_qos.durability == DurabilityPolicy.TRANSIENT_LOCAL
+    ):
+        reasons.append("ERROR: Volatile publisher and transient local subscription;")
+    if subscription_qos.deadline is not None and (
+        publisher_qos.deadline is None or publisher_qos.deadline > subscription_qos.deadline
+    ):
+        reasons.append("ERROR: Subscription deadline is less than publisher deadline;")
+    if reasons:
+        return QoSCompatibility.ERROR, "".join(reasons)
+    return QoSCompatibility.OK, ""

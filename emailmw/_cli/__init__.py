@@ -11,13 +11,29 @@ from collections.abc import Sequence
 
 from .. import __version__
 from .._exceptions import EmailMWError
-from . import action, analyze, bag, gateway, interface, node, param, security, service, stem, topic
+from . import (
+    action,
+    analyze,
+    bag,
+    doctor,
+    gateway,
+    interface,
+    node,
+    param,
+    security,
+    service,
+    stem,
+    topic,
+)
 from .common import CONFIG_HELP, common_options
 
 __all__ = ["main"]
 
 #: the commands, in the order ``--help`` lists them
-COMMANDS = (topic, service, action, param, node, interface, bag, analyze, security, gateway, stem)
+COMMANDS = (
+    topic, service, action, param, node, interface, bag, doctor, analyze, security, gateway,
+    stem,
+)  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:

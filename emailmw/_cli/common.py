@@ -10,6 +10,7 @@ first argument and is wrapped with :func:`with_account`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -75,7 +76,12 @@ def verbs(
 
 def account_context(args: argparse.Namespace) -> Context:
     """The context of the configured mail account (``--config``, else the usual places);
-    one line saying how to configure one when there is none."""
+    one line saying how to configure one when there is none.
+
+    The command line looks on, beside the application that may run on the same
+    configuration: it settles nothing in the mailbox (``on-receive: keep``, no quarantine)
+    and takes neither the application's state file nor its spool (its messages are sent
+    with the ``server`` guarantee)."""
     options = load_options(args.config)
     if options.intraprocess:
         raise CommandError(
@@ -84,7 +90,12 @@ def account_context(args: argparse.Namespace) -> Context:
             "(an example: README's Configuration; for the local test server: "
             "python -m emailmw.testing.mailserver config alice > email.yml)"
         )
-    return Context(options)
+    return Context(
+        dataclasses.replace(
+            options, on_receive="keep", quarantine=None, state_file=None, spool=None,
+            send_guarantee="server",
+        )
+    )  # fmt: skip
 
 
 def with_account(run: Callable[..., int]) -> Callable[..., int]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 
 from .._config import Options
-from .base import EmailSender
+from .base import EmailReceiver, EmailSender
 from .budget import ReceiveBudget
 from .transport import Transport
 
-__all__ = ["make_transport"]
+__all__ = ["make_receiver", "make_transport"]
 
 
 def make_transport(options: Options, budget: ReceiveBudget | None = None) -> Transport:
@@ -27,22 +27,33 @@ def make_transport(options: Options, budget: ReceiveBudget | None = None) -> Tra
     from .group.imap import ImapGroupStore
 
     stores = functools.partial(ImapGroupStore, options)
+    sender: EmailSender
     if options.transport == "native":
-        from .native import NativeReceiver, NativeSender
+        from .native import NativeSender
 
-        sender: EmailSender = NativeSender(options)
-        try:
-            return Transport(sender, NativeReceiver(options, budget), stores)
-        except BaseException:
-            sender.close()
-            raise
-    if options.transport == "curl":
-        from .curl import CurlReceiver, CurlSender
+        sender = NativeSender(options)
+    elif options.transport == "curl":
+        from .curl import CurlSender
 
         sender = CurlSender(options)
-        try:
-            return Transport(sender, CurlReceiver(options, budget), stores)
-        except BaseException:
-            sender.close()
-            raise
-    raise ValueError(f"no such transport: {options.transport}")
+    else:
+        raise ValueError(f"no such transport: {options.transport}")
+    try:
+        return Transport(sender, make_receiver(options, budget), stores)
+    except BaseException:
+        sender.close()
+        raise
+
+
+def make_receiver(options: Options, budget: ReceiveBudget | None = None) -> EmailReceiver:
+    """The receiver of a mail transport alone (no sender: nothing is sent, no spool is
+    taken), for a process that only reads the mailbox."""
+    if options.transport == "native":
+        from .native import NativeReceiver
+
+        return NativeReceiver(options, budget)
+    if options.transport == "curl":
+        from .curl import CurlReceiver
+
+        return CurlReceiver(options, budget)
+    raise ValueError(f"no receiver alone for transport {options.transport!r}")

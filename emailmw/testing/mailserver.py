@@ -212,6 +212,63 @@ class MailServer:
     def ca_file(self) -> Path:
         return self.state_dir / "tls" / "ca.pem"
 
+    def issue_certificate(
+        self,
+        directory: Path,
+        *,
+        names: tuple[str, ...] = ("localhost", "127.0.0.1"),
+        valid_from_days: float = -1.0,
+        valid_until_days: float = 365.0,
+    ) -> tuple[Path, Path]:
+        """A server certificate signed by this server's CA (its files ``cert.pem`` and
+        ``key.pem`` in ``directory``), for ``names`` (DNS names and IP addresses), valid
+        from ``valid_from_days`` to ``valid_until_days`` days from now (negative: past):
+        an expired or misnamed certificate a test's own TLS listener can present."""
+        import datetime as dt
+        import ipaddress
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        tls = self.state_dir / "tls"
+        ca_key = serialization.load_pem_private_key((tls / "ca.key").read_bytes(), None)
+        ca = x509.load_pem_x509_certificate((tls / "ca.pem").read_bytes())
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        alt: list[x509.GeneralName] = []
+        for name in names:
+            try:
+                alt.append(x509.IPAddress(ipaddress.ip_address(name)))
+            except ValueError:
+                alt.append(x509.DNSName(name))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+            .issuer_name(ca.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now + dt.timedelta(days=valid_from_days))
+            .not_valid_after(now + dt.timedelta(days=valid_until_days))
+            .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        )
+        directory.mkdir(parents=True, exist_ok=True)
+        cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
+        return cert_path, key_path
+
     def maildir(self, address: str) -> Path:
         user, _, domain = address.partition("@")
         return self.state_dir / "mail" / domain / user / "Maildir"

@@ -51,6 +51,8 @@ def folder_subjects(server: MailServer, address: str, folder: str = "INBOX") -> 
 
 
 def write_config(path: Path, config: dict[str, Any]) -> Path:
+    """``config`` as an email.yml, private (it holds the password)."""
+    path.touch(mode=0o600)
     path.write_text(yaml.safe_dump({"email": config}))
     return path
 

@@ -337,3 +337,34 @@ def test_topic_pub_signs_with_the_keystore_of_the_environment(
         assert got is not None
         assert "data: signed" in got[0]
         assert got[1].identity == "operator"
+
+
+def test_the_cli_looks_on_beside_an_application_on_the_same_config(
+    mailserver: MailServer, account: Callable[[], str], tmp_path: Path
+) -> None:
+    """An application holding a spool and a state file: the CLI on its config runs (it
+    takes neither) and the application goes on receiving."""
+    config = write_config(
+        tmp_path / "email.yml",
+        mailserver.config(
+            account(),
+            spool=str(tmp_path / "spool"),
+            **{"state-file": str(tmp_path / "state.json"), "on-receive": "seen"},
+        ),
+    )
+    with emailmw.Context(config) as ctx:
+        node = emailmw.Node("app", context=ctx, announce_period=60)
+        pub = node.create_publisher(std_msgs.msg.String, "/chatter", 10)
+        round_trip(ctx, 30)
+        listed = cli(config, "node", "list")
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split() == ["/app"]
+        echo = _popen(config, "topic", "echo", "/chatter", "--once")
+        out, err = _communicate_while(echo, lambda: pub.publish(std_msgs.msg.String("seen")))
+        assert echo.returncode == 0, err
+        assert "data: seen" in out
+        sub = emailmw.Subscription("/chatter", context=ctx)
+        pub.publish(std_msgs.msg.String("for the app"))
+        got = emailmw.wait_for_message(sub, 30)
+        assert got is not None
+        assert "for the app" in got

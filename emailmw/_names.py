@@ -14,7 +14,7 @@ from typing import Final
 
 from ._exceptions import InvalidNameError
 
-__all__ = ["resolve_name", "validate_namespace", "validate_node_name"]
+__all__ = ["is_hidden", "resolve_name", "validate_namespace", "validate_node_name"]
 
 _NODE_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -68,3 +68,10 @@ def resolve_name(name: str, node: str, namespace: str, what: str = "topic name")
         raise InvalidNameError(f"invalid {what} {name!r}: no trailing '/'")
     _check_tokens(expanded, what)
     return expanded
+
+
+def is_hidden(name: str) -> bool:
+    """ROS's hidden names: a topic, service or node with a token starting with ``_``
+    (``/fibonacci/_action/status``, ``/_emailmw/graph``), left out of ``list`` verbs unless
+    asked for."""
+    return any(token.startswith("_") for token in name.split("/"))

@@ -50,7 +50,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (complete.py)
+        import argcomplete
+
+        from .complete import install
+
+        install(top)
+        argcomplete.autocomplete(top, always_complete_options=False)
+    args = top.parse_args(argv)
     try:
         status: int = args.run(args)
         return status

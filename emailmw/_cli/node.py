@@ -6,6 +6,7 @@ import argparse
 
 from .._context import Context
 from .._graph import read_graph
+from .._names import is_hidden
 from .common import CommandError, Commands, verbs, with_account
 
 __all__ = ["register"]
@@ -14,13 +15,17 @@ __all__ = ["register"]
 def register(commands: Commands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("node", help="nodes: list, info")
     add = verbs(parser, common)
-    add("list", run=list_, help="live nodes")
+    add("list", run=list_, help="live nodes").add_argument(
+        "-a", "--all", action="store_true", help="hidden nodes too (a name starting _)"
+    )
     add("info", run=info, help="a node's publishers, subscriptions, services").add_argument("name")
 
 
 @with_account
 def list_(context: Context, args: argparse.Namespace) -> int:
-    for name in sorted(read_graph(context.receiver).nodes):
+    for name in sorted(
+        n for n in read_graph(context.receiver).nodes if args.all or not is_hidden(n)
+    ):
         print(name)
     return 0
 

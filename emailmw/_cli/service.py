@@ -12,6 +12,7 @@ from .._context import Context
 from .._exceptions import ServiceTimeoutError, TypeMismatchError
 from .._graph import read_graph
 from .._interfaces import ServiceType, deserialize, serialize
+from .._names import is_hidden
 from .._node import Node
 from .common import CommandError, Commands, resolve, verbs, with_account, yaml_values
 from .interface import service_type
@@ -22,8 +23,10 @@ __all__ = ["register"]
 def register(commands: Commands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("service", help="services: list, type, find, call")
     add = verbs(parser, common)
-    add("list", run=list_, help="services in the graph").add_argument(
-        "-t", "--show-types", action="store_true"
+    p = add("list", run=list_, help="services in the graph")
+    p.add_argument("-t", "--show-types", action="store_true")
+    p.add_argument(
+        "--include-hidden-services", action="store_true", help="those with a token starting _"
     )
     add("type", run=type_, help="the type of a service").add_argument("name")
     add("find", run=find, help="the services of a type").add_argument("type")
@@ -37,7 +40,7 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
 @with_account
 def list_(context: Context, args: argparse.Namespace) -> int:
     table = read_graph(context.receiver).services()
-    for name in sorted(table):
+    for name in sorted(n for n in table if args.include_hidden_services or not is_hidden(n)):
         print(f"{name} [{', '.join(sorted(table[name]))}]" if args.show_types else name)
     return 0
 

@@ -24,6 +24,7 @@ from .._entities import Subscription
 from .._exceptions import TypeMismatchError
 from .._graph import GRAPH_TOPIC, Graph, read_graph
 from .._interfaces import deserialize, get_interface, serialize, to_data
+from .._names import is_hidden
 from .._node import Node
 from .._protocol import PublishRoute, classify
 from .._qos import DurabilityPolicy, HistoryPolicy, QoSPresetProfiles, QoSProfile, ReliabilityPolicy
@@ -80,8 +81,10 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
         "topic", help="topics: list, info, type, find, echo, pub, hz, bw, delay"
     )
     add = verbs(parser, common)
-    add("list", run=list_, help="topics in the graph").add_argument(
-        "-t", "--show-types", action="store_true"
+    p = add("list", run=list_, help="topics in the graph")
+    p.add_argument("-t", "--show-types", action="store_true")
+    p.add_argument(
+        "--include-hidden-topics", action="store_true", help="those with a token starting _"
     )
     p = add("info", run=info, help="type, publishers and subscriptions of a topic")
     p.add_argument("name")
@@ -128,7 +131,7 @@ def _graph(context: Context) -> Graph:
 @with_account
 def list_(context: Context, args: argparse.Namespace) -> int:
     table = _graph(context).topics()
-    for name in sorted(n for n in table if n != GRAPH_TOPIC):
+    for name in sorted(n for n in table if args.include_hidden_topics or not is_hidden(n)):
         print(f"{name} [{', '.join(sorted(table[name]))}]" if args.show_types else name)
     return 0
 

@@ -4,6 +4,8 @@ checked as a ROS 2 user reads its output."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import threading
@@ -227,6 +229,19 @@ def test_action_send_goal_mistakes_are_one_line(system: dict[str, Any]) -> None:
 # -- topic and service ------------------------------------------------------------------
 
 
+def test_hidden_names_are_listed_only_when_asked(system: dict[str, Any]) -> None:
+    config = system["config"]
+    topics = ok(config, "topic", "list").split()
+    assert topics == ["/counts"]  # not /fibonacci/_action/status, not /_emailmw/graph
+    every = ok(config, "topic", "list", "--include-hidden-topics").split()
+    assert "/fibonacci/_action/status" in every
+    services = ok(config, "service", "list").split()
+    assert "/add_two_ints" in services
+    assert not [s for s in services if "/_action/" in s]
+    hidden = ok(config, "service", "list", "--include-hidden-services").split()
+    assert "/fibonacci/_action/send_goal" in hidden
+
+
 def test_topic_and_service_type_and_find(system: dict[str, Any]) -> None:
     config = system["config"]
     assert ok(config, "topic", "type", "/counts") == "example_interfaces/msg/Int32\n"
@@ -361,3 +376,74 @@ def test_every_param_value_form_round_trips(system: dict[str, Any]) -> None:
         value = node.get_parameter("any").value
         assert (list(value) if isinstance(value, list | tuple) else value) == expected
     assert Parameter.Type.from_parameter_value(True) is Parameter.Type.BOOL
+
+
+# -- shell completion -------------------------------------------------------------------
+
+
+def complete(line: str, config: Path | None = None, shell: str = "bash") -> list[str]:
+    """What argcomplete offers for ``line`` (as the shell's hook asks for it)."""
+    out = config.parent / "completions" if config is not None else Path("/dev/null")
+    env = {
+        **os.environ,
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_SHELL": shell,
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+        "_ARGCOMPLETE_IFS": "\n",
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+    }
+    if config is not None:
+        env["EMAILMW_CONFIG_FILE"] = str(config)
+    result = subprocess.run(
+        [sys.executable, "-m", "emailmw"], env=env, capture_output=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return [c.strip() for c in out.read_text().splitlines() if c.strip()]
+
+
+def test_completion_of_names_from_the_graph_and_types(system: dict[str, Any]) -> None:
+    config = system["config"]
+    assert complete("emailmw topic echo /c", config) == ["/counts"]
+    assert complete("emailmw topic info ", config) == ["/counts"]
+    assert "/add_two_ints" in complete("emailmw service call /", config)
+    assert complete("emailmw action send_goal /f", config) == ["/fibonacci"]
+    assert complete("emailmw node info /r", config) == ["/robot"]
+    assert complete("emailmw param list /r", config) == ["/robot"]
+    assert complete("emailmw topic pub /counts example_interfaces/msg/Int3", config) == [
+        "example_interfaces/msg/Int32",
+        "example_interfaces/msg/Int32MultiArray",
+    ]
+    assert complete("emailmw service call /add_two_ints example_interfaces/srv/Add", config) == [
+        "example_interfaces/srv/AddTwoInts"
+    ]
+    assert complete("emailmw topic ec", config) == ["echo"]
+    assert "--qos-reliability" in complete("emailmw topic echo /counts --qos-r", config)
+    zsh = complete("emailmw node info /r", config, shell="zsh")
+    assert [c.split(":")[0].strip() for c in zsh] == ["/robot"]
+
+
+def test_completion_never_waits_more_than_its_budget(tmp_path: Path) -> None:
+    """A server that accepts and never answers: no names, within the budget."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    config = write_config(
+        tmp_path / "email.yml",
+        {
+            "transport": "native",
+            "user": {
+                "url-smtp": f"smtps://127.0.0.1:{port}",
+                "url-imap": f"imaps://127.0.0.1:{port}",
+                "username": "a@b.test",
+                "password": "x",
+            },
+            "recipients": {"to": "a@b.test"},
+        },
+    )
+    started = time.monotonic()
+    try:
+        assert complete("emailmw topic echo /", config) == []
+    finally:
+        silent.close()
+    # the interpreter's start and the parser take their share; the graph at most 1 s
+    assert time.monotonic() - started < 1.0 + 5.0

@@ -1,0 +1,129 @@
+"""Shell completion (argcomplete, bash and zsh): verbs and options from the parsers, type
+names from the interfaces emailmw knows, and topic, service, action and node names from the
+graph in the mailbox when it answers within :data:`GRAPH_BUDGET_S` (else none: a
+completion never hangs the shell).
+
+Install once (``docs/ros-users.md``)::
+
+    eval "$(register-python-argcomplete emailmw)"     # in ~/.bashrc or ~/.zshrc
+
+The completers are attached in one place, :func:`install`, by each command's argument
+names (``name`` of ``topic echo`` completes topics, ``type`` of ``service call`` service
+types, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .._config import load_options
+from .._graph import Graph, read_graph
+from .._interfaces import interface_names
+from .._names import is_hidden
+from .._transport.factory import make_receiver
+
+__all__ = ["GRAPH_BUDGET_S", "install"]
+
+#: how long a completion waits for the graph (seconds)
+GRAPH_BUDGET_S = 1.0
+
+Completer = Callable[..., list[str]]
+
+
+def _graph(parsed_args: argparse.Namespace) -> Graph | None:
+    """The graph of the configured account, or None when there is none or it takes longer
+    than the budget (the reading goes on in a daemon thread the shell does not wait for)."""
+    found: list[Graph] = []
+
+    def read() -> None:
+        options = load_options(getattr(parsed_args, "config", None))
+        if options.intraprocess:
+            return
+        receiver = make_receiver(options)
+        try:
+            found.append(read_graph(receiver))
+        finally:
+            receiver.close()
+
+    def guarded() -> None:
+        with contextlib.suppress(Exception):  # no completion is the answer to any failure
+            read()
+
+    thread = threading.Thread(target=guarded, daemon=True)
+    thread.start()
+    thread.join(GRAPH_BUDGET_S)
+    return found[0] if found else None
+
+
+def _from_graph(names: Callable[[Graph], list[str]]) -> Completer:
+    def complete(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+        graph = _graph(parsed_args)
+        if graph is None:
+            return []
+        return sorted(n for n in names(graph) if n.startswith(prefix))
+
+    return complete
+
+
+def _topics(graph: Graph) -> list[str]:
+    return [t for t in graph.topics() if not is_hidden(t)]
+
+
+def _services(graph: Graph) -> list[str]:
+    return [s for s in graph.services() if not is_hidden(s)]
+
+
+def _actions(graph: Graph) -> list[str]:
+    suffix = "/_action/send_goal"
+    return [s[: -len(suffix)] for s in graph.services() if s.endswith(suffix)]
+
+
+def _nodes(graph: Graph) -> list[str]:
+    return [n for n in graph.nodes if not is_hidden(n)]
+
+
+def _types(kind: str) -> Completer:
+    def complete(prefix: str, **_: Any) -> list[str]:
+        return [n for n in interface_names() if f"/{kind}/" in n and n.startswith(prefix)]
+
+    return complete
+
+
+def _all_types(prefix: str, **_: Any) -> list[str]:
+    return [n for n in interface_names() if n.startswith(prefix)]
+
+
+#: (command, argument) -> its completer; the verb does not matter
+_COMPLETERS: dict[tuple[str, str], Completer] = {
+    ("topic", "name"): _from_graph(_topics),
+    ("topic", "type"): _types("msg"),
+    ("service", "name"): _from_graph(_services),
+    ("service", "type"): _types("srv"),
+    ("action", "name"): _from_graph(_actions),
+    ("action", "type"): _types("action"),
+    ("node", "name"): _from_graph(_nodes),
+    ("param", "node"): _from_graph(_nodes),
+    ("interface", "type"): _all_types,
+    ("bag", "topics"): _from_graph(_topics),
+}
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # argparse keeps its sub-parsers there (no public API)
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def install(parser: argparse.ArgumentParser) -> None:
+    """Attach the completers to the arguments of every command's verbs."""
+    for command, command_parser in _subcommands(parser).items():
+        for verb_parser in [command_parser, *_subcommands(command_parser).values()]:
+            for action in verb_parser._actions:
+                completer = _COMPLETERS.get((command, action.dest))
+                if completer is not None:
+                    action.completer = completer  # type: ignore[attr-defined]

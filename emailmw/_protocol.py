@@ -353,6 +353,7 @@ def classify(
             email.headers.get(HEADER_MESSAGE_TYPE),
             redelivered,
             delivery_count=delivery_count,
+            message_id=email.message_id,
         ),
     )
 

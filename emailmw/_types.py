@@ -249,6 +249,7 @@ class MessageInfo:
     (``docs/security.md``); None for a message that was not verified. ``delivery_count``:
     how many group members this message was handed to (a stateful or stateless group's
     member that failed holding it passed it on: ``docs/delivery-modes.md``); 1 otherwise.
+    ``message_id``: the email's Message-ID (what a bag records and the archive holds).
     """
 
     source_timestamp: int
@@ -259,6 +260,7 @@ class MessageInfo:
     redelivered: bool = False
     identity: str | None = None
     delivery_count: int = 1
+    message_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

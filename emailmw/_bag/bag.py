@@ -23,7 +23,7 @@ from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 
 from .._context import Context
 from .._entities import Publisher, Subscription
-from .._exceptions import ConfigError, TypeMismatchError
+from .._exceptions import ConfigError, EmailMWError
 from .._graph import GRAPH_TOPIC, graph_of
 from .._interfaces import HEADER_MESSAGE_TYPE, from_data, get_interface, serialize, to_data
 from .._log import get_logger
@@ -78,7 +78,6 @@ class BagWriter:
         data: Any,
         info: MessageInfo,
         received_ns: int,
-        message_id: str | None = None,
     ) -> None:
         """Write one message (its plain data; ``message_type`` None: untyped, ``data`` its
         body) and its MessageInfo, at its send time."""
@@ -93,7 +92,7 @@ class BagWriter:
             "publisher_gid": info.publisher_gid.value,
             "sequence_number": -1 if info.sequence_number is None else info.sequence_number,
             "identity": info.identity or "",
-            "message_id": message_id or "",
+            "message_id": info.message_id or "",
         }
         with self._lock:
             raw = self.types.to_cdr(kind, payload)
@@ -185,11 +184,14 @@ def record(
     count: int | None = None,
     duration: float | None = None,
     on_message: Callable[[int], None] | None = None,
+    on_subscribed: Callable[[str], None] | None = None,
 ) -> int:
     """Record ``topics`` (with ``all_topics``: every topic in the graph, those that appear
     later too, emailmw's own left out) into a new bag ``out``, until ``stop`` is set,
     ``count`` messages were recorded or ``duration`` seconds passed. The number recorded.
-    A message of a type emailmw does not know is counted and left out (logged once)."""
+    A message of a type emailmw does not know is counted and left out (logged once).
+    ``on_subscribed(topic)`` once a topic is subscribed: what is published from then on
+    is recorded."""
     writer = BagWriter(out)
     subscriptions: dict[str, Subscription] = {}
     refused: dict[str, int] = {}
@@ -207,6 +209,8 @@ def record(
         for name in names:
             if name not in subscriptions:
                 subscriptions[name] = Subscription(name, context=context)
+                if on_subscribed is not None:
+                    on_subscribed(name)
 
     try:
         while not stop.is_set() and (count is None or writer.count < count):
@@ -224,12 +228,12 @@ def record(
                     body, info = got
                     try:
                         data = _plain_body(body, info.message_type)
-                    except (KeyError, TypeMismatchError, yaml.YAMLError) as exc:
+                        writer.write(topic, info.message_type, data, info, info.received_timestamp)
+                    except (KeyError, EmailMWError, yaml.YAMLError) as exc:
                         refused[topic] = refused.get(topic, 0) + 1
                         if refused[topic] == 1:
                             _log.warning("not recorded on %s: %s", topic, exc)
                         continue
-                    writer.write(topic, info.message_type, data, info, info.received_timestamp)
                     if on_message is not None:
                         on_message(writer.count)
                     if count is not None and writer.count >= count:
@@ -400,15 +404,13 @@ def export(
             ):
                 left += 1
                 continue
+            received = delivered_ns or route.info.source_timestamp
             try:
                 data = _plain_body(email.body, route.info.message_type)
-            except (KeyError, TypeMismatchError, yaml.YAMLError):
+                writer.write(route.topic, route.info.message_type, data, route.info, received)
+            except (KeyError, EmailMWError, yaml.YAMLError):
                 left += 1
                 continue
-            received = delivered_ns or route.info.source_timestamp
-            writer.write(
-                route.topic, route.info.message_type, data, route.info, received, email.message_id
-            )
             if on_message is not None:
                 on_message(writer.count)
     finally:

@@ -15,6 +15,7 @@ import numpy as np
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
+from .._exceptions import ConfigError
 from .._idl import MessageSpec, strip_comment
 from .._interfaces import get_interface
 
@@ -61,6 +62,10 @@ def _definition(cls: Any) -> tuple[str, list[str]]:
     return "\n".join(lines), nested
 
 
+#: the field ROS (and rosbags) give a message without fields, such as std_msgs/msg/Empty
+_EMPTY_FILLER = "structure_needs_at_least_one_member"
+
+
 class BagTypes:
     """A typestore holding the emailmw types a bag needs, registered on first use, with
     their ROS definitions; converts plain message data to and from CDR. Thread-safe."""
@@ -80,6 +85,12 @@ class BagTypes:
                 if name in self._known or name in found:
                     continue
                 text, nested = _definition(get_interface(name))
+                if any(line.split()[0].startswith("wstring") for line in text.splitlines()):
+                    raise ConfigError(
+                        f"{type_name} holds a wstring field, which rosbags (and so emailmw's "
+                        "bags) cannot serialize: such messages are left out of bags",
+                        source="bag",
+                    )
                 # rosbags names a type by its ROS name; a part of a service or action
                 # (pkg/srv/X_Request) is registered as what it is
                 found.update(get_types_from_msg(text, name))
@@ -101,7 +112,12 @@ class BagTypes:
         """A rosbags message object of ``type_name`` from plain data (every field)."""
         cls = self.store.types[type_name]
         fields = self.store.fielddefs[type_name][1]
-        return cls(**{name: self._field(kind, data[name]) for name, kind in fields})
+        return cls(
+            **{
+                name: 0 if name == _EMPTY_FILLER else self._field(kind, data[name])
+                for name, kind in fields
+            }
+        )
 
     def _field(self, definition: Any, value: Any) -> Any:
         node, inner = definition
@@ -126,7 +142,7 @@ class BagTypes:
             return {
                 f.name: self._plain(getattr(message, f.name))
                 for f in dataclasses.fields(message)
-                if f.name != "__msgtype__" and not f.name.isupper()
+                if f.name not in ("__msgtype__", _EMPTY_FILLER) and not f.name.isupper()
             }
         if isinstance(message, np.generic):
             return message.item()

@@ -80,6 +80,9 @@ def _record(context: Context, args: argparse.Namespace) -> int:
         stop=_stopping(),
         count=args.count,
         duration=args.duration,
+        on_subscribed=lambda topic: print(
+            f"Subscribed to topic '{topic}'", file=sys.stderr, flush=True
+        ),
     )
     print(f"recorded {count} messages into {args.output}", file=sys.stderr)
     return 0

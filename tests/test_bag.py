@@ -102,3 +102,33 @@ def test_a_wstring_type_is_refused_with_a_reason(tmp_path: Path) -> None:
 def test_a_bag_directory_that_exists_is_refused(tmp_path: Path) -> None:
     with pytest.raises(emailmw.ConfigError, match="exists already"):
         BagWriter(tmp_path)
+
+
+def test_export_in_worker_processes_equals_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Maildir of 60 emails in chunks of 7, encoded by two worker processes: the same
+    bag, in the same order, as one process writes."""
+    pytest.importorskip("pyarrow")
+    import emailmw._bag.bag as bag_module
+    from emailmw._pipeline.landing import Source, list_units
+    from emailmw.testing.archive import iter_bulk
+
+    root = tmp_path / "Maildir"
+    for sub in ("cur", "new", "tmp"):
+        (root / sub).mkdir(parents=True)
+    for i, (raw, delivered) in enumerate(iter_bulk(60)):
+        secs, nanos = divmod(delivered, 10**9)
+        name = f"{secs}.M{nanos // 1000:06d}P{i:08d}.t,S={len(raw)}:2,"
+        (root / "cur" / name).write_bytes(raw)
+    (root / "cur" / "9.M1P1.broken:2,").write_bytes(b"\xff\xfe not an email")
+    units = list_units([Source("maildir", root, str(root))]).to_pylist()
+    monkeypatch.setattr(bag_module, "EXPORT_CHUNK", 7)
+    assert bag_module.export(units, tmp_path / "one", workers=1) == (60, 1)
+    assert bag_module.export(units, tmp_path / "two", workers=2) == (60, 1)
+
+    def essence(bag: Path) -> list[tuple[object, ...]]:
+        return [(m.topic, m.timestamp_ns, m.data, m.info["message_id"]) for m in read_bag(bag)]
+
+    assert essence(tmp_path / "two") == essence(tmp_path / "one")
+    assert len(essence(tmp_path / "one")) == 60

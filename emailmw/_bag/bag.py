@@ -11,6 +11,11 @@ MessageInfo's ``message_type`` empty, and played back as it came.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import itertools
+import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,6 +32,7 @@ from .._exceptions import ConfigError, EmailMWError
 from .._graph import GRAPH_TOPIC, graph_of
 from .._interfaces import HEADER_MESSAGE_TYPE, from_data, get_interface, serialize, to_data
 from .._log import get_logger
+from .._pipeline.landing import unit_emails
 from .._protocol import PublishRoute, classify
 from .._types import MessageInfo
 from .._waitable import wait_any
@@ -81,30 +87,49 @@ class BagWriter:
     ) -> None:
         """Write one message (its plain data; ``message_type`` None: untyped, ``data`` its
         body) and its MessageInfo, at its send time."""
-        kind = message_type or _UNTYPED
-        payload = data if message_type else {"data": data}
-        stamp = info.source_timestamp or received_ns
-        meta = {
-            "topic": topic,
-            "message_type": message_type or "",
-            "source_stamp": _stamp(info.source_timestamp),
-            "received_stamp": _stamp(received_ns),
-            "publisher_gid": info.publisher_gid.value,
-            "sequence_number": -1 if info.sequence_number is None else info.sequence_number,
-            "identity": info.identity or "",
-            "message_id": info.message_id or "",
-        }
+        self.write_encoded(encode(self.types, topic, message_type, data, info, received_ns))
+
+    def write_encoded(self, encoded: Encoded) -> None:
+        """Write a message :func:`encode` made (perhaps in another process)."""
+        topic, kind, stamp, payload, meta = encoded
         with self._lock:
-            raw = self.types.to_cdr(kind, payload)
-            self._writer.write(self._connection(topic, kind), stamp, raw)
-            self._writer.write(
-                self._connection(INFO_TOPIC, INFO_TYPE), stamp, self.types.to_cdr(INFO_TYPE, meta)
-            )
+            self._writer.write(self._connection(topic, kind), stamp, payload)
+            self._writer.write(self._connection(INFO_TOPIC, INFO_TYPE), stamp, meta)
             self.count += 1
 
     def close(self) -> None:
         with self._lock:
             self._writer.close()
+
+
+#: a message ready for a bag: (topic, ROS type, bag timestamp, CDR of the message, CDR of
+#: its MessageInfo)
+Encoded = tuple[str, str, int, bytes, bytes]
+
+
+def encode(
+    types: BagTypes,
+    topic: str,
+    message_type: str | None,
+    data: Any,
+    info: MessageInfo,
+    received_ns: int,
+) -> Encoded:
+    """One message and its MessageInfo as CDR, with its topic, ROS type and timestamp."""
+    kind = message_type or _UNTYPED
+    payload = data if message_type else {"data": data}
+    stamp = info.source_timestamp or received_ns
+    meta = {
+        "topic": topic,
+        "message_type": message_type or "",
+        "source_stamp": _stamp(info.source_timestamp),
+        "received_stamp": _stamp(received_ns),
+        "publisher_gid": info.publisher_gid.value,
+        "sequence_number": -1 if info.sequence_number is None else info.sequence_number,
+        "identity": info.identity or "",
+        "message_id": info.message_id or "",
+    }
+    return topic, kind, stamp, types.to_cdr(kind, payload), types.to_cdr(INFO_TYPE, meta)
 
 
 @dataclass(frozen=True)
@@ -378,41 +403,108 @@ def bag_info(path: str | Path) -> BagInfo:
 # ----------------------------------------------------------------------------- export
 
 
+#: emails a worker process encodes at a time
+EXPORT_CHUNK: Final = 2000
+
+
 def export(
-    emails: Iterable[tuple[bytes, int | None]],
+    units: Iterable[dict[str, Any]],
     out: Path,
     *,
     include_internal: bool = False,
+    workers: int | None = None,
     on_message: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
-    """Write the published messages among ``emails`` (raw bytes, with the delivery time
-    the store gives, None: unknown) into a new bag ``out``: the bag a recorder would have
-    written had it been there. (written, left out: not a publish, foreign or malformed
-    mail, a type emailmw does not know.)"""
+    """Write the published messages of an archive's units (``list_units`` of the
+    pipeline's landing: the same listing and reader ``emailmw analyze`` uses) into a new
+    bag ``out``: the bag a recorder would have written had it been there. Returns
+    (written, left out: not a publish, foreign or malformed mail, a type emailmw does not
+    know, a wstring).
+
+    The emails are parsed and encoded by ``workers`` processes (default: one per core),
+    chunks of :data:`EXPORT_CHUNK` emails, while this process writes the bag in the
+    units' order; at most two chunks a worker are in flight (memory stays bounded)."""
+    chunks = [c for unit in units for c in _chunks(unit)]
+    workers = workers or os.cpu_count() or 1
     writer = BagWriter(out)
     left = 0
     try:
-        for raw, delivered_ns in emails:
-            try:
-                email = parse(raw)
-            except Exception:  # noqa: BLE001 - no stored email stops the export
-                left += 1
-                continue
-            route = classify(email, delivered_ns or 0)
-            if not isinstance(route, PublishRoute) or (
-                not include_internal and route.topic.startswith("/_emailmw/")
-            ):
-                left += 1
-                continue
-            received = delivered_ns or route.info.source_timestamp
-            try:
-                data = _plain_body(email.body, route.info.message_type)
-                writer.write(route.topic, route.info.message_type, data, route.info, received)
-            except (KeyError, EmailMWError, yaml.YAMLError):
-                left += 1
-                continue
+        for encoded, refused in _encoded(chunks, include_internal, workers):
+            left += refused
+            for item in encoded:
+                writer.write_encoded(item)
             if on_message is not None:
                 on_message(writer.count)
     finally:
         writer.close()
     return writer.count, left
+
+
+def _chunks(unit: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A Maildir unit in pieces of :data:`EXPORT_CHUNK` files (an mbox unit as it is)."""
+    if unit["kind"] != "maildir":
+        yield unit
+        return
+    for group in unit["groups"]:
+        names = group["names"]
+        for start in range(0, len(names), EXPORT_CHUNK):
+            piece = {**group, "names": names[start : start + EXPORT_CHUNK]}
+            yield {**unit, "groups": [piece]}
+
+
+def _encoded(
+    chunks: list[dict[str, Any]], include_internal: bool, workers: int
+) -> Iterator[tuple[list[Encoded], int]]:
+    if workers <= 1 or len(chunks) <= 1:
+        for chunk in chunks:
+            yield encode_chunk(chunk, include_internal)
+        return
+    # fork: the workers inherit the imported modules (a forkserver's workers import
+    # emailmw, rosbags and numpy again: a second of start-up for a few seconds of work)
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        waiting: collections.deque[concurrent.futures.Future[tuple[list[Encoded], int]]]
+        waiting = collections.deque()
+        pending = iter(chunks)
+        for chunk in itertools.islice(pending, 2 * workers):
+            waiting.append(pool.submit(encode_chunk, chunk, include_internal))
+        while waiting:
+            result = waiting.popleft().result()
+            for chunk in itertools.islice(pending, 1):
+                waiting.append(pool.submit(encode_chunk, chunk, include_internal))
+            yield result
+
+
+_worker_types: BagTypes | None = None
+
+
+def encode_chunk(chunk: dict[str, Any], include_internal: bool) -> tuple[list[Encoded], int]:
+    """The published messages of a chunk of an archive, encoded, and how many emails were
+    left out. Run in a worker process (its types kept between chunks)."""
+    global _worker_types
+    if _worker_types is None:
+        _worker_types = BagTypes()
+    types = _worker_types
+    encoded: list[Encoded] = []
+    left = 0
+    for _, _, delivered_ns, raw in unit_emails(chunk):
+        try:
+            email = parse(raw)
+        except Exception:  # noqa: BLE001 - no stored email stops the export
+            left += 1
+            continue
+        route = classify(email, delivered_ns or 0)
+        if not isinstance(route, PublishRoute) or (
+            not include_internal and route.topic.startswith("/_emailmw/")
+        ):
+            left += 1
+            continue
+        received = delivered_ns or route.info.source_timestamp
+        try:
+            data = _plain_body(email.body, route.info.message_type)
+            encoded.append(
+                encode(types, route.topic, route.info.message_type, data, route.info, received)
+            )
+        except (KeyError, EmailMWError, yaml.YAMLError):
+            left += 1
+    return encoded, left

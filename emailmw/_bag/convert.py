@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import typing
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -74,9 +75,12 @@ class BagTypes:
         self.store: Typestore = get_typestore(Stores.EMPTY)
         self._lock = threading.Lock()
         self._known: set[str] = set()
+        self._builders: dict[str, Callable[[Any], Any]] = {}
 
     def register(self, type_name: str) -> None:
         """Register ``type_name`` (``pkg/msg/Name``) and the types it contains."""
+        if type_name in self._known:  # (a set's membership test is atomic)
+            return
         with self._lock:
             pending = [type_name]
             found: dict[str, Any] = {}
@@ -95,8 +99,9 @@ class BagTypes:
                 # (pkg/srv/X_Request) is registered as what it is
                 found.update(get_types_from_msg(text, name))
                 pending += nested
-            self.store.register(found)
-            self._known.update(found)
+            if found:
+                self.store.register(found)
+                self._known.update(found)
 
     def to_cdr(self, type_name: str, data: Any) -> bytes:
         """CDR bytes of ``data`` (a message's plain data) as ``type_name``."""
@@ -110,28 +115,39 @@ class BagTypes:
 
     def _object(self, type_name: str, data: Any) -> Any:
         """A rosbags message object of ``type_name`` from plain data (every field)."""
-        cls = self.store.types[type_name]
-        fields = self.store.fielddefs[type_name][1]
-        return cls(
-            **{
-                name: 0 if name == _EMPTY_FILLER else self._field(kind, data[name])
-                for name, kind in fields
-            }
-        )
+        build = self._builders.get(type_name)
+        if build is None:
+            build = self._builders[type_name] = self._builder(type_name)
+        return build(data)
 
-    def _field(self, definition: Any, value: Any) -> Any:
+    def _builder(self, type_name: str) -> Callable[[Any], Any]:
+        """The function from plain data to a rosbags object of ``type_name``, made once
+        from the type's field definitions (what the recorder runs for every message)."""
+        cls = self.store.types[type_name]
+        parts = [(name, self._converter(kind)) for name, kind in self.store.fielddefs[type_name][1]]
+        if [name for name, _ in parts] == [_EMPTY_FILLER]:
+            return lambda _: cls(0)
+
+        def build(data: Any) -> Any:
+            return cls(*[data[n] if f is None else f(data[n]) for n, f in parts])
+
+        return build
+
+    def _converter(self, definition: Any) -> Callable[[Any], Any] | None:
+        """How to convert a field's plain value (None: it is taken as it is)."""
         node, inner = definition
         if node.name == "NAME":  # a nested message
-            return self._object(inner, value)
+            return lambda value: self._object(inner, value)
         if node.name in ("ARRAY", "SEQUENCE"):
             element = inner[0]
             if element[0].name == "BASE":
-                base = element[1][0]
-                if base in _DTYPES:
-                    return np.array(value, dtype=_DTYPES[base])
-                return list(value)
-            return [self._object(element[1], item) for item in value]
-        return value
+                dtype = _DTYPES.get(element[1][0])
+                if dtype is not None:
+                    return lambda value: np.array(value, dtype=dtype)
+                return list
+            name = element[1]
+            return lambda value: [self._object(name, item) for item in value]
+        return None
 
     def _plain(self, message: Any) -> Any:
         if isinstance(message, np.ndarray):

@@ -8,7 +8,6 @@ import importlib.util
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +118,9 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _archive(sources: list[str], staging: Path, config: str | None) -> Iterator[Any]:
-    """The raw emails of the archives, with their delivery times, listed and read as
-    ``emailmw analyze`` lists and reads them."""
-    from .._pipeline.landing import Source, list_units, maildirs, unit_emails
+def _archive(sources: list[str], staging: Path, config: str | None) -> list[dict[str, Any]]:
+    """The units of the archives, listed as ``emailmw analyze`` lists them."""
+    from .._pipeline.landing import Source, list_units, maildirs
 
     listed = []
     for text in sources:
@@ -141,9 +139,8 @@ def _archive(sources: list[str], staging: Path, config: str | None) -> Iterator[
             listed.append(Source("maildir", path.resolve(), text))
         else:
             listed.append(Source("mbox", path.resolve(), text))
-    for unit in list_units(listed).to_pylist():
-        for _, _, delivered_ns, raw in unit_emails(unit):
-            yield raw, delivered_ns
+    units: list[dict[str, Any]] = list_units(listed).to_pylist()
+    return units
 
 
 def export(args: argparse.Namespace) -> int:

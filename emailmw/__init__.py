@@ -5,7 +5,7 @@ transports (``EmailSender``/``EmailReceiver``), the polling manager, the subscri
 service handlers, the :class:`Context`, the entities, and wait sets on top.
 """
 
-from ._config import Endpoint, Options, UserInfo
+from ._config import NO_BATCH, BatchPolicy, Endpoint, Options, UserInfo
 from ._context import (
     Context,
     IntraprocessNetwork,
@@ -232,6 +232,8 @@ __all__ = [
     "MessageTooLargeError",
     "PermissionDeniedError",
     "Options",
+    "BatchPolicy",
+    "NO_BATCH",
     "Publisher",
     "ReceiveError",
     "RemoteError",

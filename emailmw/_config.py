@@ -30,6 +30,8 @@ from ._protocol import Recipients, address_domain
 from ._wire import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
+    "NO_BATCH",
+    "BatchPolicy",
     "RoutingOptions",
     "Endpoint",
     "Options",
@@ -72,6 +74,7 @@ _TOP_KEYS: Final = frozenset(
         "queue-bytes",
         "security",
         "routing",
+        "batch",
     }
 )
 _ROUTING_KEYS: Final = frozenset({"hub", "routes"})
@@ -134,6 +137,38 @@ class TLSOptions:
     ca_file: str | None = None
     verify: bool = True
     starttls: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPolicy:
+    """Several messages in one email (``docs/batching.md``): the outbox holds a message up
+    to ``linger_ms`` for others to the same recipients, and sends at most ``max_messages``
+    of them, at most ``max_bytes`` together, as one batch email. ``max_messages`` 1: no
+    batching (:data:`NO_BATCH`). Immutable."""
+
+    linger_ms: float = 5.0
+    max_messages: int = 100
+    max_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.linger_ms, int | float) and 0 <= self.linger_ms <= 60_000):
+            raise ValueError(f"linger_ms must be 0 to 60000, got {self.linger_ms!r}")
+        if isinstance(self.max_messages, bool) or not (
+            isinstance(self.max_messages, int) and 1 <= self.max_messages <= 10_000
+        ):
+            raise ValueError(f"max_messages must be 1 to 10000, got {self.max_messages!r}")
+        if isinstance(self.max_bytes, bool) or not (
+            isinstance(self.max_bytes, int) and self.max_bytes >= 1024
+        ):
+            raise ValueError(f"max_bytes must be at least 1024, got {self.max_bytes!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_messages > 1
+
+
+#: no batching: each message its own email
+NO_BATCH: Final = BatchPolicy(linger_ms=0, max_messages=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +252,8 @@ class Options:
     queue_bytes: int = DEFAULT_QUEUE_BYTES
     security: SecurityOptions = field(default_factory=SecurityOptions)
     routing: RoutingOptions = field(default_factory=RoutingOptions)
+    #: batching of every message this context sends (``batch``; NO_BATCH: off)
+    batch: BatchPolicy = NO_BATCH
     source: str = "<defaults>"
 
     @property
@@ -581,8 +618,30 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         queue_bytes=reader.size("queue-bytes", DEFAULT_QUEUE_BYTES),
         security=security,
         routing=_read_routing(reader, recipients),
+        batch=_read_batch(reader),
         source=source,
     )
+
+
+_BATCH_KEYS: Final = frozenset({"linger-ms", "max-messages", "max-bytes"})
+
+
+def _read_batch(reader: _Reader) -> BatchPolicy:
+    """The ``batch`` section: ``linger-ms``, ``max-messages``, ``max-bytes`` (absent: off)."""
+    section = reader.mapping("batch", _BATCH_KEYS)
+    if section is None:
+        return NO_BATCH
+    default = BatchPolicy()
+    linger = section.number("linger-ms", default.linger_ms)
+    if linger > 60_000:
+        raise section.error("linger-ms", f"expected at most 60000, got {linger!r}")
+    most = section.integer("max-messages", default.max_messages)
+    if most > 10_000:
+        raise section.error("max-messages", f"expected at most 10000, got {most!r}")
+    size = section.size("max-bytes", default.max_bytes)
+    if size < 1024:
+        raise section.error("max-bytes", f"expected at least 1024, got {size!r}")
+    return BatchPolicy(linger, most, size)
 
 
 def _read_routing(reader: _Reader, recipients: Recipients) -> RoutingOptions:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ._closeable import Closeable
+from ._config import NO_BATCH, BatchPolicy
 from ._exceptions import (
     ClosedError,
     ConfigError,
@@ -97,13 +98,23 @@ class Publisher(_Entity):
     ``guarantee`` overrides the context's ``send-guarantee`` for this publisher: when
     :meth:`publish` returns, the email was accepted by the server (``"server"``), written to
     the spool directory (``"spool"``) or queued in memory (``"memory"``); see
-    ``docs/reliability.md``.
+    ``docs/reliability.md``. ``batch`` overrides the context's ``batch``: a
+    :class:`~emailmw.BatchPolicy`, True (the default policy) or False (each message its
+    own email); batched messages to the same recipients travel together in one email
+    (``docs/batching.md``).
     """
 
     def __init__(
-        self, topic: str, *, context: Context | None = None, guarantee: str | None = None
+        self,
+        topic: str,
+        *,
+        context: Context | None = None,
+        guarantee: str | None = None,
+        batch: BatchPolicy | bool | None = None,
     ) -> None:
         self._topic = validate_name(topic, "topic")
+        #: None: the context's ``batch``; a policy; False: never batched
+        self._batch = NO_BATCH if batch is False else BatchPolicy() if batch is True else batch
         ctx = self._setup(context, "publish", self._topic)
         self.gid = Gid.new()
         self._seq = itertools.count()
@@ -169,6 +180,7 @@ class Publisher(_Entity):
             ),
             guarantee=self._guarantee,
             on_failure=self._failed,
+            batch=self._batch,
         )
         return future
 

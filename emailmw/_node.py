@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
+from ._config import BatchPolicy
 from ._context import Context, resolve
 from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
 from ._exceptions import (
@@ -147,13 +148,20 @@ def _in_group(entity: Any, group: CallbackGroup | None, node: Node) -> CallbackG
 class NodePublisher(Generic[T]):
     """Publishes typed messages; the body is YAML, the type in ``Message-Type``."""
 
-    def __init__(self, node: Node, msg_type: type[T], topic: str, qos_profile: QoSProfile) -> None:
+    def __init__(
+        self,
+        node: Node,
+        msg_type: type[T],
+        topic: str,
+        qos_profile: QoSProfile,
+        batch: BatchPolicy | bool | None = None,
+    ) -> None:
         self.msg_type = msg_type
         self.topic = topic
         self.qos_profile = qos_profile
         self._node = node
         self._type_name = type_name(msg_type)
-        self._core = Publisher(topic, context=node.context)
+        self._core = Publisher(topic, context=node.context, batch=batch)
 
     @property
     def topic_name(self) -> str:
@@ -912,16 +920,19 @@ class Node:
         event_callbacks: Any = None,
         qos_overriding_options: Any = None,
         publisher_class: Any = None,
+        batch: BatchPolicy | bool | None = None,
     ) -> NodePublisher[T]:
         """A publisher of ``msg_type`` on ``topic`` (``qos_profile``: a
         :class:`~emailmw.qos.QoSProfile`, or a keep-last depth; what matters of it is on
-        the subscription side)."""
+        the subscription side). ``batch`` (emailmw's): as :class:`~emailmw.Publisher`'s,
+        several messages in one email (``docs/batching.md``)."""
         del callback_group, event_callbacks, qos_overriding_options, publisher_class
         profile = (
             qos_profile if isinstance(qos_profile, QoSProfile) else QoSProfile(depth=qos_profile)
         )
         return self._add(
-            self.publishers, NodePublisher(self, msg_type, self.resolve(topic), profile)
+            self.publishers,
+            NodePublisher(self, msg_type, self.resolve(topic), profile, batch),
         )
 
     def create_subscription(

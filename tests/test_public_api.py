@@ -7,11 +7,13 @@ import types
 import emailmw
 
 # Changing this list is changing the public API: say so in the commit (#37 added the
-# rclpy-shaped modules, the message packages, Parameter, create_node, try_shutdown).
+# rclpy-shaped modules, the message packages, Parameter, create_node, try_shutdown; #39
+# BatchPolicy and NO_BATCH).
 PUBLIC = [
     "Ack",
     "ActionType",
     "AuthenticationError",
+    "BatchPolicy",
     "Client",
     "ClosedError",
     "ConfigError",
@@ -51,6 +53,7 @@ PUBLIC = [
     "MessageLost",
     "MessageTooLargeError",
     "MultiThreadedExecutor",
+    "NO_BATCH",
     "Node",
     "NodeGuardCondition",
     "NodePublisher",

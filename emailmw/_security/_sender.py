@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._config import BatchPolicy
 from .._transport.base import EmailSender, FailureCallback
 from .._types import Email
 from ._policy import Security
@@ -28,11 +29,13 @@ class SecureSender(EmailSender):
         *,
         guarantee: str | None = None,
         on_failure: FailureCallback | None = None,
+        batch: BatchPolicy | None = None,
     ) -> None:
         self._inner.send(
             self._security.outgoing(email, self.address),
             guarantee=guarantee,
             on_failure=on_failure,
+            batch=batch,
         )
 
     def flush(self, timeout: float | None = None) -> bool:

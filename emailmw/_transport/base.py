@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Literal, Protocol
 
 from .._closeable import Closeable
+from .._config import BatchPolicy
 from .._exceptions import SendError
 from .._protocol import Unroutable, classify
 from .._types import Email
@@ -160,6 +161,7 @@ class EmailSender(Closeable):
         *,
         guarantee: str | None = None,
         on_failure: FailureCallback | None = None,
+        batch: BatchPolicy | None = None,
     ) -> None:
         """Send ``email`` to its ``to``, ``cc`` and ``bcc`` recipients.
 
@@ -169,6 +171,10 @@ class EmailSender(Closeable):
         is queued. With ``spool`` and ``memory`` a later permanent refusal goes to
         ``on_failure(email, error)`` (on the sender's thread), else to the next
         :meth:`flush`. Transient failures are retried.
+
+        ``batch`` (default: the configured ``batch``, off unless configured) lets a sender
+        that batches carry the email with others to the same recipients in one batch email
+        (``docs/batching.md``); a sender that does not batch ignores it.
 
         Raises :class:`~emailmw.ClosedError` after :meth:`close`,
         :class:`~emailmw.InvalidHeaderError` / :class:`~emailmw.MessageTooLargeError` for an

@@ -24,14 +24,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .._config import Options, TLSOptions
 from .._exceptions import ForeignEmailError, MalformedEmailError
 from .._log import get_logger
+from .._packing import batch_parts
 from .._types import Email
 from .._wire import parse
-from .base import Done, EmailReceiver, IncomingEmail
+from .base import Done, EmailReceiver, IncomingEmail, Settle
 from .budget import ReceiveBudget
 
 __all__ = [
@@ -40,7 +41,8 @@ __all__ = [
     "MailboxActions",
     "MailboxReceiver",
     "ResumePosition",
-    "parse_batch",
+    "unpack_fetched",
+    "Fetched",
     "parse_fetched",
     "raw_size_limit",
     "ssl_context",
@@ -109,22 +111,45 @@ def parse_fetched(raw: bytes, *, uid: int, where: str, max_size: int) -> Email |
     return parsed
 
 
-def parse_batch(
+class Fetched(NamedTuple):
+    """One email as fetched and unpacked: its UID; for a part of a batch email its index
+    and the number of parts (``parts`` 0: a plain email); the parsed email, None when it
+    cannot be used (logged once)."""
+
+    uid: int
+    part: int
+    parts: int
+    email: Email | None
+
+
+def unpack_fetched(
     raw_by_uid: dict[int, bytes | None], *, where: str, max_size: int
-) -> list[tuple[int, Email]]:
-    """Parse fetched messages in UID order; mail that cannot be parsed is left out. Takes
-    each message out of ``raw_by_uid`` as it goes: the raw bytes of a large batch are not
-    held while the rest is parsed."""
-    parsed: list[tuple[int, Email]] = []
+) -> list[Fetched]:
+    """Parse fetched messages in UID order, each batch email (``_packing``) unpacked into
+    its parts, each parsed on its own: a part that cannot be parsed is one unusable part,
+    and stops none of the others. Takes each message out of ``raw_by_uid`` as it goes: the
+    raw bytes of a large fetch are not held while the rest is parsed."""
+    found: list[Fetched] = []
     for uid in sorted(raw_by_uid):
         raw = raw_by_uid.pop(uid)
-        if raw is None:  # expunged since it was listed, or an odd answer
+        if raw is None:
             _log.info("UID %d in %s: gone before its body was fetched", uid, where)
             continue
-        email = parse_fetched(raw, uid=uid, where=where, max_size=max_size)
-        if email is not None:
-            parsed.append((uid, email))
-    return parsed
+        try:
+            parts = batch_parts(raw)
+        except MalformedEmailError as exc:
+            _log.warning("UID %d in %s is a malformed batch: %s", uid, where, exc)
+            found.append(Fetched(uid, 0, 0, None))
+            continue
+        if parts is None:
+            email = parse_fetched(raw, uid=uid, where=where, max_size=max_size)
+            found.append(Fetched(uid, 0, 0, email))
+            continue
+        for index, part in enumerate(parts):
+            email = parse_fetched(part, uid=uid, where=f"{where} (part {index + 1})",
+                                  max_size=max_size)  # fmt: skip
+            found.append(Fetched(uid, index, len(parts), email))
+    return found
 
 
 def _uid_list(uids: Sequence[int], most: int = 20) -> str:
@@ -190,6 +215,8 @@ class ResumePosition:
         self.newest_arrival: int | None = None
         self._newest_ids: list[str] = []  # those handed out that arrived at newest_arrival
         self._arrived_before: int | None = None  # newest_arrival when UIDVALIDITY changed
+        # the settled parts of pending batch emails: UID -> {part index: outcome}
+        self._parts: dict[int, dict[int, str]] = {}
 
     def _load(self) -> dict[str, Any] | None:
         if self._path is None:
@@ -214,6 +241,10 @@ class ResumePosition:
                 },
                 "newest_arrival": None if arrival is None else int(arrival),
                 "newest_ids": [str(m) for m in data.get("newest_ids", ())][:KNOWN_MESSAGE_IDS],
+                "parts": {
+                    int(uid): {int(i): str(o) for i, o in dict(done).items()}
+                    for uid, done in dict(data.get("parts", {})).items()
+                },
             }
         except FileNotFoundError:
             return None
@@ -257,6 +288,7 @@ class ResumePosition:
             pending = {uid for uid in saved["pending"] if uid <= saved["last_uid"]}
             self._again = set(pending)
             self._pending_ids = {u: m for u, m in saved["pending_ids"].items() if u in pending}
+            self._parts = {u: p for u, p in saved["parts"].items() if u in pending}
             self._set(uidvalidity, saved["last_uid"] + 1, pending)
             return sorted(pending)
 
@@ -264,6 +296,7 @@ class ResumePosition:
         self._again_below = uidnext
         self._again = set()
         self._pending_ids = {}
+        self._parts = {}
         self._arrived_before = self.newest_arrival
         self._set(uidvalidity, 1, set())
 
@@ -313,6 +346,36 @@ class ResumePosition:
             last = max(handed | settled, default=0)
             self._set(self.uidvalidity, max(self.next_uid, last + 1), self.pending | handed)
 
+    def parts_settled(self, uid: int) -> dict[int, str]:
+        """The parts of batch email ``uid`` settled already (index -> outcome): after a
+        restart, those are not handed out again."""
+        with self._lock:
+            return dict(self._parts.get(uid, {}))
+
+    def settle_part(
+        self, uidvalidity: int, uid: int, index: int, count: int, outcome: str
+    ) -> str | None:
+        """Part ``index`` of the ``count`` parts of batch email ``uid`` is done with
+        (``outcome``); recorded (in the state file) at once. Returns the outcome of the
+        whole email once every part is settled, else None: ``quarantine`` when a part was
+        quarantined (the email is then never deleted: the part stays readable), else
+        ``ack`` when a part was acknowledged, else ``leave``."""
+        with self._lock:
+            if uidvalidity != self.uidvalidity or uid not in self.pending:
+                return None
+            done = self._parts.setdefault(uid, {})
+            if index in done:
+                return None
+            done[index] = outcome
+            if len(done) < count:
+                assert self.next_uid is not None
+                self._set(uidvalidity, self.next_uid, self.pending)
+                return None
+            outcomes = set(done.values())
+        if "quarantine" in outcomes:
+            return "quarantine"
+        return "ack" if "ack" in outcomes else "leave"
+
     def settle(self, uidvalidity: int, uid: int) -> bool:
         """``uid`` (of the folder as it was with ``uidvalidity``) is done with; False when
         it was not pending (settled already, or from before a UIDVALIDITY change)."""
@@ -321,6 +384,7 @@ class ResumePosition:
                 return False
             self._again.discard(uid)
             self._pending_ids.pop(uid, None)
+            self._parts.pop(uid, None)
             assert self.next_uid is not None
             self._set(uidvalidity, self.next_uid, self.pending - {uid})
             return True
@@ -337,6 +401,11 @@ class ResumePosition:
             "pending_ids": {str(u): m for u, m in self._pending_ids.items() if u in pending},
             "newest_arrival": self.newest_arrival,
             "newest_ids": self._newest_ids,
+            "parts": {
+                str(u): {str(i): o for i, o in done.items()}
+                for u, done in self._parts.items()
+                if u in pending
+            },
         }
         self._path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
@@ -452,6 +521,8 @@ class MailboxReceiver(EmailReceiver):
         self._budget = budget
         self._reserved: dict[tuple[int, int], int] = {}  # (UIDVALIDITY, UID) -> size
         self._refused: int | None = None  # the size the budget refused last (back-pressure)
+        # the ``then`` callbacks of settled parts of batch emails, until the email settles
+        self._part_thens: dict[tuple[int, int], list[Done]] = {}
         if budget is not None:
             budget.add_listener(self._room_given_back)
 
@@ -574,29 +645,68 @@ class MailboxReceiver(EmailReceiver):
             )
         more = any(uid > last for uid in sizes)
         raw_by_uid = self._bodies(batch) if batch else {}
-        parsed = parse_batch(
+        fetched = unpack_fetched(
             {uid: raw_by_uid.pop(uid, None) for uid in batch},
             where=self._where,
             max_size=self._options.max_message_size,
         )
-        handed_uids = [uid for uid, _ in parsed]
-        unusable = oversize + sorted(set(batch) - set(handed_uids))
-        handed = [
-            IncomingEmail(
-                email,
-                redelivered=position.redelivered(uid, email.message_id, listed[uid][1]),
-                settle=functools.partial(self._settle, position.uidvalidity, uid),
-                arrival_ns=listed[uid][1],
+        usable = {f.uid for f in fetched if f.email is not None or f.parts}
+        unusable = oversize + sorted(set(batch) - usable)
+        handed: list[IncomingEmail] = []
+        broken_parts: list[Fetched] = []
+        what: dict[int, tuple[str | None, int | None]] = {}
+        for item in fetched:
+            if item.uid not in usable:
+                continue
+            arrival = listed[item.uid][1]
+            if item.parts and item.part in position.parts_settled(item.uid):
+                continue  # settled before a restart: not handed out again
+            if item.email is None:
+                broken_parts.append(item)
+                continue
+            what.setdefault(item.uid, (item.email.message_id, arrival))
+            settle: Settle = functools.partial(self._settle, position.uidvalidity, item.uid)
+            if item.parts:
+                settle = functools.partial(
+                    self._settle_part, position.uidvalidity, item.uid, item.part, item.parts
+                )
+            handed.append(
+                IncomingEmail(
+                    item.email,
+                    redelivered=position.redelivered(item.uid, item.email.message_id, arrival),
+                    settle=settle,
+                    arrival_ns=arrival,
+                )
             )
-            for uid, email in parsed
-        ]
-        what = {uid: (email.message_id, listed[uid][1]) for uid, email in parsed}
-        position.handing_out(handed_uids, unusable, what)
+        position.handing_out(sorted(usable), unusable, what)
         self._refetch = [uid for uid in self._refetch if uid > last]
         for uid in unusable:
             self._release(position.uidvalidity, uid)
             self._actions.queue(uid, "quarantine")
+        for item in broken_parts:
+            self._settle_part(
+                position.uidvalidity, item.uid, item.part, item.parts, "quarantine", None
+            )
         return handed, more
+
+    def _settle_part(
+        self, uidvalidity: int, uid: int, index: int, count: int, outcome: str,
+        then: Done | None,
+    ) -> None:  # fmt: skip
+        """A part of batch email ``uid`` is settled; the email is, once all its parts are
+        (``ResumePosition.settle_part`` says how)."""
+        if then is not None:
+            self._part_thens.setdefault((uidvalidity, uid), []).append(then)
+        whole = self._position.settle_part(uidvalidity, uid, index, count, outcome)
+        if whole is None:
+            return
+        thens = self._part_thens.pop((uidvalidity, uid), [])
+
+        def all_done() -> None:
+            for done in thens:
+                done()
+
+        self._settle(uidvalidity, uid, whole, all_done if thens else None)
 
     def _settle(self, uidvalidity: int, uid: int, outcome: str, then: Done | None) -> None:
         self._release(uidvalidity, uid)

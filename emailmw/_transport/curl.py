@@ -42,8 +42,8 @@ from .base import IncomingEmail
 from .budget import ReceiveBudget
 from .common import (
     MailboxReceiver,
-    parse_batch,
     uid_set,
+    unpack_fetched,
     warn_if_unverified,
 )
 from .errors import curl_errors
@@ -478,11 +478,11 @@ class CurlReceiver(MailboxReceiver):
         stream = self._executor.imap(f"UID FETCH {','.join(map(str, wanted))} (UID BODY.PEEK[])")
         messages, _ = parse_fetch_stream(stream)
         found = [
-            e
-            for _, e in parse_batch(
+            f.email
+            for f in unpack_fetched(
                 dict(messages), where=self._where, max_size=self._options.max_message_size
             )
-            if e.subject == subject
+            if f.email is not None and f.email.subject == subject
         ]
         return found[-limit:]
 

@@ -13,6 +13,7 @@ from collections import deque
 from email.utils import getaddresses
 from typing import Protocol
 
+from .._config import BatchPolicy
 from .._exceptions import ClosedError, SendError
 from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
@@ -182,9 +183,11 @@ class IntraprocessSender(EmailSender):
         *,
         guarantee: str | None = None,
         on_failure: FailureCallback | None = None,
+        batch: BatchPolicy | None = None,
     ) -> None:
-        """Hand ``email`` to the receiver now: every guarantee holds when this returns."""
-        del guarantee, on_failure  # delivered in-process at once, or refused here
+        """Hand ``email`` to the receiver now: every guarantee holds when this returns (no
+        batching: in process, one message costs no more than many)."""
+        del guarantee, on_failure, batch  # delivered in-process at once, or refused here
         if self._closed:
             raise ClosedError("intraprocess sender is closed")
         check(email, max_size=self._max_size)

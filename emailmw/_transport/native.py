@@ -44,9 +44,9 @@ from .base import IncomingEmail
 from .budget import ReceiveBudget
 from .common import (
     MailboxReceiver,
-    parse_batch,
     ssl_context,
     uid_set,
+    unpack_fetched,
 )
 from .errors import imap_errors, smtp_login_errors, smtp_send_errors
 from .imap import (
@@ -370,13 +370,13 @@ class NativeReceiver(MailboxReceiver):
                     batch = uids[max(0, end - max(limit, 50)) : end]
                     data = client.fetch(batch, ["BODY.PEEK[]"])
                     older = [
-                        e
-                        for _, e in parse_batch(
+                        f.email
+                        for f in unpack_fetched(
                             {uid: body(data.get(uid, {})) for uid in batch},
                             where=self._where,
                             max_size=self._options.max_message_size,
                         )
-                        if e.subject == subject
+                        if f.email is not None and f.email.subject == subject
                     ]
                     found = older + found
                     if len(found) >= limit:

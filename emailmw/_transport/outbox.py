@@ -36,12 +36,13 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parseaddr
 from pathlib import Path
 from typing import Final
 
-from .._config import Options
+from .._config import NO_BATCH, BatchPolicy, Options
 from .._exceptions import (
     AuthenticationError,
     ClosedError,
@@ -50,8 +51,9 @@ from .._exceptions import (
     TransportError,
 )
 from .._log import get_logger
+from .._packing import build_batch
 from .._types import Email
-from .._wire import build, envelope_recipients, prepare_outgoing
+from .._wire import build, envelope_recipients, new_message_id, prepare_outgoing
 from .base import EmailSender, FailureCallback
 
 __all__ = ["Submission", "Outbox", "Spool", "Submitter"]
@@ -59,6 +61,9 @@ __all__ = ["Submission", "Outbox", "Spool", "Submitter"]
 _log = get_logger("outbox")
 _BACKOFF_MIN: Final = 0.1
 _BACKOFF_MAX: Final = 2.0
+#: what an attempt returns when the outbox closes before the email was sent (it stays in
+#: the spool for the next process)
+_LEFT: Final = TransportError("left for the next process")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,9 +182,25 @@ class _Item:
     on_failure: FailureCallback | None
     path: Path | None = None
     deadline: float | None = None  # server: give up then
+    batch: BatchPolicy = NO_BATCH
+    queued_at: float = 0.0
     done: threading.Event = field(default_factory=threading.Event)
     error: TransportError | None = None
     cancelled: bool = False
+
+    def joins(self, head: _Item, count: int, size: int) -> bool:
+        """Whether this item may go in ``head``'s batch, which has ``count`` emails of
+        ``size`` bytes: both batch, to the same envelope, within the head's limits."""
+        mine, theirs = self.envelope, head.envelope
+        return (
+            mine is not None
+            and theirs is not None
+            and self.batch.enabled
+            and mine.sender == theirs.sender
+            and mine.recipients == theirs.recipients
+            and count < head.batch.max_messages
+            and size + len(mine.raw) <= head.batch.max_bytes
+        )
 
 
 class Outbox(EmailSender):
@@ -194,7 +215,7 @@ class Outbox(EmailSender):
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
         self._in_memory = 0  # memory-guarantee items queued or in flight
-        self._busy: _Item | None = None
+        self._busy: list[_Item] = []  # the email (or batch) the worker has in hand
         self._failures: list[str] = []
         self._closed = False
         self._stopping = threading.Event()
@@ -220,10 +241,12 @@ class Outbox(EmailSender):
         *,
         guarantee: str | None = None,
         on_failure: FailureCallback | None = None,
+        batch: BatchPolicy | None = None,
     ) -> None:
         if self._closed:
             raise ClosedError(f"{self!r} is closed")
         guarantee = guarantee or self._options.send_guarantee
+        batch = batch or self._options.batch
         email = prepare_outgoing(email, self.address)
         raw = build(email, max_size=self._options.max_message_size)
         recipients = envelope_recipients(email)
@@ -234,7 +257,7 @@ class Outbox(EmailSender):
             self._envelope_sender(email), tuple(recipients), raw, email.message_id
         )
         if guarantee == "server":
-            item = _Item("server", envelope, email, None)
+            item = _Item("server", envelope, email, None, batch=batch)
             item.deadline = time.monotonic() + self._options.timeout
             self._enqueue(item)
             self._wait_done(item)
@@ -244,8 +267,8 @@ class Outbox(EmailSender):
         if guarantee == "spool":
             if self._spool is None:
                 raise ConfigError("the spool guarantee needs a spool directory", key="email.spool")
-            path = self._spool.write(envelope)
-            self._enqueue(_Item("spool", None, email, on_failure, path))
+            path = self._spool.write(envelope)  # (fsync'ed: before any batch is built)
+            self._enqueue(_Item("spool", envelope, email, on_failure, path, batch=batch))
             return
         if guarantee != "memory":
             raise ValueError(f"guarantee must be memory, spool or server, got {guarantee!r}")
@@ -260,7 +283,7 @@ class Outbox(EmailSender):
                     server=self._server,
                 )
             self._in_memory += 1
-        self._enqueue(_Item("memory", envelope, email, on_failure))
+        self._enqueue(_Item("memory", envelope, email, on_failure, batch=batch))
 
     def _envelope_sender(self, email: Email) -> str:
         return parseaddr(email.from_)[1] or self.address
@@ -269,6 +292,7 @@ class Outbox(EmailSender):
         with self._cond:
             if self._closed:
                 raise ClosedError(f"{self!r} is closed")
+            item.queued_at = time.monotonic()
             self._queue.append(item)
             self._cond.notify_all()
 
@@ -289,7 +313,7 @@ class Outbox(EmailSender):
         Raises :class:`SendError` for refusals nobody else was told of since the last
         flush."""
         with self._cond:
-            done = self._cond.wait_for(lambda: not self._queue and self._busy is None, timeout)
+            done = self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
             failures, self._failures = self._failures, []
         if failures:
             raise SendError(
@@ -307,7 +331,7 @@ class Outbox(EmailSender):
         with contextlib.suppress(SendError):
             self.flush(self._options.timeout)
         with self._cond:
-            waiting = [*self._queue, *([self._busy] if self._busy else [])]
+            waiting = [*self._queue, *self._busy]
             unsent = sum(1 for item in waiting if item.guarantee != "spool")
             spooled = len(waiting) - unsent
         if unsent:
@@ -330,17 +354,89 @@ class Outbox(EmailSender):
                 self._cond.wait_for(lambda: self._queue or self._stopping.is_set())
                 if self._stopping.is_set():
                     return
-                item = self._busy = self._queue.popleft()
+                run = self._busy = self._take_run()
             try:
-                self._deliver(item)
+                if len(run) == 1:
+                    self._deliver(run[0])
+                else:
+                    self._deliver_batch(run)
             except Exception:  # noqa: BLE001 - the worker must outlive any one email
-                _log.exception("sending %s failed unexpectedly", item.envelope or item.path)
-                self._finish(item, SendError("failed unexpectedly", server=self._server))
+                _log.exception("sending %s failed unexpectedly", run[0].envelope or run[0].path)
+                for item in run:
+                    if not item.done.is_set():
+                        self._finish(item, SendError("failed unexpectedly", server=self._server))
             with self._cond:
-                self._busy = None
-                if item.guarantee == "memory":
-                    self._in_memory -= 1
+                self._busy = []
+                self._in_memory -= sum(1 for item in run if item.guarantee == "memory")
                 self._cond.notify_all()
+
+    def _take_run(self) -> list[_Item]:
+        """The next email, and when it batches, the emails right behind it that join it:
+        waiting, with the lock released, until its ``linger`` is over or the batch is
+        full (only consecutive emails: the server sees them in the order they were sent).
+        Called with the lock held."""
+        head = self._queue.popleft()
+        run = self._busy = [head]
+        if not head.batch.enabled or head.envelope is None:
+            return run
+        size = len(head.envelope.raw)
+        until = head.queued_at + head.batch.linger_ms / 1000
+        while True:
+            if self._queue:
+                follower = self._queue[0]
+                if not follower.joins(head, len(run), size):
+                    return run
+                run.append(self._queue.popleft())
+                assert follower.envelope is not None
+                size += len(follower.envelope.raw)
+                continue
+            remaining = until - time.monotonic()
+            if remaining <= 0 or self._stopping.is_set() or self._closed:
+                return run
+            self._cond.wait(remaining)
+
+    def _deliver_batch(self, run: list[_Item]) -> None:
+        """Send ``run`` as one batch email; each of its emails is accepted or refused with
+        it. A permanent refusal of the batch puts its emails back, each to go alone (and
+        meet its own fate): one email the server will not take does not sink the others."""
+        live = [item for item in run if not item.cancelled]
+        for item in run:
+            if item.cancelled:
+                self._finish(item, SendError("cancelled by its caller", server=self._server))
+        if not live:
+            return
+        first = live[0].envelope
+        assert first is not None
+        raws = [item.envelope.raw for item in live if item.envelope is not None]
+        envelope = Submission(
+            first.sender,
+            first.recipients,
+            build_batch(raws, from_=first.sender, to=first.recipients,
+                        message_id=(mid := new_message_id(first.sender)),
+                        timestamp_ns=time.time_ns(),
+                        subjects=[item.email.subject for item in live if item.email]),
+            mid,
+        )  # fmt: skip
+        deadlines = [item.deadline for item in live if item.deadline is not None]
+        error = self._attempts(
+            envelope,
+            deadline=min(deadlines, default=None),
+            server=any(item.guarantee == "server" for item in live),
+            memory_only=all(item.guarantee == "memory" for item in live),
+            given_up=lambda: all(item.cancelled for item in live),
+        )
+        if error is _LEFT:
+            return  # closing: spooled emails stay for the next process
+        if isinstance(error, SendError) and not error.temporary and not self._stopping.is_set():
+            _log.warning("batch of %d refused (%s): sending them one by one", len(live), error)
+            for item in live:
+                item.batch = NO_BATCH
+            with self._cond:
+                self._queue.extendleft(reversed(live))
+                self._in_memory += sum(1 for item in live if item.guarantee == "memory")
+            return
+        for item in live:
+            self._finish(item, error)
 
     def _deliver(self, item: _Item) -> None:
         envelope = item.envelope
@@ -353,42 +449,54 @@ class Outbox(EmailSender):
                 _log.error("spool file %s unreadable (%s): moved to failed/", item.path, exc)
                 self._spool.refused(item.path)
                 return
+        error = self._attempts(
+            envelope,
+            deadline=item.deadline,
+            server=item.guarantee == "server",
+            memory_only=item.guarantee == "memory",
+            given_up=lambda: item.cancelled,
+        )
+        if error is _LEFT:
+            return  # closing: a spooled email stays for the next process
+        self._finish(item, error)
+
+    def _attempts(
+        self,
+        envelope: Submission,
+        *,
+        deadline: float | None,
+        server: bool,
+        memory_only: bool,
+        given_up: Callable[[], bool],
+    ) -> TransportError | None:
+        """Submit ``envelope`` until it is accepted (None), refused for good, past
+        ``deadline`` or given up (the error), or the outbox closes (:data:`_LEFT`)."""
         backoff = _BACKOFF_MIN
         while True:
-            if item.cancelled:
-                self._finish(item, SendError("cancelled by its caller", server=self._server))
-                return
+            if given_up():
+                return SendError("cancelled by its caller", server=self._server)
             try:
                 self._submitter.submit(envelope)
             except SendError as exc:
                 if not exc.temporary:
-                    self._finish(item, exc)
-                    return
+                    return exc
                 error: TransportError = exc
             except AuthenticationError as exc:
-                if item.guarantee == "server":
-                    self._finish(item, exc)
-                    return
+                if server:
+                    return exc
                 error = exc
             except TransportError as exc:
                 error = exc
             else:
-                self._finish(item, None)
-                return
-            if item.deadline is not None and time.monotonic() + backoff > item.deadline:
-                self._finish(
-                    item,
-                    SendError(
-                        f"not accepted within {self._options.timeout} s: {error}",
-                        server=self._server,
-                    ),
+                return None
+            if deadline is not None and time.monotonic() + backoff > deadline:
+                return SendError(
+                    f"not accepted within {self._options.timeout} s: {error}", server=self._server
                 )
-                return
-            if self._closed and item.guarantee == "memory" and backoff >= _BACKOFF_MAX:
-                self._finish(item, SendError(f"not sent before close: {error}", server=None))
-                return
+            if self._closed and memory_only and backoff >= _BACKOFF_MAX:
+                return SendError(f"not sent before close: {error}", server=None)
             if self._stopping.is_set():
-                return  # closing: a spooled email stays for the next process
+                return _LEFT
             _log.warning(
                 "sending %s failed (%s); retrying in %.1f s", envelope.message_id, error, backoff
             )

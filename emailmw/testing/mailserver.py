@@ -325,18 +325,26 @@ class MailServer:
     def _dc_pid(self) -> Path:
         return self.state_dir / "dovecot" / "run" / "master.pid"
 
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def _run(
+        self, *args: str, check: bool = True, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
         # Never let a daemon inherit a pipe of ours: readers would wait for EOF forever.
-        result = subprocess.run(
-            list(args),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=_env(),
-            check=False,
-            start_new_session=True,
-        )
+        try:
+            result = subprocess.run(
+                list(args),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=_env(),
+                check=False,
+                start_new_session=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as exc:
+            if check:
+                raise MailServerError(f"{' '.join(args)} did not end in {timeout:g} s") from exc
+            return subprocess.CompletedProcess(list(args), -9, str(exc.output or ""))
         if check and result.returncode:
             raise MailServerError(f"{' '.join(args)} failed: {result.stdout.strip()}")
         return result
@@ -428,7 +436,9 @@ class MailServer:
         pid = _read_pid(self._dc_pid)
         if pid and _alive(pid):
             if self._dc_conf.exists():
-                self._run("doveadm", "-c", str(self._dc_conf), "stop", check=False)
+                # (doveadm waits for the master to end; it has hung for minutes when a
+                # client was stopped with SIGSTOP mid-session: the kill below ends it)
+                self._run("doveadm", "-c", str(self._dc_conf), "stop", check=False, timeout=15)
             if not self._wait_gone(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)

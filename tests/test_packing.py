@@ -1,0 +1,291 @@
+"""Batches without a server: the batch format (``_packing``) round-trips any emails and
+refuses what is not readable; the outbox gathers consecutive messages to the same
+recipients within the linger and the limits, keeps the order, and falls back to single
+emails when the server refuses a batch; the resume position settles a batch email once
+every part is settled, remembering the parts across a restart."""
+
+from __future__ import annotations
+
+import contextlib
+import email
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emailmw import BatchPolicy, Email, MalformedEmailError, SendError
+from emailmw._config import load_options
+from emailmw._packing import batch_parts, build_batch
+from emailmw._transport.common import ResumePosition, unpack_fetched
+from emailmw._transport.outbox import Outbox, Submission, Submitter
+from emailmw._wire import build, parse
+
+BATCH = BatchPolicy(linger_ms=200, max_messages=5, max_bytes=1 << 20)
+
+
+def _raw(n: int, body: str = "data: x", to: str = "you@example.test") -> bytes:
+    return build(Email(f"/t{n}", body, "me@example.test", to, message_id=f"<{n}@x>"))
+
+
+def _batch(raws: list[bytes]) -> bytes:
+    return build_batch(raws, from_="me@example.test", to=["you@example.test"],
+                       message_id="<b@x>", timestamp_ns=10**18)  # fmt: skip
+
+
+# -- the format -------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=300), min_size=1, max_size=8))
+def test_a_batch_gives_back_exactly_its_emails(bodies: list[str]) -> None:
+    raws = [_raw(n, body) for n, body in enumerate(bodies)]
+    batch = _batch(raws)
+    assert batch_parts(batch) == raws
+    assert batch_parts(batch.replace(b"\r\n", b"\n")) == raws  # as a Maildir file holds it
+    assert [parse(p).body for p in batch_parts(batch) or []] == bodies
+
+
+def test_mail_tools_see_a_digest_of_emails() -> None:
+    batch = _batch([_raw(1), _raw(2)])
+    message = email.message_from_bytes(batch)
+    assert message.get_content_type() == "multipart/digest"
+    parts = message.get_payload()
+    assert [p.get_content_type() for p in parts] == ["message/rfc822"] * 2
+    assert [p.get_payload()[0]["Subject"] for p in parts] == ["/t1", "/t2"]
+    assert message["Subject"] == "emailmw batch of 2:"
+
+
+def test_a_plain_email_is_not_a_batch() -> None:
+    assert batch_parts(_raw(1)) is None
+    assert batch_parts(b"\xff\x00 junk") is None
+
+
+@pytest.mark.parametrize(
+    ("mangle", "reason"),
+    [
+        (lambda b: b.replace(b"Batch-Count: 2", b"Batch-Count: 3"), "Batch-Count says 3"),
+        (lambda b: b.replace(b"Batch-Count: 2", b"Batch-Count: x"), "not a number"),
+        (lambda b: b[: b.rfind(b"\r\n--")], "no closing delimiter"),
+        (lambda b: b.replace(b"multipart/digest", b"multipart/mixed"), "not multipart/digest"),
+        (lambda b: b.replace(b"message/rfc822", b"text/html", 1), "a part of type text/html"),
+    ],
+)
+def test_a_broken_batch_is_malformed(mangle: Callable[[bytes], bytes], reason: str) -> None:
+    with pytest.raises(MalformedEmailError, match=reason):
+        batch_parts(mangle(_batch([_raw(1), _raw(2)])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600))
+def test_any_bytes_after_a_batch_header_unpack_or_are_malformed(junk: bytes) -> None:
+    raw = b"Subject: x\r\nBatch-Count: 1\r\nContent-Type: multipart/digest; boundary=b\r\n\r\n"
+    with contextlib.suppress(MalformedEmailError):
+        batch_parts(raw + junk)
+
+
+def test_a_poison_part_is_one_unusable_part_and_stops_no_other() -> None:
+    poison = b"Subject: /t9\r\nContent-Type: text/plain; charset=punycode\r\n\r\nx\r\n"
+    fetched = unpack_fetched(
+        {7: _batch([_raw(1), poison, _raw(3)]), 8: _raw(4)}, where="test", max_size=1 << 20
+    )
+    assert [(f.uid, f.part, f.parts, f.email is not None) for f in fetched] == [
+        (7, 0, 3, True),
+        (7, 1, 3, False),
+        (7, 2, 3, True),
+        (8, 0, 0, True),
+    ]
+
+
+# -- the outbox -------------------------------------------------------------------------
+
+
+class Recording(Submitter):
+    """Accepts everything (after ``gate``), or refuses what ``refuse`` says; records each
+    submission's emails (the parts of a batch, or the email itself)."""
+
+    server = "smtps://recording:465"
+
+    def __init__(self, refuse: Callable[[Submission], bool] = lambda _: False) -> None:
+        self.sent: list[list[str]] = []
+        self.refuse = refuse
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def submit(self, envelope: Submission) -> None:
+        self.gate.wait(10)
+        if self.refuse(envelope):
+            raise SendError("552 too big", temporary=False)
+        parts = batch_parts(envelope.raw)
+        raws = parts if parts is not None else [envelope.raw]
+        self.sent.append([parse(r).message_id or "" for r in raws])
+
+    def close(self) -> None:
+        pass
+
+
+def _outbox(submitter: Submitter, tmp_path: Path | None = None, **extra: object) -> Outbox:
+    config: dict[str, object] = {
+        "user": {"url-smtp": "smtps://r", "url-imap": "imaps://r",
+                 "username": "me@example.test", "password": "pw"},
+        "recipients": {"to": "you@example.test"},
+        "timeout": 5,
+        **extra,
+    }  # fmt: skip
+    if tmp_path is not None:
+        config["spool"] = str(tmp_path / "spool")
+    return Outbox(submitter, load_options(config))
+
+
+def _email(n: int, to: str = "you@example.test") -> Email:
+    return Email(f"/t{n}", "data: x", "me@example.test", to, message_id=f"<{n}@x>")
+
+
+@pytest.fixture
+def closing() -> Iterator[Callable[[Outbox], Outbox]]:
+    made: list[Outbox] = []
+    yield lambda outbox: made.append(outbox) or outbox
+    for outbox in made:
+        outbox.close()
+
+
+def test_messages_within_the_linger_go_as_one_email(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    submitter = Recording()
+    outbox = closing(_outbox(submitter))
+    for n in range(3):
+        outbox.send(_email(n), guarantee="memory", batch=BATCH)
+    assert outbox.flush(5)
+    assert submitter.sent == [["<0@x>", "<1@x>", "<2@x>"]]
+
+
+def test_a_batch_is_cut_at_max_messages_and_max_bytes(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    submitter = Recording()
+    outbox = closing(_outbox(submitter))
+    lingering = BatchPolicy(linger_ms=1000, max_messages=5)
+    for n in range(12):
+        outbox.send(_email(n), guarantee="memory", batch=lingering)
+    assert outbox.flush(5)
+    assert max(len(ids) for ids in submitter.sent) == 5
+    assert [i for ids in submitter.sent for i in ids] == [f"<{n}@x>" for n in range(12)]
+    submitter.sent.clear()
+    submitter.gate.clear()
+    small = BatchPolicy(linger_ms=200, max_messages=100, max_bytes=1024)
+    for n in range(6):
+        outbox.send(_email(n), guarantee="memory", batch=small)
+    submitter.gate.set()
+    assert outbox.flush(5)
+    size = len(_raw(0))
+    per_batch = 1024 // size
+    assert all(len(ids) <= per_batch for ids in submitter.sent)
+    assert sum(len(ids) for ids in submitter.sent) == 6
+
+
+def test_order_is_kept_and_other_recipients_or_unbatched_mail_close_a_batch(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    submitter = Recording()
+    submitter.gate.clear()
+    outbox = closing(_outbox(submitter))
+    outbox.send(_email(0), guarantee="memory")  # goes first, alone
+    outbox.send(_email(1), guarantee="memory", batch=BATCH)
+    outbox.send(_email(2), guarantee="memory", batch=BATCH)
+    outbox.send(_email(3, to="other@example.test"), guarantee="memory", batch=BATCH)
+    outbox.send(_email(4), guarantee="memory", batch=BATCH)
+    outbox.send(_email(5), guarantee="memory")  # not batched
+    outbox.send(_email(6), guarantee="memory", batch=BATCH)
+    submitter.gate.set()
+    assert outbox.flush(5)
+    assert submitter.sent == [["<0@x>"], ["<1@x>", "<2@x>"], ["<3@x>"], ["<4@x>"], ["<5@x>"],
+                              ["<6@x>"]]  # fmt: skip
+
+
+def test_server_guarantee_returns_when_the_batch_is_accepted(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    submitter = Recording()
+    outbox = closing(_outbox(submitter, batch={"linger-ms": 300, "max-messages": 10}))
+    done: list[float] = []
+    started = time.monotonic()
+
+    def send(n: int) -> None:
+        outbox.send(_email(n))  # the context's batch, the server guarantee
+        done.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(done) == 4
+    assert sorted(len(ids) for ids in submitter.sent)[-1] >= 2  # they travelled together
+    assert sum(len(ids) for ids in submitter.sent) == 4
+
+
+def test_a_refused_batch_is_sent_again_one_by_one(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    submitter = Recording(refuse=lambda e: batch_parts(e.raw) is not None)
+    submitter.gate.clear()
+    outbox = closing(_outbox(submitter))
+    for n in range(3):
+        outbox.send(_email(n), guarantee="memory", batch=BATCH)
+    submitter.gate.set()
+    assert outbox.flush(5)
+    assert submitter.sent == [["<0@x>"], ["<1@x>"], ["<2@x>"]]
+
+
+def test_spooled_messages_are_on_disk_before_the_batch_is_built(
+    tmp_path: Path, closing: Callable[[Outbox], Outbox]
+) -> None:
+    submitter = Recording()
+    submitter.gate.clear()
+    outbox = closing(_outbox(submitter, tmp_path))
+    for n in range(3):
+        outbox.send(_email(n), guarantee="spool", batch=BATCH)
+    assert len(list((tmp_path / "spool").glob("*.msg"))) == 3  # returned: each on disk
+    submitter.gate.set()
+    assert outbox.flush(5)
+    assert sum(len(ids) for ids in submitter.sent) == 3
+    assert list((tmp_path / "spool").glob("*.msg")) == []  # accepted: removed
+
+
+# -- the receiving side's position ------------------------------------------------------
+
+
+def test_a_batch_email_settles_when_all_its_parts_have(tmp_path: Path) -> None:
+    options = load_options({"email": {"intraprocess": True,
+                                      "state-file": str(tmp_path / "state.json")}})  # fmt: skip
+    position = ResumePosition(options, "me@example.test")
+    position.start(1, 10)
+    position.handing_out([10])
+    assert position.settle_part(1, 10, 0, 3, "ack") is None
+    assert position.settle_part(1, 10, 0, 3, "ack") is None  # idempotent
+    assert position.settle_part(1, 10, 2, 3, "quarantine") is None
+    # a restart in the middle: the settled parts are remembered
+    again = ResumePosition(options, "me@example.test")
+    assert again.start(1, 11) == [10]
+    assert again.parts_settled(10) == {0: "ack", 2: "quarantine"}
+    assert again.redelivered(10)
+    # the last part: the whole email's outcome keeps the quarantined part readable
+    assert again.settle_part(1, 10, 1, 3, "ack") == "quarantine"
+    assert again.settle(1, 10)
+    assert ResumePosition(options, "me@example.test").start(1, 11) == []
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "whole"),
+    [(["ack", "ack"], "ack"), (["leave", "ack"], "ack"), (["leave", "leave"], "leave")],
+)
+def test_the_outcome_of_a_whole_batch(outcomes: list[str], whole: str) -> None:
+    position = ResumePosition(load_options({"email": {"intraprocess": True}}), "me")
+    position.start(1, 5)
+    position.handing_out([5])
+    results = [position.settle_part(1, 5, i, len(outcomes), o) for i, o in enumerate(outcomes)]
+    assert results == [None] * (len(outcomes) - 1) + [whole]

@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(PY) bench/gateway.py --json bench/results/gateway.json
 	$(PY) bench/delivery_modes.py --json bench/results/delivery_modes.json
 	$(PY) bench/bag.py --json bench/results/bag.json
+	$(PY) bench/batching.py --json bench/results/batching.json
 	$(PY) bench/pipeline.py --messages 200000 --format maildir --repeat 3 --json bench/results/pipeline_maildir.json
 	$(PY) bench/pipeline.py --messages 2000000 --format mbox --repeat 3 --json bench/results/pipeline_mbox.json
 

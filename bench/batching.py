@@ -78,7 +78,8 @@ def batched_run(
         [sys.executable, "-c", PUBLISHER, str(config), str(rate), str(seconds), str(size)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert publisher.stdout is not None and publisher.stdin is not None
+    assert publisher.stdout is not None
+    assert publisher.stdin is not None
     assert publisher.stdout.readline().strip() == "ready"
     latencies: list[float] = []
     seen: set[int] = set()

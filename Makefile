@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,spark,bag]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,spark,bag,compress]'
 	@touch $(STAMP)
 
 venv: $(STAMP)

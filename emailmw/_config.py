@@ -75,6 +75,8 @@ _TOP_KEYS: Final = frozenset(
         "security",
         "routing",
         "batch",
+        "max-email-bytes",
+        "part-timeout",
     }
 )
 _ROUTING_KEYS: Final = frozenset({"hub", "routes"})
@@ -254,6 +256,12 @@ class Options:
     routing: RoutingOptions = field(default_factory=RoutingOptions)
     #: batching of every message this context sends (``batch``; NO_BATCH: off)
     batch: BatchPolicy = NO_BATCH
+    #: the largest email to send; a larger message goes as parts (None: the server's
+    #: advertised SIZE once known, else 10 MB)
+    max_email_bytes: int | None = None
+    #: seconds a message sent as parts may take to arrive complete (then its parts are
+    #: reported and left in the mailbox)
+    part_timeout: float = 600.0
     source: str = "<defaults>"
 
     @property
@@ -587,7 +595,7 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
     reader = _email_reader(data, source)
     transport = _read_transport(reader)
     polling_period_ns = reader.integer("polling-period", DEFAULT_POLLING_PERIOD_NS)
-    max_size = reader.integer("max-message-size", DEFAULT_MAX_MESSAGE_SIZE)
+    max_size = reader.size("max-message-size", DEFAULT_MAX_MESSAGE_SIZE)
     user, user_reader = _read_user(reader, transport)
     recipients = _read_recipients(reader, transport, user, user_reader)
     tls, poll, on_receive = _read_tls(reader), _read_poll(reader), _read_on_receive(reader)
@@ -619,8 +627,19 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         security=security,
         routing=_read_routing(reader, recipients),
         batch=_read_batch(reader),
+        max_email_bytes=_read_max_email_bytes(reader),
+        part_timeout=reader.number("part-timeout", 600.0),
         source=source,
     )
+
+
+def _read_max_email_bytes(reader: _Reader) -> int | None:
+    if "max-email-bytes" not in reader.data:
+        return None
+    size = reader.size("max-email-bytes", 1)
+    if size < 256 * 1024:
+        raise reader.error("max-email-bytes", f"expected at least 262144 (256 KiB), got {size}")
+    return size
 
 
 _BATCH_KEYS: Final = frozenset({"linger-ms", "max-messages", "max-bytes"})

@@ -49,6 +49,7 @@ from ._transport.budget import ReceiveBudget
 from ._transport.factory import make_transport
 from ._transport.group import GroupStore
 from ._transport.intraprocess import IntraprocessNetwork as _Network
+from ._transport.split import SplittingSender
 from ._transport.transport import Transport
 from ._types import Email
 
@@ -140,6 +141,8 @@ class Context(Closeable):
         sender, receiver = transport.sender, transport.receiver
         if self._security.transforms_outgoing:
             sender = SecureSender(sender, self._security)
+        if not in_process:  # (in process, no email has a size limit but max-message-size)
+            sender = SplittingSender(sender, self.options)
         self._sender = sender
         self._receiver = receiver
         self._lock = threading.Lock()
@@ -153,7 +156,11 @@ class Context(Closeable):
         self._service_handler = ServiceHandler(self.options.reply_domains)
         self._ack_handler = AckHandler()
         self._polling = PollingManager(
-            receiver, security=self._security, acknowledge=self.acknowledge
+            receiver,
+            security=self._security,
+            acknowledge=self.acknowledge,
+            max_message_size=self.options.max_message_size,
+            part_timeout=self.options.part_timeout,
         )
         self._polling.register_handler(self._ack_handler)
         self._polling.register_handler(self._subscription_handler)

@@ -30,6 +30,7 @@ from ._future import Future, Pending
 from ._groups import GroupConsumer, GroupSettings, check_group
 from ._handlers import SubscriptionHandler
 from ._log import get_logger
+from ._packing import BODY_ENCODING_HEADER, ZSTD, compress_body
 from ._polling import NO_TICKET, Ticket
 from ._protocol import publish_email, request_email, response_email
 from ._types import Ack, Email, Gid, MessageInfo, RequestId, ServiceInfo, ServiceRequest
@@ -101,7 +102,8 @@ class Publisher(_Entity):
     ``docs/reliability.md``. ``batch`` overrides the context's ``batch``: a
     :class:`~emailmw.BatchPolicy`, True (the default policy) or False (each message its
     own email); batched messages to the same recipients travel together in one email
-    (``docs/batching.md``).
+    (``docs/batching.md``). ``compress="zstd"`` compresses each body (``Body-Encoding``;
+    receivers need the zstandard package).
     """
 
     def __init__(
@@ -111,8 +113,14 @@ class Publisher(_Entity):
         context: Context | None = None,
         guarantee: str | None = None,
         batch: BatchPolicy | bool | None = None,
+        compress: str | None = None,
     ) -> None:
         self._topic = validate_name(topic, "topic")
+        if compress not in (None, ZSTD):
+            raise ValueError(f"compress must be None or {ZSTD!r}, got {compress!r}")
+        if compress is not None:
+            compress_body("")  # the zstandard package is there, or a clear error now
+        self._compress = compress
         #: None: the context's ``batch``; a policy; False: never batched
         self._batch = NO_BATCH if batch is False else BatchPolicy() if batch is True else batch
         ctx = self._setup(context, "publish", self._topic)
@@ -168,6 +176,9 @@ class Publisher(_Entity):
                 self._acks[sequence_number] = []
             future = self._ack_futures.add(sequence_number, None)
             self._context.start_receiving()
+        if self._compress is not None:
+            message = compress_body(message)
+            headers = {**(headers or {}), BODY_ENCODING_HEADER: self._compress}
         self._send(
             publish_email(
                 self._topic,

@@ -155,13 +155,14 @@ class NodePublisher(Generic[T]):
         topic: str,
         qos_profile: QoSProfile,
         batch: BatchPolicy | bool | None = None,
+        compress: str | None = None,
     ) -> None:
         self.msg_type = msg_type
         self.topic = topic
         self.qos_profile = qos_profile
         self._node = node
         self._type_name = type_name(msg_type)
-        self._core = Publisher(topic, context=node.context, batch=batch)
+        self._core = Publisher(topic, context=node.context, batch=batch, compress=compress)
 
     @property
     def topic_name(self) -> str:
@@ -921,18 +922,19 @@ class Node:
         qos_overriding_options: Any = None,
         publisher_class: Any = None,
         batch: BatchPolicy | bool | None = None,
+        compress: str | None = None,
     ) -> NodePublisher[T]:
         """A publisher of ``msg_type`` on ``topic`` (``qos_profile``: a
         :class:`~emailmw.qos.QoSProfile`, or a keep-last depth; what matters of it is on
-        the subscription side). ``batch`` (emailmw's): as :class:`~emailmw.Publisher`'s,
-        several messages in one email (``docs/batching.md``)."""
+        the subscription side). ``batch`` and ``compress`` (emailmw's): as
+        :class:`~emailmw.Publisher`'s (``docs/batching.md``)."""
         del callback_group, event_callbacks, qos_overriding_options, publisher_class
         profile = (
             qos_profile if isinstance(qos_profile, QoSProfile) else QoSProfile(depth=qos_profile)
         )
         return self._add(
             self.publishers,
-            NodePublisher(self, msg_type, self.resolve(topic), profile, batch),
+            NodePublisher(self, msg_type, self.resolve(topic), profile, batch, compress),
         )
 
     def create_subscription(

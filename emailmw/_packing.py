@@ -1,4 +1,5 @@
-"""Several messages in one email (a batch): pure functions, no I/O.
+"""Several messages in one email (a batch), and one message in several emails (parts):
+pure functions and a state machine, no I/O.
 
 A batch is a standard MIME digest any mail tool shows: ``multipart/digest`` whose parts
 are ``message/rfc822``, each part the exact email emailmw would have sent alone (its own
@@ -15,15 +16,33 @@ Guarantees (``tests/test_packing.py``): ``batch_parts(build_batch(raws, ...)) ==
 
 from __future__ import annotations
 
+import base64
 import re
 import uuid
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final, Generic, NamedTuple, TypeVar
 
-from ._exceptions import MalformedEmailError
+from ._exceptions import EmailMWError, MalformedEmailError
+from ._types import Email, Headers
 from ._wire import format_date, parse_header_block, split_message
 
-__all__ = ["BATCH_COUNT_HEADER", "batch_parts", "build_batch", "is_batch"]
+__all__ = [
+    "BATCH_COUNT_HEADER",
+    "BODY_ENCODING_HEADER",
+    "PART_HEADER",
+    "PART_OF_HEADER",
+    "PartOf",
+    "Reassembly",
+    "ZSTD",
+    "batch_parts",
+    "build_batch",
+    "compress_body",
+    "decompress_body",
+    "is_batch",
+    "join_parts",
+    "part_of",
+    "split_email",
+]
 
 BATCH_COUNT_HEADER: Final = "Batch-Count"
 _BOUNDARY_RE: Final = re.compile(r'boundary\s*=\s*"?([^";\s]+)"?', re.I)
@@ -130,3 +149,183 @@ def batch_parts(raw: bytes) -> list[bytes] | None:
     if len(parts) != count:
         raise MalformedEmailError(f"batch: {len(parts)} parts where Batch-Count says {count}")
     return parts
+
+
+# ------------------------------------------------------ one message, several emails (parts)
+
+PART_HEADER: Final = "Part"
+PART_OF_HEADER: Final = "Part-Of"
+BODY_ENCODING_HEADER: Final = "Body-Encoding"
+
+
+def _chunks(text: str, chunk_bytes: int) -> list[str]:
+    """``text`` cut into pieces of at most ``chunk_bytes`` UTF-8 bytes, never inside a
+    character."""
+    data = text.encode("utf-8", "surrogatepass")
+    pieces = []
+    start = 0
+    while start < len(data):
+        end = min(start + chunk_bytes, len(data))
+        while end < len(data) and data[end] & 0xC0 == 0x80:  # a continuation byte
+            end -= 1
+        pieces.append(data[start:end].decode("utf-8", "surrogatepass"))
+        start = end
+    return pieces
+
+
+def split_email(email_: Email, chunk_bytes: int) -> list[Email]:
+    """``email_`` (its ``message_id`` set) as several emails, each carrying at most
+    ``chunk_bytes`` UTF-8 bytes of its body (cut between characters), with every header of
+    the original, ``Part: i/N`` and ``Part-Of:`` the original's Message-ID, and a
+    Message-ID of its own. A body that fits is the email itself, alone."""
+    if email_.message_id is None:
+        raise ValueError("a message split into parts needs its Message-ID")
+    if chunk_bytes < 4:
+        raise ValueError("chunk_bytes must be at least 4 (one character)")
+    if len(email_.body) * 4 <= chunk_bytes or len(email_.body.encode()) <= chunk_bytes:
+        return [email_]
+    pieces = _chunks(email_.body, chunk_bytes)
+    total = len(pieces)
+    local, _, domain = email_.message_id.strip("<>").partition("@")
+    parts = []
+    for index in range(total):
+        headers = Headers(
+            [*email_.headers.items(), (PART_HEADER, f"{index + 1}/{total}"),
+             (PART_OF_HEADER, email_.message_id)]
+        )  # fmt: skip
+        parts.append(
+            email_.replace(
+                body=pieces[index],
+                headers=headers,
+                message_id=f"<{local}.part{index + 1}@{domain or 'emailmw.invalid'}>",
+            )
+        )
+    return parts
+
+
+class PartOf(NamedTuple):
+    """What a part says of itself: which message, its number (1-based) of ``total``."""
+
+    message_id: str
+    number: int
+    total: int
+
+
+def part_of(email_: Email) -> PartOf | None:
+    """The part an email is (None: a whole message). A ``Part`` header that does not read
+    as ``i/N`` with 1 <= i <= N <= 100,000, or without ``Part-Of``, is
+    :class:`~emailmw.MalformedEmailError`."""
+    value = email_.headers.get(PART_HEADER)
+    if value is None:
+        return None
+    of = email_.headers.get(PART_OF_HEADER)
+    number, _, total = value.partition("/")
+    try:
+        found = PartOf(of or "", int(number), int(total))
+    except ValueError:
+        raise MalformedEmailError(f"Part header {value[:40]!r} is not i/N") from None
+    if not of or not 1 <= found.number <= found.total <= _MAX_PARTS:
+        raise MalformedEmailError(f"Part header {value[:40]!r} out of range, or no Part-Of")
+    return found
+
+
+def join_parts(parts: Sequence[Email]) -> Email:
+    """The message the parts (all of them, in order) were split from: their bodies joined,
+    the headers of the first without ``Part``/``Part-Of``, the original Message-ID."""
+    first = parts[0]
+    found = part_of(first)
+    assert found is not None
+    headers = Headers(
+        [(k, v) for k, v in first.headers.items()
+         if k.lower() not in (PART_HEADER.lower(), PART_OF_HEADER.lower())]
+    )  # fmt: skip
+    return first.replace(
+        body="".join(part.body for part in parts), headers=headers, message_id=found.message_id
+    )
+
+
+T = TypeVar("T")
+
+
+class Reassembly(Generic[T]):
+    """Parts waiting for the rest of their message: a state machine, no I/O, no clock of
+    its own (``now`` is given). :meth:`offer` a part with what the caller holds for it;
+    when its message is complete, the held items come back in part order. A message still
+    incomplete ``timeout`` seconds after its first part is given up by :meth:`expired`
+    (the caller reports it and leaves its parts where they are). A part offered twice
+    (the same number) is returned as a duplicate. Parts of one message must agree on its
+    total and come from one ``origin`` (the identity that signed them): a part that does
+    not is refused. Not thread-safe (one polling thread)."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._waiting: dict[tuple[str, str], tuple[float, int, dict[int, T]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def offer(self, part: PartOf, origin: str, item: T, now: float) -> tuple[str, list[T]]:
+        """``("held", [])``, ``("complete", items in order)``, ``("duplicate", [item])``
+        or ``("refused", [item])`` (its total disagrees with the parts before it)."""
+        key = (part.message_id, origin)
+        _, total, held = self._waiting.setdefault(key, (now, part.total, {}))
+        if total != part.total:
+            return "refused", [item]
+        if part.number in held:
+            return "duplicate", [item]
+        held[part.number] = item
+        if len(held) < total:
+            return "held", []
+        del self._waiting[key]
+        return "complete", [held[number] for number in range(1, total + 1)]
+
+    def expired(self, now: float) -> list[tuple[str, int, list[int], list[T]]]:
+        """Messages given up: (Message-ID, total, the numbers that came, their items)."""
+        out = []
+        for key, (started, total, held) in list(self._waiting.items()):
+            if now - started >= self.timeout:
+                del self._waiting[key]
+                out.append((key[0], total, sorted(held), [held[n] for n in sorted(held)]))
+        return out
+
+
+# ------------------------------------------------------------------------- compressed bodies
+
+ZSTD: Final = "zstd"
+
+
+def _zstandard() -> Any:
+    try:
+        import zstandard
+    except ImportError:
+        raise EmailMWError(
+            "a zstd-compressed message needs the zstandard package: pip install "
+            "'emailmw[compress]' (or zstandard)"
+        ) from None
+    return zstandard
+
+
+def compress_body(text: str) -> str:
+    """``text`` compressed with zstd, as base64 text (what ``Body-Encoding: zstd`` says)."""
+    raw = _zstandard().ZstdCompressor(level=3).compress(text.encode("utf-8", "surrogatepass"))
+    return base64.b64encode(raw).decode("ascii")
+
+
+def decompress_body(text: str, encoding: str, max_size: int) -> str:
+    """The body ``Body-Encoding: encoding`` says ``text`` is; at most ``max_size`` bytes
+    (:class:`~emailmw.MalformedEmailError` for one larger, unreadable, or of an encoding
+    emailmw does not know; :class:`~emailmw.EmailMWError` when zstandard is missing)."""
+    if encoding.strip().lower() != ZSTD:
+        raise MalformedEmailError(f"unknown Body-Encoding {encoding[:40]!r}")
+    zstandard = _zstandard()
+    try:
+        raw = base64.b64decode(text, validate=True)
+        data = zstandard.ZstdDecompressor().decompress(raw, max_output_size=max_size)
+    except (ValueError, zstandard.ZstdError) as exc:
+        raise MalformedEmailError(f"zstd body unreadable: {exc}") from exc
+    if len(data) > max_size:
+        raise MalformedEmailError(f"zstd body of {len(data)} bytes exceeds max-message-size")
+    try:
+        return str(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise MalformedEmailError("zstd body is not UTF-8") from exc

@@ -27,6 +27,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -34,12 +35,14 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Final
 
-from ._exceptions import ClosedError
+from ._exceptions import ClosedError, EmailMWError, MalformedEmailError
 from ._log import get_logger
+from ._packing import BODY_ENCODING_HEADER, Reassembly, decompress_body, join_parts, part_of
 from ._protocol import PublishRoute, Route, Unroutable, classify
 from ._security import Security
-from ._transport.base import ClaimState, EmailReceiver, IncomingEmail
-from ._types import Email
+from ._transport.base import ClaimState, Done, EmailReceiver, IncomingEmail
+from ._types import Email, Headers
+from ._wire import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
     "NO_TICKET",
@@ -53,6 +56,8 @@ __all__ = [
 _log = get_logger("polling")
 _BACKOFF_MIN: Final = 0.1
 _BACKOFF_MAX: Final = 1.0
+#: while parts wait for the rest, how often the polling thread looks at their time
+_PART_CHECK_S: Final = 5.0
 #: How many Message-IDs the polling thread remembers to drop duplicates.
 RECENT_MESSAGE_IDS: Final = 10_000
 _TICKET_LOCK: Final = threading.Lock()
@@ -257,6 +262,39 @@ class RefusalLog:
                 )
 
 
+def _route_of_joined(email: Email, first: Route, parts: list[IncomingEmail]) -> Route:
+    """The route of a message joined from parts: classified again (its Message-ID is the
+    original's), with the identity the parts were verified as."""
+    route = classify(email, time.time_ns(), redelivered=any(p.redelivered for p in parts))
+    identity = getattr(getattr(first, "info", None), "identity", None)
+    info = getattr(route, "info", None)
+    if identity is not None and info is not None and hasattr(info, "identity"):
+        route = dataclasses.replace(route, info=dataclasses.replace(info, identity=identity))
+    return route
+
+
+def _joined(email: Email, parts: list[IncomingEmail]) -> IncomingEmail:
+    """One IncomingEmail for a message joined from ``parts``: settling it settles each
+    part the same way (``then`` once the last one's is done)."""
+
+    def settle(outcome: str, then: Done | None) -> None:
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            if outcome == "ack":
+                part.ack()
+            elif outcome == "quarantine":
+                part.quarantine(then if last else None)
+            else:
+                part.leave()
+
+    return IncomingEmail(
+        email,
+        redelivered=any(p.redelivered for p in parts),
+        settle=settle,
+        arrival_ns=max((p.arrival_ns or 0 for p in parts), default=None) or None,
+    )
+
+
 class PollingManager:
     """Owns the polling thread. ``register_handler`` is thread-safe; start/stop are not
     meant to race with each other (the context calls them)."""
@@ -270,8 +308,14 @@ class PollingManager:
         security: Security | None = None,
         acknowledge: Acknowledge | None = None,
         drop_duplicates: bool = True,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        part_timeout: float = 600.0,
     ) -> None:
         self._receiver = receiver
+        self._max_size = max_message_size
+        #: messages sent as parts, waiting for the rest (``_packing``)
+        self._reassembly: Reassembly[tuple[Email, Route, IncomingEmail]] = Reassembly(part_timeout)
+        self._told_missing: set[str] = set()
         self._drop_duplicates = drop_duplicates
         self._security = security
         self._acknowledge = acknowledge
@@ -341,6 +385,8 @@ class PollingManager:
             # while failing, wait at most a second: a receiver that works again returns
             # (empty-handed) and says so, rather than waiting in IDLE for the next email
             timeout = _BACKOFF_MAX if self._health.attempts else self._receive_timeout
+            if len(self._reassembly):  # come back to give up on parts that do not come
+                timeout = min(timeout or _PART_CHECK_S, _PART_CHECK_S)
             try:
                 incoming = self._receiver.receive_incoming(timeout)
             except ClosedError:
@@ -358,6 +404,7 @@ class PollingManager:
             backoff = _BACKOFF_MIN
             for item in incoming:
                 self.dispatch(item)
+            self._give_up_parts(time.monotonic())
             self._refusals.flush(time.monotonic())
         self._refusals.flush(time.monotonic(), all_=True)
 
@@ -431,6 +478,10 @@ class PollingManager:
             _log.info("dropped email %s: a copy was handed out already", email.message_id)
             incoming.ack()
             return
+        whole = self._unpacked(email, route, incoming)
+        if whole is None:
+            return
+        email, route, incoming = whole
         ticket = Ticket(incoming, self._on_done(email, route))
         for handler in self._handlers:
             try:
@@ -443,6 +494,78 @@ class PollingManager:
                     email.subject[:80],
                 )
         ticket.release()
+
+    def _unpacked(
+        self, email: Email, route: Route, incoming: IncomingEmail
+    ) -> tuple[Email, Route, IncomingEmail] | None:
+        """The message an email carries: itself; for a part, once all parts are here, the
+        message joined (settling it settles every part), None meanwhile; its body
+        decompressed (``Body-Encoding``). None, the email settled, when it cannot be had."""
+        try:
+            part = part_of(email)
+        except MalformedEmailError as exc:
+            _log.warning("malformed part %s not delivered: %s", email.message_id, exc)
+            incoming.quarantine()
+            return None
+        if part is not None:
+            info = getattr(route, "info", None)
+            origin = getattr(info, "identity", None) or email.from_
+            verdict, items = self._reassembly.offer(
+                part, origin, (email, route, incoming), time.monotonic()
+            )
+            if verdict == "held":
+                return None
+            if verdict == "duplicate":
+                incoming.ack()
+                return None
+            if verdict == "refused":
+                _log.warning(
+                    "part %s says %d parts, others of %s said otherwise: not delivered",
+                    email.message_id, part.total, part.message_id,
+                )  # fmt: skip
+                incoming.quarantine()
+                return None
+            parts = [item[2] for item in items]
+            email = join_parts([item[0] for item in items])
+            if len(email.body.encode("utf-8", "surrogatepass")) > self._max_size:
+                _log.warning("message %s of %d parts is larger than max-message-size: not "
+                             "delivered", email.message_id, len(parts))  # fmt: skip
+                for each in parts:
+                    each.quarantine()
+                return None
+            route = _route_of_joined(email, items[0][1], parts)
+            incoming = _joined(email, parts)
+        encoding = email.headers.get(BODY_ENCODING_HEADER)
+        if encoding is None:
+            return email, route, incoming
+        try:
+            body = decompress_body(email.body, encoding, self._max_size)
+        except MalformedEmailError as exc:
+            _log.warning("message %s not delivered: %s", email.message_id, exc)
+            incoming.quarantine()
+            return None
+        except EmailMWError as exc:  # a package this process lacks: another may read it
+            if encoding not in self._told_missing:
+                self._told_missing.add(encoding)
+                _log.error("left message %s where it is: %s", email.message_id, exc)
+            incoming.leave()
+            return None
+        headers = Headers(
+            [(k, v) for k, v in email.headers.items() if k.lower() != "body-encoding"]
+        )
+        return email.replace(body=body, headers=headers), route, incoming
+
+    def _give_up_parts(self, now: float) -> None:
+        """Messages whose parts did not all come within ``part-timeout``: said, and their
+        parts left where they are (never deleted; a restart with a state file does not
+        hand them out again, the mailbox keeps them)."""
+        for message_id, total, numbers, items in self._reassembly.expired(now):
+            _log.warning(
+                "message %s incomplete after part-timeout: parts %s of %d came; they are "
+                "left in the mailbox", message_id, ",".join(map(str, numbers)), total,
+            )  # fmt: skip
+            for _, _, incoming in items:
+                incoming.leave()
 
     def _on_done(self, email: Email, route: Route) -> Callable[[int], None] | None:
         """What settling ``email`` must also do: acknowledge it to its publisher when it

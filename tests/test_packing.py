@@ -17,9 +17,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emailmw import BatchPolicy, Email, MalformedEmailError, SendError
+from emailmw import BatchPolicy, Email, EmailReceiver, Gid, MalformedEmailError, SendError
 from emailmw._config import load_options
-from emailmw._packing import batch_parts, build_batch
+from emailmw._packing import (
+    PartOf,
+    Reassembly,
+    batch_parts,
+    build_batch,
+    compress_body,
+    decompress_body,
+    join_parts,
+    part_of,
+    split_email,
+)
+from emailmw._polling import PollingManager
+from emailmw._protocol import Recipients, publish_email
+from emailmw._transport.base import IncomingEmail
 from emailmw._transport.common import ResumePosition, unpack_fetched
 from emailmw._transport.outbox import Outbox, Submission, Submitter
 from emailmw._wire import build, parse
@@ -289,3 +302,99 @@ def test_the_outcome_of_a_whole_batch(outcomes: list[str], whole: str) -> None:
     position.handing_out([5])
     results = [position.settle_part(1, 5, i, len(outcomes), o) for i, o in enumerate(outcomes)]
     assert results == [None] * (len(outcomes) - 1) + [whole]
+
+
+# -- one message, several emails --------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=400), st.integers(min_value=4, max_value=64))
+def test_parts_join_back_into_the_message(body: str, chunk: int) -> None:
+    message = Email("/big", body, "me@example.test", "you@example.test",
+                    headers={"Source-Timestamp": "1"}, message_id="<big@x>")  # fmt: skip
+    parts = split_email(message, chunk)
+    assert all(len(p.body.encode("utf-8", "surrogatepass")) <= chunk for p in parts)
+    if len(parts) == 1:
+        assert parts == [message]
+        return
+    assert [part_of(p) for p in parts] == [
+        PartOf("<big@x>", n, len(parts)) for n in range(1, len(parts) + 1)
+    ]
+    assert len({p.message_id for p in parts}) == len(parts)
+    assert join_parts(parts) == message
+    assert [parse(build(p)) for p in parts] == parts  # each goes on the wire as it is
+
+
+@pytest.mark.parametrize("value", ["x", "0/3", "4/3", "1/0", "1/200000"])
+def test_a_part_header_out_of_range_is_malformed(value: str) -> None:
+    email_ = Email("/big", "b", headers={"Part": value, "Part-Of": "<m@x>"})
+    with pytest.raises(MalformedEmailError):
+        part_of(email_)
+
+
+def test_reassembly_holds_completes_refuses_and_gives_up() -> None:
+    waiting: Reassembly[str] = Reassembly(timeout=10)
+    assert waiting.offer(PartOf("<m@x>", 2, 3), "ann", "b", now=0) == ("held", [])
+    assert waiting.offer(PartOf("<m@x>", 2, 3), "ann", "b again", now=1) == (
+        "duplicate",
+        ["b again"],
+    )
+    assert waiting.offer(PartOf("<m@x>", 1, 4), "ann", "odd", now=1) == ("refused", ["odd"])
+    assert waiting.offer(PartOf("<m@x>", 1, 3), "eve", "forged", now=1) == ("held", [])
+    assert waiting.offer(PartOf("<m@x>", 3, 3), "ann", "c", now=2) == ("held", [])
+    assert waiting.offer(PartOf("<m@x>", 1, 3), "ann", "a", now=3) == ("complete", ["a", "b", "c"])
+    assert waiting.expired(now=10.5) == []
+    assert waiting.expired(now=11) == [("<m@x>", 3, [1], ["forged"])]
+    assert len(waiting) == 0
+
+
+def test_a_compressed_body_comes_back() -> None:
+    pytest.importorskip("zstandard")
+    text = "data: " + "ü" * 50_000
+    packed = compress_body(text)
+    assert len(packed) < 2_000
+    assert decompress_body(packed, "zstd", 1 << 20) == text
+    with pytest.raises(MalformedEmailError, match="exceeds"):
+        decompress_body(packed, "zstd", 1_000)
+    with pytest.raises(MalformedEmailError, match="unknown Body-Encoding"):
+        decompress_body(packed, "brotli", 1 << 20)
+    with pytest.raises(MalformedEmailError, match="unreadable"):
+        decompress_body("not base64!", "zstd", 1 << 20)
+
+
+class _Nothing(EmailReceiver):
+    def receive(self, timeout: float | None = None) -> list[Email]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _incoming(email_: Email, outcomes: list[str]) -> IncomingEmail:
+    return IncomingEmail(email_, settle=lambda outcome, then: outcomes.append(outcome))
+
+
+def test_the_polling_thread_delivers_a_message_once_every_part_is_there() -> None:
+    """Out of order, with a duplicate: the handler gets the whole message once, and
+    settling it settles each part; a message whose parts do not all come is given up and
+    its parts left where they are."""
+    polling = PollingManager(_Nothing(), part_timeout=30)
+    got: list[tuple[str, str]] = []
+    polling.register_handler(lambda email_, route, ticket: got.append((email_.body, route.topic)))
+    recipients = Recipients("me@example.test", ("you@example.test",))
+    message = publish_email(
+        "/big", "0123456789" * 5, recipients=recipients, gid=Gid(3), sequence_number=7,
+        timestamp_ns=10**18,
+    ).with_message_id("<m@x>")  # fmt: skip
+    parts = split_email(message, 12)
+    outcomes: list[str] = []
+    for index in (3, 0, 0, 4, 2, 1):
+        polling.dispatch(_incoming(parts[index], outcomes))
+    assert got == [("0123456789" * 5, "/big")]
+    assert outcomes == ["ack"] + ["ack"] * 5  # the duplicate at once, then every part
+    lonely = split_email(message.with_message_id("<n@x>"), 12)
+    left: list[str] = []
+    polling.dispatch(_incoming(lonely[0], left))
+    polling._give_up_parts(time.monotonic() + 60)
+    assert left == ["leave"]
+    assert len(got) == 1

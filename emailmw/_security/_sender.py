@@ -41,5 +41,8 @@ class SecureSender(EmailSender):
     def flush(self, timeout: float | None = None) -> bool:
         return self._inner.flush(timeout)
 
+    def max_email_bytes(self) -> int | None:
+        return self._inner.max_email_bytes()
+
     def close(self) -> None:
         self._inner.close()

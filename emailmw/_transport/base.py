@@ -197,6 +197,11 @@ class EmailSender(Closeable):
         """Wait until every email sent so far was handed to the server; False on timeout."""
         return True
 
+    def max_email_bytes(self) -> int | None:
+        """The largest email the server takes, when this sender knows it (the SMTP
+        ``SIZE`` it advertised); None otherwise."""
+        return None
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connection. Idempotent. Emails already sent are flushed first."""

@@ -118,6 +118,9 @@ class AiosmtplibSubmitter(Submitter):
             with smtp_login_errors(self.server, self._user.username):
                 await smtp.connect()
                 await smtp.login(self._user.username, self._user.password)
+                advertised = smtp.esmtp_extensions.get("size", "")
+                if advertised.isdigit() and int(advertised) > 0:
+                    self.size_limit = int(advertised)
         except TransportError:
             smtp.close()
             raise

@@ -95,6 +95,9 @@ class Submitter(abc.ABC):
     def close(self) -> None:
         """Say goodbye to the server and release the connection. Idempotent."""
 
+    #: the SMTP ``SIZE`` the server advertised, once connected (None: not said, not yet)
+    size_limit: int | None = None
+
 
 class Spool:
     """A directory of emails waiting to be sent, each one file, oldest name first.
@@ -307,6 +310,9 @@ class Outbox(EmailSender):
             item.error = SendError(
                 f"not accepted within {self._options.timeout} s", server=self._server
             )
+
+    def max_email_bytes(self) -> int | None:
+        return self._submitter.size_limit
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything sent so far was accepted or refused; False on timeout.

@@ -175,6 +175,8 @@ class MailServer:
     pool_size: int = 1000
     vmail_user: str = "vmail"
     ready_timeout: float = 30.0
+    #: Postfix's message_size_limit (it advertises it as SIZE)
+    message_size_limit: int = 52_428_800
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
@@ -609,6 +611,7 @@ class MailServer:
             "imap_port": self.imap_port,
             "imaps_port": self.imaps_port,
             "vmail_user": self.vmail_user,
+            "message_size_limit": self.message_size_limit,
             "vmail_uid": uid,
             "vmail_gid": gid,
             "ssl_dh": f"ssl_dh = <{dh}" if os.access(dh, os.R_OK) else "",

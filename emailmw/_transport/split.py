@@ -1,0 +1,80 @@
+"""A message larger than one email may be: sent as parts (``_packing.split_email``).
+
+:class:`SplittingSender` wraps the context's sender (outside the signing one: each part
+is signed on its own). The largest email is ``max-email-bytes`` when configured, else
+what the server advertised in its SMTP ``SIZE`` once the sender has connected, else
+:data:`DEFAULT_MAX_EMAIL_BYTES`. A part's body is cut so that, encoded as base64 and
+encrypted (base64 again) with its headers, the part stays below it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .._config import BatchPolicy, Options
+from .._exceptions import MessageTooLargeError
+from .._packing import split_email
+from .._types import Email
+from .._wire import new_message_id, prepare_outgoing
+from .base import EmailSender, FailureCallback
+
+__all__ = ["DEFAULT_MAX_EMAIL_BYTES", "SplittingSender"]
+
+#: the largest email when neither the configuration nor the server says (Postfix's default
+#: message_size_limit is 10,240,000)
+DEFAULT_MAX_EMAIL_BYTES: Final = 10_000_000
+#: room for a part's headers (signature, metadata, MIME)
+_HEADER_ROOM: Final = 64 * 1024
+
+
+class SplittingSender(EmailSender):
+    """Sends what fits as it is and a larger message as parts, each through ``inner``
+    (the same guarantee and batch policy for every part). Thread-safe as ``inner``;
+    closing closes it."""
+
+    def __init__(self, inner: EmailSender, options: Options) -> None:
+        self._inner = inner
+        self._options = options
+        self.address = inner.address
+
+    def __repr__(self) -> str:
+        return f"<SplittingSender over {self._inner!r}>"
+
+    def max_email_bytes(self) -> int | None:
+        return self._options.max_email_bytes or self._inner.max_email_bytes()
+
+    def chunk_bytes(self) -> int:
+        """The most body bytes a part carries."""
+        limit = self.max_email_bytes() or DEFAULT_MAX_EMAIL_BYTES
+        # base64 (4/3), then encryption's base64 again (4/3): 9/16 of what is left
+        return max(1024, (limit - _HEADER_ROOM) * 9 // 16)
+
+    def send(
+        self,
+        email: Email,
+        *,
+        guarantee: str | None = None,
+        on_failure: FailureCallback | None = None,
+        batch: BatchPolicy | None = None,
+    ) -> None:
+        chunk = self.chunk_bytes()
+        if len(email.body) * 4 <= chunk or len(email.body.encode()) <= chunk:
+            self._inner.send(email, guarantee=guarantee, on_failure=on_failure, batch=batch)
+            return
+        size = len(email.body.encode())
+        if size > self._options.max_message_size:
+            raise MessageTooLargeError(
+                f"body of {size} bytes exceeds max-message-size "
+                f"({self._options.max_message_size}); raise it on both sides to send it"
+            )
+        email = prepare_outgoing(email, self.address)
+        if email.message_id is None:
+            email = email.with_message_id(new_message_id(self.address))
+        for part in split_email(email, chunk):
+            self._inner.send(part, guarantee=guarantee, on_failure=on_failure, batch=batch)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self._inner.flush(timeout)
+
+    def close(self) -> None:
+        self._inner.close()

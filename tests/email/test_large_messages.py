@@ -1,0 +1,130 @@
+"""Messages larger than one email may be, over the real server: a 50 MB message through a
+server that takes 10 MB (its parts signed and verified each), parts on the curl transport,
+a message whose last part never comes (reported, its parts left in the mailbox), and
+compressed bodies."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import emailmw
+from emailmw import Keystore
+from emailmw._packing import split_email
+from emailmw._protocol import publish_email
+from emailmw._wire import build
+from emailmw.testing.mailserver import MailServer
+from tests.conftest import MakeContext
+
+from ..helpers import deadline_loop
+from .helpers import folder_subjects, inject, transport_extra
+
+BIG = {"max-message-size": "64 MiB"}
+
+
+@pytest.fixture(scope="module")
+def small_server(mailserver: MailServer) -> Iterator[MailServer]:
+    """A server of this module's own whose Postfix takes emails of at most 10 MB (it says
+    SIZE 10240000), as Postfix does by default."""
+    del mailserver  # (started after the run's: the packages are there)
+    state = Path(f"/tmp/emailmw-size-{uuid.uuid4().hex[:8]}")
+    server = MailServer(state_dir=state, message_size_limit=10_240_000, pool_size=20)
+    server.start(fresh=True)
+    yield server
+    server.stop()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def test_a_50_mb_message_crosses_a_10_mb_server_intact_and_verified(
+    small_server: MailServer, tmp_path: Path
+) -> None:
+    store = Keystore.create(tmp_path / "keystore")
+    store.create_key("camera")
+    store.create_key("viewer")
+    sender, receiver = small_server.fresh_account(), small_server.fresh_account()
+
+    def config(address: str, identity: str, **more: object) -> dict[str, object]:
+        security = {"keystore": str(store.path), "identity": identity, "verify": "enforce"}
+        return {"email": small_server.config(address, security=security, **BIG, **more)}
+
+    body = os.urandom(25 * 1024 * 1024).hex()  # 50 MiB of text that does not compress
+    with (
+        emailmw.Context(config(receiver, "viewer")) as viewer,
+        emailmw.Context(config(sender, "camera", to=receiver)) as camera,
+    ):
+        sub = emailmw.Subscription("/image", context=viewer)
+        viewer.start_receiving()
+        started = time.monotonic()
+        emailmw.Publisher("/image", context=camera).publish(body)
+        got = emailmw.wait_for_message_with_info(sub, 300)
+        elapsed = time.monotonic() - started
+    assert got is not None
+    assert hashlib.sha256(got[0].encode()).digest() == hashlib.sha256(body.encode()).digest()
+    assert got[1].identity == "camera"  # every part verified as the camera's
+    assert elapsed < 300
+    stored = folder_subjects(small_server, receiver)
+    assert len(stored) >= 5  # parts, each under the server's 10 MB
+
+
+def test_parts_on_the_curl_transport(
+    mailserver: MailServer, account: Callable[[], str], email_context: MakeContext
+) -> None:
+    sender, receiver = account(), account()
+    listener = email_context(receiver, transport="curl", **transport_extra("curl"))
+    sub = emailmw.Subscription("/scan", context=listener)
+    listener.start_receiving()
+    talker = email_context(sender, to=receiver, transport="curl", **{"max-email-bytes": 262144})
+    body = "".join(f"{i:06d} ü\n" for i in range(60_000))  # 540 kB, non-ASCII
+    emailmw.Publisher("/scan", context=talker).publish(body)
+    got = emailmw.wait_for_message(sub, 120)
+    assert got == body
+    assert len(folder_subjects(mailserver, receiver)) >= 3
+
+
+def test_a_message_missing_a_part_is_reported_and_its_parts_stay(
+    mailserver: MailServer, account: Callable[[], str], email_context: MakeContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    receiver = account()
+    listener = email_context(receiver, **{"part-timeout": 1, "on-receive": "delete"})
+    sub = emailmw.Subscription("/partial", context=listener)
+    listener.start_receiving()
+    recipients = emailmw.Recipients(receiver, (receiver,))
+    message = publish_email("/partial", "x" * 3000, recipients=recipients, gid=emailmw.Gid(4),
+                            sequence_number=0, timestamp_ns=time.time_ns())  # fmt: skip
+    parts = split_email(message.with_message_id(f"<p{time.time_ns()}@example.test>"), 1000)
+    with caplog.at_level(logging.WARNING, logger="emailmw"):
+        for part in parts[:2]:  # the third never comes
+            inject(mailserver, receiver, build(part))
+        more = deadline_loop(60)
+        while more() and not any("incomplete" in r.getMessage() for r in caplog.records):
+            time.sleep(0.05)
+    (said,) = [r.getMessage() for r in caplog.records if "incomplete" in r.getMessage()]
+    assert "parts 1,2 of 3 came" in said
+    assert sub.get_message() is None
+    assert len(folder_subjects(mailserver, receiver)) == 2  # left, not deleted
+
+
+def test_a_compressed_topic_arrives_as_it_was_published(
+    mailserver: MailServer, account: Callable[[], str], email_context: MakeContext
+) -> None:
+    pytest.importorskip("zstandard")
+    sender, receiver = account(), account()
+    sub = emailmw.Subscription("/logs", context=email_context(receiver))
+    talker = email_context(sender, to=receiver)
+    pub = emailmw.Publisher("/logs", context=talker, compress="zstd")
+    text = "level: info\nmsg: " + "the same line again " * 5000
+    pub.publish(text)
+    got = emailmw.wait_for_message(sub, 60)
+    assert got == text
+    stored = b"".join(p.read_bytes() for p in mailserver.maildir(receiver).rglob("*,*"))
+    assert b"Body-Encoding: zstd" in stored
+    assert len(stored) < len(text) // 10  # it crossed compressed

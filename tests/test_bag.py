@@ -132,3 +132,40 @@ def test_export_in_worker_processes_equals_one_process(
 
     assert essence(tmp_path / "two") == essence(tmp_path / "one")
     assert len(essence(tmp_path / "one")) == 60
+
+
+def test_export_unpacks_batches_and_joins_parts_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of three and a message in three parts that lie in different chunks (one a
+    worker process's): four messages in the bag, the joined one whole."""
+    pytest.importorskip("pyarrow")
+    import emailmw._bag.bag as bag_module
+    from emailmw._packing import build_batch, split_email
+    from emailmw._pipeline.landing import Source, list_units
+    from emailmw._protocol import Recipients, publish_email
+    from emailmw._wire import build
+
+    recipients = Recipients("a@example.test", ("b@example.test",))
+
+    def message(seq: int, body: str) -> Any:
+        email = publish_email("/packed", body, recipients=recipients, gid=Gid(2),
+                              sequence_number=seq, timestamp_ns=10**18 + seq)  # fmt: skip
+        return email.with_message_id(f"<{seq}@example.test>")
+
+    batch = build_batch([build(message(i, f"m{i}")) for i in range(3)], from_="a@example.test",
+                        to=["b@example.test"], message_id="<b@example.test>",
+                        timestamp_ns=10**18)  # fmt: skip
+    parts = [build(p) for p in split_email(message(3, "z" * 30), 12)]
+    root = tmp_path / "Maildir"
+    for sub in ("cur", "new", "tmp"):
+        (root / sub).mkdir(parents=True)
+    for i, raw in enumerate([parts[2], batch, parts[0], parts[1]]):
+        (root / "cur" / f"1700000000.M{i}P1.x,S={len(raw)}:2,").write_bytes(raw)
+    units = list_units([Source("maildir", root, str(root))]).to_pylist()
+    monkeypatch.setattr(bag_module, "EXPORT_CHUNK", 1)
+    for workers in (1, 2):
+        out = tmp_path / f"bag{workers}"
+        assert bag_module.export(units, out, workers=workers) == (4, 0)
+        got = sorted((m.info["sequence_number"], m.data) for m in read_bag(out))
+        assert got == [(0, "m0"), (1, "m1"), (2, "m2"), (3, "z" * 30)]

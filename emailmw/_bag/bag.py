@@ -28,13 +28,21 @@ from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 
 from .._context import Context
 from .._entities import Publisher, Subscription
-from .._exceptions import ConfigError, EmailMWError
+from .._exceptions import ConfigError, EmailMWError, MalformedEmailError
 from .._graph import GRAPH_TOPIC, graph_of
 from .._interfaces import HEADER_MESSAGE_TYPE, from_data, get_interface, serialize, to_data
 from .._log import get_logger
+from .._packing import (
+    BODY_ENCODING_HEADER,
+    Reassembly,
+    batch_parts,
+    decompress_body,
+    join_parts,
+    part_of,
+)
 from .._pipeline.landing import unit_emails
 from .._protocol import PublishRoute, classify
-from .._types import MessageInfo
+from .._types import Email, MessageInfo
 from .._waitable import wait_any
 from .._wire import parse
 from .convert import BagTypes
@@ -429,15 +437,36 @@ def export(
     writer = BagWriter(out)
     left = 0
     try:
-        for encoded, refused in _encoded(chunks, include_internal, workers):
+        waiting: Reassembly[tuple[Email, int | None]] = Reassembly(timeout=float("inf"))
+        for encoded, parts, refused in _encoded(chunks, include_internal, workers):
             left += refused
             for item in encoded:
                 writer.write_encoded(item)
+            for email, delivered in parts:
+                found = part_of(email)
+                assert found is not None
+                verdict, items = waiting.offer(found, email.from_, (email, delivered), 0.0)
+                if verdict in ("duplicate", "refused"):
+                    left += 1
+                if verdict != "complete":
+                    continue
+                joined = join_parts([e for e, _ in items])
+                whole = _encoded_message(writer.types, joined, items[-1][1], include_internal)
+                if whole is None:
+                    left += len(items)
+                else:
+                    writer.write_encoded(whole)
             if on_message is not None:
                 on_message(writer.count)
     finally:
         writer.close()
     return writer.count, left
+
+
+#: what a chunk gives: its messages encoded, the parts of messages sent as several emails
+#: (each (email, delivery time): joined by the writing process, parts may lie in other
+#: chunks), and how many emails were left out
+Chunk = tuple[list[Encoded], list[tuple[Email, int | None]], int]
 
 
 def _chunks(unit: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -452,9 +481,7 @@ def _chunks(unit: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield {**unit, "groups": [piece]}
 
 
-def _encoded(
-    chunks: list[dict[str, Any]], include_internal: bool, workers: int
-) -> Iterator[tuple[list[Encoded], int]]:
+def _encoded(chunks: list[dict[str, Any]], include_internal: bool, workers: int) -> Iterator[Chunk]:
     if workers <= 1 or len(chunks) <= 1:
         for chunk in chunks:
             yield encode_chunk(chunk, include_internal)
@@ -463,7 +490,7 @@ def _encoded(
     # emailmw, rosbags and numpy again: a second of start-up for a few seconds of work)
     context = multiprocessing.get_context("fork")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        waiting: collections.deque[concurrent.futures.Future[tuple[list[Encoded], int]]]
+        waiting: collections.deque[concurrent.futures.Future[Chunk]]
         waiting = collections.deque()
         pending = iter(chunks)
         for chunk in itertools.islice(pending, 2 * workers):
@@ -478,33 +505,57 @@ def _encoded(
 _worker_types: BagTypes | None = None
 
 
-def encode_chunk(chunk: dict[str, Any], include_internal: bool) -> tuple[list[Encoded], int]:
-    """The published messages of a chunk of an archive, encoded, and how many emails were
-    left out. Run in a worker process (its types kept between chunks)."""
+def encode_chunk(chunk: dict[str, Any], include_internal: bool) -> Chunk:
+    """The published messages of a chunk of an archive, encoded (a batch email's each on
+    its own), the parts of larger messages, and how many emails were left out. Run in a
+    worker process (its types kept between chunks)."""
     global _worker_types
     if _worker_types is None:
         _worker_types = BagTypes()
     types = _worker_types
     encoded: list[Encoded] = []
+    parts: list[tuple[Email, int | None]] = []
     left = 0
-    for _, _, delivered_ns, raw in unit_emails(chunk):
+    for _, _, delivered_ns, stored in unit_emails(chunk):
         try:
-            email = parse(raw)
-        except Exception:  # noqa: BLE001 - no stored email stops the export
+            raws = batch_parts(stored) or [stored]
+        except MalformedEmailError:
             left += 1
             continue
-        route = classify(email, delivered_ns or 0)
-        if not isinstance(route, PublishRoute) or (
-            not include_internal and route.topic.startswith("/_emailmw/")
-        ):
-            left += 1
-            continue
-        received = delivered_ns or route.info.source_timestamp
-        try:
-            data = _plain_body(email.body, route.info.message_type)
-            encoded.append(
-                encode(types, route.topic, route.info.message_type, data, route.info, received)
-            )
-        except (KeyError, EmailMWError, yaml.YAMLError):
-            left += 1
-    return encoded, left
+        for raw in raws:
+            try:
+                email = parse(raw)
+                if part_of(email) is not None:
+                    parts.append((email, delivered_ns))
+                    continue
+            except Exception:  # noqa: BLE001 - no stored email stops the export
+                left += 1
+                continue
+            item = _encoded_message(types, email, delivered_ns, include_internal)
+            if item is None:
+                left += 1
+            else:
+                encoded.append(item)
+    return encoded, parts, left
+
+
+def _encoded_message(
+    types: BagTypes, email: Email, delivered_ns: int | None, include_internal: bool
+) -> Encoded | None:
+    """A whole message (one email's, or joined from parts) encoded; None when it is not a
+    published message the bag holds."""
+    route = classify(email, delivered_ns or 0)
+    if not isinstance(route, PublishRoute) or (
+        not include_internal and route.topic.startswith("/_emailmw/")
+    ):
+        return None
+    received = delivered_ns or route.info.source_timestamp
+    body = email.body
+    try:
+        encoding = email.headers.get(BODY_ENCODING_HEADER)
+        if encoding is not None:
+            body = decompress_body(body, encoding, 1 << 31)
+        data = _plain_body(body, route.info.message_type)
+        return encode(types, route.topic, route.info.message_type, data, route.info, received)
+    except (KeyError, EmailMWError, yaml.YAMLError):
+        return None

@@ -30,9 +30,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._exceptions import ForeignEmailError, MalformedEmailError
+from .._packing import batch_parts
 from .._protocol import Unroutable, read_metadata
 from .._types import Headers
-from .._wire import parse, parse_head
+from .._wire import parse, parse_head, parse_header_block, split_message
 
 __all__ = [
     "INTERNAL_TOPIC_PREFIX",
@@ -78,6 +79,11 @@ LANDING_SCHEMA: Final = pa.schema(
         # verified | invalid | untrusted; null for rejects. Landed parts of earlier versions
         # lack it and read as null.
         ("security", pa.string()),
+        # how the message travelled when not alone in its email: "batch i/N" (part i of a
+        # batch email, ``_packing``: its key is the email's plus "#i") or "part i/N" (a
+        # part of a message sent as several emails); null otherwise. Landed parts of earlier
+        # versions lack it and read as null.
+        ("packed", pa.string()),
         # an mbox message's byte offset (its "From " line; ``key`` is the same number, in 16
         # digits), null for a Maildir file: Spark orders ties by it without parsing ``key``.
         # Landed parts of earlier versions lack it and read as null.
@@ -186,40 +192,75 @@ def signature_status(raw: bytes, headers: Headers, source_ns: int, keystore: str
     return "invalid" if status == "unsigned" else status  # a header that is not a signature
 
 
-def _row(raw: bytes, name_ns: int | None, keystore: str | None = None) -> _Row:
+def _row(
+    raw: bytes,
+    name_ns: int | None,
+    keystore: str | None = None,
+    delivered: tuple[int | None, int | None] | None = None,
+    packed: str | None = None,
+) -> _Row:
+    """The described columns of one email (``delivered``: its delivery time and resolution
+    when known from elsewhere: a batch's parts have the batch email's)."""
     # status, reason, kind, topic, message_id, in_reply_to, publisher_gid, publisher_seq,
     # client_gid, request_seq, source_ns, delivered_ns, delivered_res_ns, size, from_addr,
-    # to_addr, security
+    # to_addr, security, packed
     size = len(raw)
     try:
         parsed = parse_head(raw)
     except ForeignEmailError as exc:
-        return ("foreign", str(exc), *_NONE_11, size, None, None, None)
+        return ("foreign", str(exc), *_NONE_11, size, None, None, None, packed)
     except MalformedEmailError as exc:
-        return ("malformed", str(exc), *_NONE_11, size, None, None, None)
+        return ("malformed", str(exc), *_NONE_11, size, None, None, None, packed)
     headers = parsed.headers
-    delivered, res = delivery_time(headers.get("received"), headers.get("date"), name_ns)
+    if delivered is None:
+        delivered = delivery_time(headers.get("received"), headers.get("date"), name_ns)
+    stamp, res = delivered
+    if packed is None and (part := headers.get("part")) is not None:
+        packed = f"part {part.strip()[:20]}"
     message_id = parsed.message_id
     to = ", ".join(parsed.to)
     metadata = read_metadata(headers)  # classify()'s reading, without its route objects
     if isinstance(metadata, Unroutable):
         return (
             "malformed" if metadata.malformed else "foreign", metadata.reason, None,
-            parsed.subject, message_id, None, None, None, None, None, None, delivered, res,
-            size, parsed.from_, to, None,
+            parsed.subject, message_id, None, None, None, None, None, None, stamp, res,
+            size, parsed.from_, to, None, packed,
         )  # fmt: skip
     is_service, source_ns, gid, seq = metadata
     security = signature_status(raw, headers, source_ns, keystore)
     if is_service:
         return (
             "ok", None, "response" if parsed.in_reply_to else "request", parsed.subject,
-            message_id, parsed.in_reply_to, None, None, gid, seq, source_ns, delivered, res,
-            size, parsed.from_, to, security,
+            message_id, parsed.in_reply_to, None, None, gid, seq, source_ns, stamp, res,
+            size, parsed.from_, to, security, packed,
         )  # fmt: skip
     return (
         "ok", None, "publish", parsed.subject, message_id, parsed.in_reply_to, gid, seq,
-        None, None, source_ns, delivered, res, size, parsed.from_, to, security,
+        None, None, source_ns, stamp, res, size, parsed.from_, to, security, packed,
     )  # fmt: skip
+
+
+def _rows(raw: bytes, name_ns: int | None, keystore: str | None) -> list[tuple[str, _Row]]:
+    """The rows of one stored email, each with what its key gets after the email's: one
+    row (""), or one a part of a batch email ("#1", "#2", ...) with the batch's delivery
+    time. A batch that cannot be unpacked is one malformed row."""
+    try:
+        parts = batch_parts(raw)
+    except MalformedEmailError as exc:
+        return [("", ("malformed", str(exc), *_NONE_11, len(raw), None, None, None, None))]
+    if parts is None:
+        return [("", _row(raw, name_ns, keystore))]
+    try:
+        outer = parse_header_block(split_message(raw)[0])
+    except MalformedEmailError:
+        outer = []
+    fields = {name.lower(): value for name, value in outer}
+    delivered = delivery_time(fields.get("received"), fields.get("date"), name_ns)
+    total = len(parts)
+    return [
+        (f"#{i}", _row(part, name_ns, keystore, delivered, f"batch {i}/{total}"))
+        for i, part in enumerate(parts, 1)
+    ]
 
 
 class _Columns:
@@ -236,6 +277,7 @@ class _Columns:
         self.mailboxes: list[str] = []
         self.keys: list[str] = []
         self.offsets: list[int] = []
+        self.suffixes: list[str] = []  # after an mbox key: "#i" for a batch's parts
         self.rows: list[_Row] = []
 
     def add(self, mailbox: str, key: str, row: _Row) -> None:
@@ -256,6 +298,8 @@ class _Columns:
             mailboxes = pa.array([self.mailbox] * count, string)
             offsets = pa.array(self.offsets, pa.int64())
             keys = pc.utf8_lpad(pc.cast(offsets, string), 16, "0")  # f"{offset:016d}"
+            if any(self.suffixes):
+                keys = pc.binary_join_element_wise(keys, pa.array(self.suffixes, string), "")
         arrays = [pa.array([self.source] * count, string), mailboxes, keys]
         arrays += [
             pa.array(column, field.type)
@@ -439,7 +483,8 @@ def _land_files(source: str, groups: list[dict[str, Any]], keystore: str | None)
     columns = _Columns(source)
     with _gc_paused():
         for mailbox, key, name_ns, raw in maildir_emails(groups):
-            columns.add(mailbox, key, _row(raw, name_ns, keystore))
+            for suffix, row in _rows(raw, name_ns, keystore):
+                columns.add(mailbox, key + suffix, row)
         return columns.table()
 
 
@@ -494,11 +539,13 @@ def _land_mbox_range(
     source: str, path: str, mailbox: str, start: int, end: int, keystore: str | None
 ) -> pa.Table:
     columns = _Columns(source, mailbox)
-    offsets, rows = columns.offsets, columns.rows
+    offsets, rows, suffixes = columns.offsets, columns.rows, columns.suffixes
     with _gc_paused():
         for offset, raw in mbox_emails(path, start, end):
-            offsets.append(offset)
-            rows.append(_row(raw, None, keystore))
+            for suffix, row in _rows(raw, None, keystore):
+                offsets.append(offset)
+                rows.append(row)
+                suffixes.append(suffix)
         return columns.table()
 
 

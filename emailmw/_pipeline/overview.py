@@ -31,6 +31,9 @@ class Overview:
     # emailmw mail by its ``security`` column; plus "replayed" (copies of a signed email
     # beyond its first) and "quarantined" (every stored email in a quarantine folder)
     security: dict[str, int] = field(default_factory=dict)
+    # messages by how they travelled: batch_first, batch (the other parts of batches),
+    # part_first, part (the other parts of messages sent as several emails)
+    packing: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         by_status: dict[str, int] = {}
@@ -53,6 +56,12 @@ class Overview:
             "out_of_order": sum(h["out_of_order"] for h in health),
             "publishers": len(health),
             **{mark: self.security.get(mark, 0) for mark in SECURITY_MARKS},
+            # batches (docs/batching.md): batch emails, the messages they carried; messages
+            # sent as parts, and their parts
+            "batch_emails": self.packing.get("batch_first", 0),
+            "batched_messages": self.packing.get("batch_first", 0) + self.packing.get("batch", 0),
+            "split_messages": self.packing.get("part_first", 0),
+            "message_parts": self.packing.get("part_first", 0) + self.packing.get("part", 0),
         }
 
 
@@ -79,12 +88,16 @@ def health_rows(table: pa.Table) -> list[dict[str, Any]]:
 # and reason, and both by whether they lie in a quarantine folder (a test of each mailbox's
 # name, made once per mailbox rather than per message).
 _COUNTS_SQL = """
-SELECT status, reason, kind, security, QUARANTINE AS quarantined, sum(n) AS n FROM (
-  SELECT 'ok' AS status, CAST(NULL AS STRING) AS reason, kind, security, mailbox,
-    count(1) AS n
+SELECT status, reason, kind, security, packing, QUARANTINE AS quarantined, sum(n) AS n FROM (
+  SELECT 'ok' AS status, CAST(NULL AS STRING) AS reason, kind, security,
+    CASE WHEN packed LIKE 'batch 1/%' THEN 'batch_first' WHEN packed LIKE 'batch %'
+      THEN 'batch' WHEN packed LIKE 'part 1/%' THEN 'part_first' WHEN packed LIKE 'part %'
+      THEN 'part' END AS packing,
+    mailbox, count(1) AS n
   FROM {messages} GROUP BY ALL
   UNION ALL
-  SELECT status, reason, CAST(NULL AS STRING), CAST(NULL AS STRING), mailbox, count(1)
+  SELECT status, reason, CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS STRING),
+    mailbox, count(1)
   FROM {rejects} GROUP BY ALL)
 GROUP BY ALL
 """.replace("QUARANTINE", QUARANTINE_SQL)
@@ -138,6 +151,7 @@ def overview(
     if counted is None:
         counted = _counts(tables)
     kinds: dict[str, int] = {}
+    packing: dict[str, int] = {}
     security: dict[str, int] = {"quarantined": 0}
     reasons: dict[tuple[str, str | None], int] = {}
     for row in counted:
@@ -148,6 +162,8 @@ def overview(
             reasons[where] = reasons.get(where, 0) + row["n"]
             continue
         kinds[row["kind"]] = kinds.get(row["kind"], 0) + row["n"]
+        if row["packing"]:
+            packing[row["packing"]] = packing.get(row["packing"], 0) + row["n"]
         if row["security"]:
             security[row["security"]] = security.get(row["security"], 0) + row["n"]
     # most emails first, then status and reason, nulls first (Spark's ascending order)
@@ -168,6 +184,7 @@ def overview(
         rejects=rejects,
         kinds=kinds,
         security=security,
+        packing=packing,
     )
 
 

@@ -163,6 +163,7 @@ _MESSAGE_COLUMNS: Final = (
     "from_addr",
     "to_addr",
     "security",
+    "packed",
     "mailbox",
     "source",
     "key",

@@ -666,3 +666,58 @@ def test_a_topic_glob_that_matches_nothing_says_so(tmp_path: Path) -> None:
         "whole topic, as in '/sensors/*'; see the topics of a run without --topic)"
     )
     assert "Traceback" not in result.stderr
+
+
+def test_batches_and_parts_are_one_row_a_message_and_counted(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A batch email of three publishes and a message sent as two parts, in a Maildir and
+    an mbox: a row per message (a batch's parts keyed email#i, with the batch's delivery
+    time), the batch and the parts counted in the summary."""
+    from emailmw._packing import build_batch, split_email
+    from emailmw._protocol import Recipients, publish_email
+    from emailmw._types import Gid
+    from emailmw._wire import build
+
+    recipients = Recipients("a@example.test", ("b@example.test",))
+
+    def message(seq: int, body: str) -> Any:
+        email = publish_email(
+            "/packed", body, recipients=recipients, gid=Gid(11), sequence_number=seq,
+            timestamp_ns=1_800_000_000 * 10**9 + seq,
+        )  # fmt: skip
+        return email.with_message_id(f"<{seq}@example.test>")
+
+    received = "Received: by mx; Fri, 15 Jan 2027 08:00:00 +0000\r\n"
+    batch = received.encode() + build_batch(
+        [build(message(i, f"m{i}")) for i in range(3)], from_="a@example.test",
+        to=["b@example.test"], message_id="<batch@example.test>",
+        timestamp_ns=1_800_000_000 * 10**9, subjects=["/packed"],
+    )  # fmt: skip
+    parts = [build(p) for p in split_email(message(3, "y" * 30), 16)]
+    assert len(parts) == 2
+    root = tmp_path / "Maildir"
+    for sub in ("cur", "new", "tmp"):
+        (root / sub).mkdir(parents=True)
+    for i, raw in enumerate([batch, *parts]):
+        (root / "cur" / f"1800000000.M{i}P1.x,S={len(raw)}:2,S").write_bytes(raw)
+    mbox = tmp_path / "packed.mbox"
+    mbox.write_bytes(
+        b"".join(b"From x Thu Jan  1 00:00:00 2027\n" + r.replace(b"\r\n", b"\n") + b"\n"
+                 for r in [batch, *parts])
+    )  # fmt: skip
+    for source in (root, mbox):
+        out = tmp_path / f"out-{source.name}"
+        summary = _run(spark, [source], out, report=False)
+        assert (summary["publish"], summary["batch_emails"], summary["batched_messages"]) == (
+            5, 1, 3,
+        )  # fmt: skip
+        assert (summary["split_messages"], summary["message_parts"]) == (1, 2)
+        rows = sorted(_table(spark, out, "messages"), key=lambda r: (r["packed"] or "", r["key"]))
+        packed = [(r["packed"], r["publisher_seq"]) for r in rows]
+        assert packed == [("batch 1/3", 0), ("batch 2/3", 1), ("batch 3/3", 2),
+                          ("part 1/2", 3), ("part 2/2", 3)]  # fmt: skip
+        batch_rows = rows[:3]
+        assert [r["key"][-2:] for r in batch_rows] == ["#1", "#2", "#3"]
+        assert len({r["key"][:-2] for r in batch_rows}) == 1
+        assert {r["delivered_ns"] // 10**9 for r in batch_rows} == {1_800_000_000}

@@ -29,7 +29,12 @@ def _sample(name: str) -> Any:
 
 
 def test_every_shipped_message_type_round_trips(tmp_path: Path) -> None:
-    names = [n for n in interface_names() if "/msg/" in n and n != "example_interfaces/msg/WString"]
+    # the types emailmw ships (other tests of the run register dataclasses of their own)
+    names = [
+        n for n in interface_names()
+        if "/msg/" in n and n != "example_interfaces/msg/WString"
+        and hasattr(get_interface(n), "__emailmw_spec__")
+    ]  # fmt: skip
     assert len(names) > 40
     writer = BagWriter(tmp_path / "bag")
     for index, name in enumerate(names):

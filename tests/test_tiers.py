@@ -61,5 +61,7 @@ def test_server_tests_carry_the_mailserver_marker(request: pytest.FixtureRequest
         "test_version",
         "test_interface_show_and_list_and_errors",
         "test_the_rule_is_mechanical",
+        "test_yaml_mistakes_say_where_in_one_line",
+        "test_completion_never_waits_more_than_its_budget",
     }
     assert request.node.get_closest_marker("mailserver") is None

@@ -516,7 +516,8 @@ def encode_chunk(chunk: dict[str, Any], include_internal: bool) -> Chunk:
     encoded: list[Encoded] = []
     parts: list[tuple[Email, int | None]] = []
     left = 0
-    for _, _, delivered_ns, stored in unit_emails(chunk):
+    unreadable: list[Any] = []
+    for _, _, delivered_ns, stored in unit_emails(chunk, unreadable):
         try:
             raws = batch_parts(stored) or [stored]
         except MalformedEmailError:
@@ -536,7 +537,7 @@ def encode_chunk(chunk: dict[str, Any], include_internal: bool) -> Chunk:
                 left += 1
             else:
                 encoded.append(item)
-    return encoded, parts, left
+    return encoded, parts, left + len(unreadable)
 
 
 def _encoded_message(

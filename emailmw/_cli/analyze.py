@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from .._exceptions import ConfigError
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         report=not args.no_report,
         release_spark=True,
         keystore=args.keystore,
+        debug=bool(getattr(args, "debug", False)),
     )
     try:
         summary = analyze(request)
@@ -105,10 +107,18 @@ def run(args: argparse.Namespace) -> int:
         if unmeasured
         else ""
     )
+    packed = (
+        f"batches: {summary['batch_emails']} emails carried {summary['batched_messages']} "
+        f"messages; {summary['split_messages']} messages came in {summary['message_parts']} "
+        "parts\n"
+        if summary["batch_emails"] or summary["split_messages"]
+        else ""
+    )
     print(
         f"{summary['publish']} messages, {summary['request']} requests, "
         f"{summary['response']} responses; {summary['foreign']} foreign and "
         f"{summary['malformed']} malformed emails left out\n"
+        f"{packed}"
         f"service calls: {summary['calls']} ({summary['answered']} answered, "
         f"{summary['duplicate_responses']} duplicate responses)\n"
         f"latency measurable for {summary['latency_measured']} of {summary['publish']} "
@@ -122,4 +132,10 @@ def run(args: argparse.Namespace) -> int:
         f"{summary['quarantined']} emails in quarantine folders\n"
         f"tables and report in {args.out} ({summary['seconds']} s)"
     )
+    if summary["unreadable"]:
+        print(
+            f"emailmw: warning: {summary['unreadable']} stored email(s) could not be read and "
+            "were skipped (the rejects table names each, with why): check their permissions",
+            file=sys.stderr,
+        )
     return 0

@@ -79,7 +79,7 @@ def _call(context: Context, args: argparse.Namespace, kind: ServiceType, request
                 start_parameter_services=False)  # fmt: skip
     name = resolve(args.name, "service name")
     client = node.create_client(kind, name)
-    if not client.wait_for_service(timeout_sec=min(args.timeout, 10.0)):
+    if not client.wait_for_service(timeout_sec=min(args.timeout, 0.5)):
         # a server that does not announce itself (the C++ rmw_email) may still answer
         print("waiting for service to become available...", file=sys.stderr, flush=True)
     print(f"requester: making request: {serialize(request).strip()}", flush=True)

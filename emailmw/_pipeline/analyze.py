@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import decimal
 import gc
 import importlib
 import os
@@ -29,12 +30,28 @@ from .landing import Source, list_units, maildirs
 __all__ = ["AnalyzeRequest", "analyze", "parse_time"]
 
 
+_FRACTION = re.compile(r"(\d{2}:\d{2}:\d{2})[.,](\d{1,9})")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def parse_time(text: str) -> int:
-    """ISO 8601 (UTC unless it says otherwise) or seconds since the epoch -> ns."""
+    """ISO 8601 (UTC unless it says otherwise) or seconds since the epoch -> integer ns,
+    exactly: fractions down to the nanosecond, no floating point (``1790000224.62504``
+    is 1790000224625040000)."""
+    text = text.strip()
     try:
-        return int(float(text) * 1e9)
-    except ValueError:
-        pass
+        seconds = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        seconds = None
+    if seconds is not None:
+        if not seconds.is_finite():
+            raise ConfigError(f"not a time: {text!r}", source="--since/--until")
+        return int((seconds * 1_000_000_000).to_integral_value(decimal.ROUND_FLOOR))
+    fraction_ns = 0
+    found = _FRACTION.search(text)
+    if found is not None:  # datetime keeps microseconds: the nanoseconds are kept here
+        fraction_ns = int(found.group(2).ljust(9, "0"))
+        text = text[: found.end(1)] + text[found.end() :]
     try:
         value = dt.datetime.fromisoformat(text)
     except ValueError as exc:
@@ -43,7 +60,8 @@ def parse_time(text: str) -> int:
         ) from exc
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
-    return int(value.timestamp() * 1e9)
+    whole = (value - _EPOCH) // dt.timedelta(seconds=1)
+    return whole * 1_000_000_000 + fraction_ns
 
 
 @dataclass
@@ -59,6 +77,8 @@ class AnalyzeRequest:
     conf: dict[str, str] = field(default_factory=dict)
     config: str | None = None
     report: bool = True
+    # Spark's own progress bars and log lines (off: emailmw says its progress)
+    debug: bool = False
     # stop Spark and its JVM once the tables are written (the command line's choice): the
     # report needs no session, so the JVM's shutdown overlaps it
     release_spark: bool = False
@@ -82,6 +102,71 @@ def _progress(what: str) -> Callable[[int, int], None]:
             print(f"\r[analyze] {what}: {percent:5.1f} %", end=end, file=sys.stderr, flush=True)
 
     return show
+
+
+class _SparkProgress:
+    """A phase's progress, from Spark's status tracker (the tasks of its running stages):
+    on a terminal one line rewritten twice a second, ``landing: 45 % (90,000 of ~200,000
+    messages, 31,000/s, 4 s left)``; in a log a plain line every 10 s; a last line when
+    the phase ends. ``total`` is the messages the phase works through (a rough count),
+    None when it does not count them."""
+
+    def __init__(self, spark: Any, what: str, total: int | None) -> None:
+        self._tracker = spark.sparkContext.statusTracker()
+        self._what = what
+        self._total = total
+        self._tty = sys.stderr.isatty()
+        self._stop = threading.Event()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="analyze-progress", daemon=True)
+        self._seen: dict[int, tuple[int, int]] = {}  # stage -> (done, tasks)
+
+    def __enter__(self) -> _SparkProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        elapsed = time.monotonic() - self._started
+        end = "\r" if self._tty else ""
+        counted = f"{self._total:,} messages, " if self._total else ""
+        print(f"{end}[analyze] {self._what}: done ({counted}{elapsed:.1f} s)" + " " * 20,
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    def _fraction(self) -> float | None:
+        for stage in self._tracker.getActiveStageIds():
+            info = self._tracker.getStageInfo(stage)
+            if info is not None and info.numTasks:
+                self._seen[stage] = (info.numCompletedTasks, info.numTasks)
+        done = sum(d for d, _ in self._seen.values())
+        tasks = sum(t for _, t in self._seen.values())
+        return done / tasks if tasks else None
+
+    def line(self) -> str:
+        fraction = self._fraction()
+        elapsed = time.monotonic() - self._started
+        if fraction is None:
+            return f"[analyze] {self._what}: {elapsed:.0f} s"
+        text = f"[analyze] {self._what}: {100 * fraction:.0f} %"
+        if self._total and fraction > 0:
+            done = int(self._total * fraction)
+            rate = done / max(elapsed, 1e-3)
+            left = (self._total - done) / rate if rate else 0
+            text += f" ({done:,} of ~{self._total:,} messages, {rate:,.0f}/s, {left:.0f} s left)"
+        return text
+
+    def _run(self) -> None:
+        period = 0.5 if self._tty else 10.0
+        while not self._stop.wait(period):
+            try:
+                text = self.line()
+            except Exception:  # noqa: BLE001 - progress must never fail the run
+                return
+            if self._tty:
+                print(f"\r{text}   ", end="", file=sys.stderr, flush=True)
+            else:
+                print(text, file=sys.stderr, flush=True)
 
 
 def _classify(request: AnalyzeRequest) -> tuple[list[Source], list[Path]]:
@@ -117,6 +202,50 @@ def _classify(request: AnalyzeRequest) -> tuple[list[Source], list[Path]]:
             _check_mbox(path, text)
             archives.append(Source("mbox", path.resolve(), str(path)))
     return archives, earlier
+
+
+def _set_aside(earlier: list[Path], archives: list[Source], out: Path) -> dict[str, Path]:
+    """Move (or, from another run's output, copy) the earlier landings of sources landed
+    again out of the way of the new landing: name -> where it now is."""
+    fresh = {f"src={a.digest}" for a in archives}
+    aside: dict[str, Path] = {}
+    for directory in earlier:
+        if directory.name not in fresh:
+            continue
+        target = out / "_landing_previous" / directory.name
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if directory.resolve().parent == (out / "_landing").resolve():
+            os.replace(directory, target)
+        else:
+            shutil.copytree(directory, target)
+        aside[directory.name] = target
+    return aside
+
+
+def _keep_removed(before: Path, now: Path, landing: Path) -> tuple[Path, int]:
+    """The rows of landing ``before`` whose email (mailbox, key) is not in ``now``: added
+    to ``landing/<name>-kept/`` (which earlier re-runs may have started). Returns that
+    directory and how many rows were added."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from .landing import LANDING_SCHEMA
+
+    kept_dir = landing / f"{now.name}-kept"
+    old = ds.dataset(str(before), schema=LANDING_SCHEMA, format="parquet").to_table()
+    if old.num_rows == 0:
+        return kept_dir, 0
+    new = ds.dataset(str(now), schema=LANDING_SCHEMA, format="parquet").to_table(
+        columns=["mailbox", "key"]
+    )
+    removed = old.join(new, keys=["mailbox", "key"], join_type="left anti")
+    if removed.num_rows == 0:
+        return kept_dir, 0
+    kept_dir.mkdir(parents=True, exist_ok=True)
+    removed = removed.select(LANDING_SCHEMA.names).cast(LANDING_SCHEMA)
+    pq.write_table(removed, kept_dir / f"part-{time.time_ns()}.parquet")
+    return kept_dir, removed.num_rows
 
 
 def _check_mbox(path: Path, text: str) -> None:
@@ -285,7 +414,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             from .session import build_session
 
             session["spark"] = build_session(
-                request.master, request.conf, expected_messages=expected
+                request.master, request.conf, expected_messages=expected, debug=request.debug
             )
             if request.master.startswith("spark://"):
                 from .session import require_executors
@@ -316,8 +445,24 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     spark = session["spark"]
     landing = out / "_landing"
     mark = time.monotonic()
+    # a source an earlier run landed and this one lands again: what it landed then is set
+    # aside, and what the source no longer holds (mail removed since) is kept
+    previous = _set_aside(earlier, archives, out)
+    earlier = [d for d in earlier if d.name not in previous]
     _say(f"landing {len(archives)} archive(s) in {units.num_rows} unit(s) of work")
-    dirs = land(spark, archives, units, landing, keystore=request.keystore) if archives else []
+    dirs: list[Path] = []
+    if archives:
+        with _SparkProgress(spark, "landing", expected or None):
+            dirs = land(spark, archives, units, landing, keystore=request.keystore)
+    labels = {f"src={a.digest}": a.label for a in archives}
+    for name, aside in previous.items():
+        kept_dir, count = _keep_removed(aside, landing / name, landing)
+        if count:
+            _say(f"kept {count} email(s) of {labels.get(name, name)} that an earlier run "
+                 "landed and the source no longer holds")  # fmt: skip
+        if kept_dir not in dirs and kept_dir.is_dir():
+            dirs.append(kept_dir)
+    shutil.rmtree(out / "_landing_previous", ignore_errors=True)
     for earlier_dir in earlier:
         # keep the output self-contained: an earlier run's landed data is linked in
         target = landing / earlier_dir.name
@@ -338,13 +483,15 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if request.report:  # matplotlib takes a second to import: do it while Spark works
         threading.Thread(target=_import_report, name="report-import", daemon=True).start()
     mark = time.monotonic()
-    _say("computing tables with Spark")
     options = JobOptions(
         request.since_ns, request.until_ns, request.topic_glob, request.include_internal
     )
-    # merged runs may hold the same stored email twice
-    tables = compute(spark, dirs, options, deduplicate=bool(earlier))
-    overview = run_job(spark, out, tables, on_collected=None if early is None else early.collected)
+    with _SparkProgress(spark, "computing tables", None):
+        # merged runs may hold the same stored email twice
+        tables = compute(spark, dirs, options, deduplicate=bool(earlier) or bool(previous))
+        overview = run_job(
+            spark, out, tables, on_collected=None if early is None else early.collected
+        )
     import pyarrow.compute as pc
 
     from .tables import write_group_stats

@@ -151,7 +151,13 @@ def stop_session(spark: Any = None, *, exit_jvm: bool = False) -> None:
     way, so its shutdown overlaps work instead of following it. A later call is a no-op.
     """
     global _pending
-    from pyspark import SparkContext
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        # pyspark still being imported on the start-up thread (the run failed before the
+        # session was up, on a path it could not read, say): no session to stop, and the
+        # run's own error is the one to show
+        return
 
     if spark is None:
         spark = SparkContext._active_spark_context

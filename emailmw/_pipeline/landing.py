@@ -29,7 +29,7 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._exceptions import ForeignEmailError, MalformedEmailError
+from .._exceptions import ConfigError, ForeignEmailError, MalformedEmailError
 from .._packing import batch_parts
 from .._protocol import Unroutable, read_metadata
 from .._types import Headers
@@ -44,6 +44,7 @@ __all__ = [
     "LANDED_SCHEMA",
     "UNIT_SCHEMA",
     "describe",
+    "land_numbered_units",
     "land_unit",
     "land_units",
     "list_units",
@@ -57,7 +58,7 @@ LANDING_SCHEMA: Final = pa.schema(
         ("source", pa.string()),
         ("mailbox", pa.string()),
         ("key", pa.string()),
-        ("status", pa.string()),  # ok | foreign | malformed
+        ("status", pa.string()),  # ok | foreign | malformed | unreadable
         ("reason", pa.string()),
         ("kind", pa.string()),  # publish | request | response
         ("topic", pa.string()),
@@ -158,6 +159,23 @@ def maildir_name_ns(name: str) -> int | None:
 _DESCRIBED: Final = tuple(LANDING_SCHEMA.names[3:-1])
 _Row = tuple[Any, ...]
 _NONE_11: Final = (None,) * 11  # kind .. delivered_res_ns of mail that does not parse
+_NONE_9: Final = (None,) * 9  # kind .. source_ns
+_TRACE_RE: Final = re.compile(r"^(received|date):[ \t]*(.*)$", re.I | re.M)
+
+
+def _stored_time(raw: bytes, name_ns: int | None) -> tuple[int | None, int | None]:
+    """The delivery time of an email that does not parse: its store's (a Maildir file
+    name) refined by, or else, its topmost ``Received:`` (or ``Date:``), read leniently."""
+    end = raw.find(b"\n\n")
+    crlf = raw.find(b"\r\n\r\n")
+    if crlf != -1 and (end == -1 or crlf < end):
+        end = crlf
+    block = raw[: end if end != -1 else 65536][:65536].decode("latin-1")
+    unfolded = re.sub(r"\r?\n[ \t]+", " ", block).replace("\r", "")
+    found: dict[str, str] = {}
+    for name, value in _TRACE_RE.findall(unfolded):
+        found.setdefault(name.lower(), value)
+    return delivery_time(found.get("received"), found.get("date"), name_ns)
 
 
 def describe(raw: bytes, name_ns: int | None = None, keystore: str | None = None) -> dict[str, Any]:
@@ -207,10 +225,12 @@ def _row(
     size = len(raw)
     try:
         parsed = parse_head(raw)
-    except ForeignEmailError as exc:
-        return ("foreign", str(exc), *_NONE_11, size, None, None, None, packed)
-    except MalformedEmailError as exc:
-        return ("malformed", str(exc), *_NONE_11, size, None, None, None, packed)
+    except (ForeignEmailError, MalformedEmailError) as exc:
+        status = "foreign" if isinstance(exc, ForeignEmailError) else "malformed"
+        # its delivery time all the same (from the store, or its trace headers, read
+        # leniently): a window keeps the rejects delivered in it
+        stamp, res = delivered if delivered is not None else _stored_time(raw, name_ns)
+        return (status, str(exc), *_NONE_9, stamp, res, size, None, None, None, packed)
     headers = parsed.headers
     if delivered is None:
         delivered = delivery_time(headers.get("received"), headers.get("date"), name_ns)
@@ -328,7 +348,14 @@ class Source:
 def maildirs(root: Path) -> Iterator[tuple[Path, str]]:
     """Every Maildir (a directory with ``cur/`` and ``new/``) at or below ``root``, with a
     mailbox label relative to ``root``."""
-    for directory, subdirs, _ in os.walk(root):
+
+    def refuse(exc: OSError) -> None:
+        raise ConfigError(
+            f"cannot read {exc.filename}: {exc.strerror or exc} (check its permissions)",
+            source=str(root),
+        )
+
+    for directory, subdirs, _ in os.walk(root, onerror=refuse):
         here = Path(directory)
         if "cur" in subdirs and "new" in subdirs:
             label = str(here.relative_to(root)) if here != root else root.name
@@ -414,7 +441,14 @@ def _maildir_units(source: Source) -> Iterator[dict[str, Any]]:
     for maildir, mailbox in maildirs(source.path):
         for sub in ("cur", "new"):
             directory = str(maildir / sub)
-            with os.scandir(directory) as entries:
+            try:
+                scanned = os.scandir(directory)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot list {directory}: {exc.strerror or exc} (check its permissions)",
+                    source=source.label,
+                ) from None
+            with scanned as entries:
                 while read := list(itertools.islice(entries, MAILDIR_UNIT_FILES - size)):
                     names = [entry.name for entry in read if entry.is_file()]
                     if not names:
@@ -467,6 +501,17 @@ def land_unit(unit: dict[str, Any], keystore: str | None = None) -> pa.Table:
     )
 
 
+def land_numbered_units(
+    batches: Iterable[pa.RecordBatch], units: Any, keystore: str | None = None
+) -> Iterator[pa.RecordBatch]:
+    """:func:`land_units` for tasks that carry unit numbers (``id``) of the table
+    ``units`` holds (a Spark broadcast of :func:`list_units`' table)."""
+    table: pa.Table = units.value
+    for batch in batches:
+        for number in batch.column("id").to_pylist():
+            yield from land_units(table.slice(number, 1).to_batches(), keystore)
+
+
 def land_units(
     batches: Iterable[pa.RecordBatch], keystore: str | None = None
 ) -> Iterator[pa.RecordBatch]:
@@ -481,39 +526,67 @@ def land_units(
 
 def _land_files(source: str, groups: list[dict[str, Any]], keystore: str | None) -> pa.Table:
     columns = _Columns(source)
+    unreadable: list[Unreadable] = []
     with _gc_paused():
-        for mailbox, key, name_ns, raw in maildir_emails(groups):
+        for mailbox, key, name_ns, raw in maildir_emails(groups, unreadable):
             for suffix, row in _rows(raw, name_ns, keystore):
                 columns.add(mailbox, key + suffix, row)
+        for mailbox, key, name_ns, reason in unreadable:  # a reject each, counted
+            stamp, res = (name_ns, MICROSECOND_NS) if name_ns is not None else (None, None)
+            columns.add(mailbox, key, ("unreadable", reason, *_NONE_9, stamp, res, 0,
+                                       None, None, None, None))  # fmt: skip
         return columns.table()
 
 
-def maildir_emails(groups: list[dict[str, Any]]) -> Iterator[tuple[str, str, int | None, bytes]]:
+#: (mailbox, key, the delivery time the store gives, why it could not be read)
+Unreadable = tuple[str, str, int | None, str]
+
+
+def maildir_emails(
+    groups: list[dict[str, Any]], unreadable: list[Unreadable] | None = None
+) -> Iterator[tuple[str, str, int | None, bytes]]:
     """The emails a Maildir unit names: (mailbox, key, the delivery time its file name
-    gives, the raw bytes). A file or directory gone since the listing is skipped."""
+    gives, the raw bytes). A file or directory gone since the listing is skipped; one that
+    cannot be read (permissions, an I/O error) is added to ``unreadable`` and skipped: no
+    email stops the others."""
     for group in groups:
         mailbox = group["mailbox"]
         try:
             dir_fd = os.open(group["directory"], os.O_RDONLY | os.O_DIRECTORY)
         except FileNotFoundError:
             continue  # removed since the listing, and its files with it
+        except OSError as exc:
+            for name in group["names"]:
+                _unreadable(unreadable, mailbox, name, exc)
+            continue
         try:
             for name in group["names"]:
                 try:
                     raw = _read_file(name, dir_fd)
                 except FileNotFoundError:
                     continue  # moved or expunged since the listing
+                except OSError as exc:
+                    _unreadable(unreadable, mailbox, name, exc)
+                    continue
                 yield mailbox, name.partition(":2,")[0], maildir_name_ns(name), raw
         finally:
             os.close(dir_fd)
 
 
-def unit_emails(unit: dict[str, Any]) -> Iterator[tuple[str, str, int | None, bytes]]:
+def _unreadable(found: list[Unreadable] | None, mailbox: str, name: str, exc: OSError) -> None:
+    if found is not None:
+        reason = f"cannot be read: {exc.strerror or exc}"
+        found.append((mailbox, name.partition(":2,")[0], maildir_name_ns(name), reason))
+
+
+def unit_emails(
+    unit: dict[str, Any], unreadable: list[Unreadable] | None = None
+) -> Iterator[tuple[str, str, int | None, bytes]]:
     """The emails of one unit of :func:`list_units` as (mailbox, key, delivery time from
     the store or None, raw bytes): what other readers of an archive (``emailmw bag
-    export``) share with the landing."""
+    export``) share with the landing; files that cannot be read go to ``unreadable``."""
     if unit["kind"] == "maildir":
-        yield from maildir_emails(unit["groups"])
+        yield from maildir_emails(unit["groups"], unreadable)
         return
     for offset, raw in mbox_emails(unit["path"], unit["start"], unit["end"]):
         yield unit["mailbox"], str(offset), None, bytes(raw)
@@ -541,12 +614,34 @@ def _land_mbox_range(
     columns = _Columns(source, mailbox)
     offsets, rows, suffixes = columns.offsets, columns.rows, columns.suffixes
     with _gc_paused():
+        last = b""
         for offset, raw in mbox_emails(path, start, end):
+            last = raw
             for suffix, row in _rows(raw, None, keystore):
                 offsets.append(offset)
                 rows.append(row)
                 suffixes.append(suffix)
+        if rows and _cut_short(path, end, last):
+            # the file ends inside its last message (a copy cut short): said as such, not
+            # as whatever the rest of it happens to parse as
+            offset = offsets[-1]
+            while offsets and offsets[-1] == offset:
+                offsets.pop(), rows.pop(), suffixes.pop()
+            offsets.append(offset)
+            suffixes.append("")
+            rows.append(("malformed", "truncated: the mbox ends inside this message",
+                         *_NONE_11, len(last), None, None, None, None))  # fmt: skip
         return columns.table()
+
+
+def _cut_short(path: str, end: int, last: bytes) -> bool:
+    """Whether the mbox ends at ``end`` inside a message: an mbox writer ends every
+    message with a line break (and a blank line before the next ``From ``)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return False
+    return end >= size and not last.endswith(b"\n")
 
 
 def mbox_emails(path: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:

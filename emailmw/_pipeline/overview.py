@@ -46,6 +46,7 @@ class Overview:
             "response": self.kinds.get("response", 0),
             "foreign": by_status.get("foreign", 0),
             "malformed": by_status.get("malformed", 0),
+            "unreadable": by_status.get("unreadable", 0),
             "calls": sum(s["calls"] for s in self.services),
             "answered": sum(s["answered"] for s in self.services),
             "duplicate_responses": sum(s["duplicate_responses"] for s in self.services),

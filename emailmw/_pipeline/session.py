@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
+from typing import Final
 
 from pyspark.sql import SparkSession
 
@@ -21,18 +23,28 @@ __all__ = ["SHORT_JOB_MESSAGES", "build_session", "require_executors"]
 SHORT_JOB_MESSAGES = 1_000_000
 
 
+#: Spark's logging for this job (errors only) unless ``debug``
+LOG4J2: Final = Path(__file__).with_name("log4j2.properties")
+
+
 def build_session(
-    master: str, conf: dict[str, str], *, expected_messages: int | None = None
+    master: str,
+    conf: dict[str, str],
+    *,
+    expected_messages: int | None = None,
+    debug: bool = False,
 ) -> SparkSession:
     """A session set up for this job: UI off, few shuffle partitions, UTC; ``conf`` wins.
 
     ``expected_messages`` (a rough count) picks the driver's JIT set-up, see ``jvm.py``.
+    Spark's console progress bars and its log lines below ERROR are off (emailmw says its
+    own progress), unless ``debug``.
     """
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings = {
         "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "true",
+        "spark.ui.showConsoleProgress": "true" if debug else "false",
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "4g",
@@ -53,9 +65,11 @@ def build_session(
     # reads the variable when the context starts, and otherwise runs "python3" from PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     short_job = expected_messages is None or expected_messages < SHORT_JOB_MESSAGES
-    java_options = driver_java_options(
-        settings.get("spark.driver.extraJavaOptions"), short_job=short_job
-    )
+    user_java = settings.get("spark.driver.extraJavaOptions")
+    if not debug and "log4j2.configurationFile" not in (user_java or ""):
+        quiet = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
+        user_java = f"{quiet} {user_java}" if user_java else quiet
+    java_options = driver_java_options(user_java, short_job=short_job)
     if java_options:
         settings["spark.driver.extraJavaOptions"] = java_options
     if not master.startswith("local"):
@@ -68,7 +82,7 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    session.sparkContext.setLogLevel("WARN" if debug else "ERROR")
     return session
 
 

@@ -4,6 +4,7 @@ executor lands each): tested without Spark."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -263,3 +264,71 @@ def test_a_source_named_twice_is_listed_once(tmp_path: Path) -> None:
         [Source("mbox", mbox, "a"), Source("mbox", tmp_path / "link" / "a.mbox", "b")]
     )
     assert twice.num_rows == once.num_rows == 1
+
+
+def _maildir(root: Path, files: dict[str, bytes]) -> Path:
+    for sub in ("cur", "new", "tmp"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for name, raw in files.items():
+        (root / "cur" / name).write_bytes(raw)
+    return root
+
+
+_GOOD = b"Subject: /t\nPublisher-GID: 3\nPublisher-Sequence-Number: 0\nSource-Timestamp: 1\n\nm\n"
+
+
+def test_a_file_that_cannot_be_read_is_a_reject_and_stops_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = ["1790000000.M1P1.a:2,", "1790000000.M5P1.b:2,", "1790000001.M1P1.c:2,"]
+    root = _maildir(tmp_path / "m", dict.fromkeys(names, _GOOD))
+    read = landing._read_file
+
+    def unreadable(name: str, dir_fd: int) -> bytes:  # (root reads any file: as a user)
+        if name == names[1]:
+            raise PermissionError(13, "Permission denied")
+        return read(name, dir_fd)
+
+    monkeypatch.setattr(landing, "_read_file", unreadable)
+    (unit,) = list_units([Source("maildir", root, "m")]).to_pylist()
+    rows = sorted(land_unit(unit).to_pylist(), key=lambda r: r["key"])
+    assert [r["status"] for r in rows] == ["ok", "unreadable", "ok"]
+    assert rows[1]["reason"] == "cannot be read: Permission denied"
+    assert rows[1]["delivered_ns"] == 1_790_000_000_000_005_000  # from its file name
+
+
+def test_a_truncated_mbox_says_its_last_message_was_cut(tmp_path: Path) -> None:
+    mbox = tmp_path / "cut.mbox"
+    mbox.write_bytes(b"From a Thu Jan  1 00:00:00 2026\n" + _GOOD + b"\n"
+                     b"From a Thu Jan  1 00:00:00 2026\nSubject: /t\nPublisher-GI")  # fmt: skip
+    (unit,) = list_units([Source("mbox", mbox, "cut.mbox")]).to_pylist()
+    rows = land_unit(unit).to_pylist()
+    assert [r["status"] for r in rows] == ["ok", "malformed"]
+    assert rows[1]["reason"] == "truncated: the mbox ends inside this message"
+
+
+def test_a_maildir_that_cannot_be_listed_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _maildir(tmp_path / "m", {"1.M1P1.a:2,": _GOOD})
+
+    scandir = landing.os.scandir
+
+    def refuse(path: Any) -> Any:
+        if str(path).endswith("/cur"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(landing.os, "scandir", refuse)
+    with pytest.raises(ConfigError, match=r"cannot list .*/cur: Permission denied \(check its"):
+        list_units([Source("maildir", root, "m")])
+
+
+def test_rejects_keep_a_delivery_time() -> None:
+    html = b"Received: by mx; Fri, 15 Jan 2027 08:00:00 +0000\nSubject: hi\n"
+    html += b"Content-Type: text/html\n\n<p>"
+    row = describe(html)
+    assert (row["status"], row["delivered_ns"]) == ("foreign", 1_800_000_000 * 10**9)
+    assert describe(b"\x00\xff", 1_800_000_000_123_456_000)["delivered_ns"] == (
+        1_800_000_000_123_456_000
+    )

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from emailmw._exceptions import ConfigError
-from emailmw._pipeline.analyze import AnalyzeRequest, analyze
+from emailmw._pipeline.analyze import AnalyzeRequest, analyze, parse_time
 from emailmw._pipeline.job import run_job
 from emailmw._pipeline.landing import LANDING_SCHEMA
 from emailmw._pipeline.overview import Overview, health_rows
@@ -721,3 +721,85 @@ def test_batches_and_parts_are_one_row_a_message_and_counted(
         assert [r["key"][-2:] for r in batch_rows] == ["#1", "#2", "#3"]
         assert len({r["key"][:-2] for r in batch_rows}) == 1
         assert {r["delivered_ns"] // 10**9 for r in batch_rows} == {1_800_000_000}
+
+
+def _maildir_of(root: Path, mails: list[tuple[int, bytes]]) -> Path:
+    """A Maildir whose files are named as Dovecot names them: (delivered ns, raw)."""
+    for sub in ("cur", "new", "tmp"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for i, (delivered, raw) in enumerate(mails):
+        secs, nanos = divmod(delivered, 10**9)
+        (root / "cur" / f"{secs}.M{nanos // 1000:06d}P{i}.t,S={len(raw)}:2,").write_bytes(raw)
+    return root
+
+
+def _publish(seq: int, stamp: int = 1_790_000_000 * 10**9) -> bytes:
+    return (
+        f"Subject: /exact\nPublisher-GID: 77\nPublisher-Sequence-Number: {seq}\n"
+        f"Source-Timestamp: {stamp}\n\nm\n"
+    ).encode()
+
+
+def test_windows_are_exact_to_the_nanosecond_at_both_bounds(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``--since`` and ``--until`` as written, to the microsecond a Maildir name gives:
+    the message delivered exactly at ``since`` counts, the one exactly at ``until`` does
+    not; first/last as delivered (once 1 µs low through floating point)."""
+    base = 1_790_000_224 * 10**9
+    times = [base + 625_040_000 + i * 1_000 for i in range(6)]  # 1 µs apart
+    root = _maildir_of(tmp_path / "m", [(t, _publish(i)) for i, t in enumerate(times)])
+    since, until = times[1], times[4]
+    summary = _run(spark, [root], tmp_path / "out", report=False,
+                   since_ns=parse_time(f"{since // 10**9}.{since % 10**9:09d}"),
+                   until_ns=parse_time(f"{until // 10**9}.{until % 10**9:09d}"))  # fmt: skip
+    assert summary["publish"] == 3
+    (stats,) = _table(spark, tmp_path / "out", "topic_stats")
+    first = stats["first"].replace(tzinfo=dt.UTC)
+    assert first == dt.datetime.fromtimestamp(since // 10**9, dt.UTC) + dt.timedelta(
+        microseconds=since % 10**9 // 1000
+    )
+    assert parse_time("1790000224.62504") == 1_790_000_224_625_040_000
+    assert parse_time("2026-09-21T12:17:04.625040001Z") == 1_789_993_024_625_040_001
+
+
+def test_rejects_keep_their_delivery_time_and_count_in_their_window(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    base = 1_790_000_000 * 10**9
+    html = b"Subject: hi\nContent-Type: text/html\n\n<p>person</p>\n"
+    injected = b"Subject: =?utf-8?q?a=0Ab?=\nPublisher-GID: 1\nSource-Timestamp: 1\n\nx\n"
+    root = _maildir_of(tmp_path / "m", [
+        (base + 10**9, html), (base + 2 * 10**9, injected), (base + 3 * 10**9, _publish(0)),
+        (base + 9 * 10**9, html),
+    ])  # fmt: skip
+    halves = [
+        _run(spark, [root], tmp_path / f"out{i}", report=False, since_ns=a, until_ns=b)
+        for i, (a, b) in enumerate([(base, base + 5 * 10**9), (base + 5 * 10**9, base + 10**10)])
+    ]
+    assert [(h["foreign"], h["malformed"]) for h in halves] == [(1, 1), (1, 0)]
+    whole = _run(spark, [root], tmp_path / "all", report=False)
+    assert whole["foreign"] + whole["malformed"] == 3
+
+
+def test_a_rerun_after_mail_was_removed_keeps_what_was_landed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The same Maildir analysed again with the earlier run as input, after old mail was
+    removed from it: what the earlier run landed stays counted, and the run says so."""
+    base = 1_790_000_000 * 10**9
+    root = _maildir_of(tmp_path / "m", [(base + i * 10**9, _publish(i)) for i in range(10)])
+    out = tmp_path / "out"
+    assert _run(spark, [root], out, report=False)["publish"] == 10
+    for path in sorted((root / "cur").iterdir())[:4]:
+        path.unlink()
+    root.joinpath("cur", f"{(base + 20 * 10**9) // 10**9}.M0P99.t,S=1:2,").write_bytes(_publish(10))
+    printed = subprocess.run(
+        [sys.executable, "-m", "emailmw", "analyze", str(out), str(root), "--out", str(out),
+         "--no-report"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    assert "kept 4 email(s) of" in printed.stderr
+    again = _run(spark, [out, root], out, report=False)
+    assert (again["publish"], again["lost"]) == (11, 0)

@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean venv mailserver
+.PHONY: demo test lint typecheck unit bench clean venv mailserver browser
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,11 @@ typecheck: $(STAMP)
 mailserver: $(STAMP)
 	$(PY) -m emailmw.testing.mailserver install
 
-unit: $(STAMP) mailserver
+# Debian's chromium, in which a test opens the report: installed when missing (as root)
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+unit: $(STAMP) mailserver browser
 	$(PY) -m pytest -o faulthandler_timeout=300
 
 test: lint typecheck unit

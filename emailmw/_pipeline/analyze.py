@@ -496,6 +496,11 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
 
     from .tables import write_group_stats
 
+    if request.report:  # the time series and drill-downs the report draws: small
+        from .overview import details
+
+        with _SparkProgress(spark, "the report's series", None):
+            report_details = details(tables.messages)
     groups = write_group_stats(out, {a.label: a.path for a in archives if a.kind == "maildir"})
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()
@@ -532,8 +537,9 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
                 "signatures checked against": request.keystore or "no keystore",
             }
             report = write_report(
-                overview, summary, out, groups=groups.to_pylist(), run=run, **drawn
-            )
+                overview, summary, out, groups=groups.to_pylist(), run=run,
+                details=report_details, **drawn,
+            )  # fmt: skip
             phases["report"] = time.monotonic() - mark
             _say(f"report: {report}")
     finally:

@@ -1,11 +1,16 @@
-"""The report's interactive plots: Bokeh, embedded with BokehJS itself, so that
+"""The report's interactive part: Bokeh, embedded with BokehJS itself, so that
 ``report.html`` works offline and alone.
 
-Made for archives with dozens of topics and services: each plot has a selector (the busiest
-:data:`SHOWN_FIRST` topics or services are shown at first, any of them can be added or taken
-away), legends outside the plot that hide a line on a click, hovers that name what is under
-the pointer, log-scaled latencies and round trips, and rates per second everywhere. Like the
-PNG plots it draws only the overview's aggregates.
+Laid out as engineers read a traffic dashboard (Grafana, CARET, Foxglove): one selector of
+topics and one of services at the top drive every plot below them (the busiest
+:data:`SHOWN_FIRST` are chosen at first; any can be added or taken away); then each
+topic's rate over time, at a bin that fits the run (:data:`~.overview.BINS_NS`, seconds
+to hours); its latency over time (p50 and the band up to p99); its latency CDF on a log
+axis (latencies at or below zero, clock skew, counted apart); each stream's loss and
+reordering over time; each service's round trip as p50, p90 and p99 with its unanswered
+calls; and a drill-down: a topic's publishers and its slowest messages. No legend runs
+over a plot (the selectors say what is drawn, hovers name each line), and every plot has
+the report's width, so 100 topics and 30 services read as well as 3.
 """
 
 from __future__ import annotations
@@ -18,28 +23,32 @@ from bokeh.layouts import column
 from bokeh.models import (  # type: ignore[attr-defined]  # lazily exported names
     ColumnDataSource,
     CustomJS,
+    DataTable,
+    Div,
     FactorRange,
     HoverTool,
-    Legend,
-    LegendItem,
     MultiChoice,
+    Select,
+    TableColumn,
+    Whisker,
 )
 from bokeh.palettes import Category20_20
 from bokeh.plotting import figure
 from bokeh.resources import Resources
 
-from .overview import Overview
+from .overview import Details, Overview
 from .tables import CDF_POINTS
 
 __all__ = ["SHOWN_FIRST", "interactive_plots"]
 
-#: topics or services a plot shows before the reader picks others (the busiest ones)
+#: topics or services the plots show before the reader picks others (the busiest ones)
 SHOWN_FIRST = 8
 _WIDTH = 1000
+_NS = 1_000_000_000
 
 
 def _name(value: str | None) -> str:
-    """A topic or service as a legend and a selector name it."""
+    """A topic or service as a selector and a hover name it."""
     if value is None:
         return "(none)"
     if value.isprintable():
@@ -47,8 +56,327 @@ def _name(value: str | None) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
 
 
-def _selector(title: str, names: list[str], shown: list[str], lines: dict[str, list[Any]]) -> Any:
-    """A selector of ``names`` that shows the lines (renderers) of the chosen ones."""
+def _color(index: int) -> str:
+    return str(Category20_20[index % len(Category20_20)])
+
+
+def _figure(
+    title: str,
+    x_axis_type: Literal["linear", "log", "datetime"],
+    x_label: str,
+    y_label: str,
+    height: int = 320,
+) -> Any:
+    """A plot of the report's width, with zoom and pan."""
+    return figure(
+        title=title,
+        x_axis_type=x_axis_type,
+        x_axis_label=x_label,
+        y_axis_label=y_label,
+        width=_WIDTH,
+        height=height,
+        tools="pan,wheel_zoom,box_zoom,reset,save",
+    )
+
+
+def _width_text(bin_ns: int) -> str:
+    seconds = bin_ns // _NS
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
+
+
+def _time(bin_index: int, bin_ns: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(bin_index * bin_ns / _NS, dt.UTC)
+
+
+class _Plots:
+    """The plots and what the selectors drive: name -> the renderers of that name."""
+
+    def __init__(self, colors: dict[str, str]) -> None:
+        self.colors = colors
+        self.by_topic: dict[str, list[Any]] = {}
+        self.by_service: dict[str, list[Any]] = {}
+
+    def add(self, table: dict[str, list[Any]], name: str, renderers: list[Any]) -> None:
+        table.setdefault(name, []).extend(renderers)
+
+
+def _rates(details: Details, plots: _Plots) -> Any | None:
+    """Each topic's messages per second, per bin."""
+    per_topic: dict[str, list[dict[str, Any]]] = {}
+    for item in details.topic_bins:
+        per_topic.setdefault(_name(item["topic"]), []).append(item)
+    if not per_topic:
+        return None
+    width = _width_text(details.bin_ns)
+    plot = _figure(f"Message rate (per {width})", "datetime", "time (UTC)", "messages per second")
+    seconds = details.bin_ns / _NS
+    for name, items in per_topic.items():
+        items.sort(key=lambda i: i["bin"])
+        source = ColumnDataSource(
+            {
+                "time": [_time(i["bin"], details.bin_ns) for i in items],
+                "rate": [i["messages"] / seconds for i in items],
+                "messages": [i["messages"] for i in items],
+                "topic": [name] * len(items),
+            }
+        )
+        color = plots.colors.get(name, "#777")
+        line = plot.line("time", "rate", source=source, color=color, line_width=2)
+        dots = plot.scatter("time", "rate", source=source, color=color, size=4)
+        plots.add(plots.by_topic, name, [line, dots])
+    plot.add_tools(
+        HoverTool(
+            tooltips=[("topic", "@topic"), ("from", "@time{%F %T}"), ("msg/s", "@rate{0.00}"),
+                      ("messages", "@messages")],
+            formatters={"@time": "datetime"},
+        )
+    )  # fmt: skip
+    return plot
+
+
+def _latency_over_time(details: Details, plots: _Plots) -> Any | None:
+    """Each topic's latency p50 per bin, with the band up to its p99 (log axis when every
+    value is positive)."""
+    per_topic: dict[str, list[dict[str, Any]]] = {}
+    for item in details.topic_bins:
+        if item["latency_p50_ms"] is not None:
+            per_topic.setdefault(_name(item["topic"]), []).append(item)
+    if not per_topic:
+        return None
+    lowest = min(i["latency_p50_ms"] for items in per_topic.values() for i in items)
+    plot = _figure(
+        f"Latency over time (p50, band to p99, per {_width_text(details.bin_ns)})",
+        "datetime", "time (UTC)", "latency (ms)",
+    )  # fmt: skip
+    if lowest > 0:
+        plot = figure(
+            title=plot.title.text, x_axis_type="datetime", y_axis_type="log",
+            x_axis_label="time (UTC)", y_axis_label="latency (ms)", width=_WIDTH, height=320,
+            tools="pan,wheel_zoom,box_zoom,reset,save",
+        )  # fmt: skip
+    for name, items in per_topic.items():
+        items.sort(key=lambda i: i["bin"])
+        source = ColumnDataSource(
+            {
+                "time": [_time(i["bin"], details.bin_ns) for i in items],
+                "p50": [i["latency_p50_ms"] for i in items],
+                "p99": [i["latency_p99_ms"] for i in items],
+                "topic": [name] * len(items),
+            }
+        )
+        color = plots.colors.get(name, "#777")
+        band = plot.varea("time", "p50", "p99", source=source, fill_color=color, fill_alpha=0.15)
+        line = plot.line("time", "p50", source=source, color=color, line_width=2)
+        plots.add(plots.by_topic, name, [band, line])
+    plot.add_tools(
+        HoverTool(
+            tooltips=[("topic", "@topic"), ("from", "@time{%F %T}"), ("p50 ms", "@p50{0.000}"),
+                      ("p99 ms", "@p99{0.000}")],
+            formatters={"@time": "datetime"},
+        )
+    )  # fmt: skip
+    return plot
+
+
+def _cdf(overview: Overview, plots: _Plots) -> tuple[Any, str] | None:
+    """Each topic's latency CDF on a log axis; latencies at or below zero (the publisher's
+    clock ahead of the server's) are counted apart, in the note under it."""
+    measured = [s for s in overview.topic_stats if s["latency_cdf_ms"]]
+    if not measured:
+        return None
+    plot = figure(
+        title="Latency CDF (delivery - source timestamp, where the delivery time is known "
+        "to 1 ms or better)",
+        x_axis_type="log", x_axis_label="latency (ms, log)", y_axis_label="% of messages",
+        width=_WIDTH, height=320, tools="pan,wheel_zoom,box_zoom,reset,save",
+    )  # fmt: skip
+    percent = [q * 100 for q in CDF_POINTS]
+    skewed = []
+    for stat in measured:
+        name = _name(stat["topic"])
+        points = [(v, p) for v, p in zip(stat["latency_cdf_ms"], percent, strict=True) if v > 0]
+        below = sum(1 for v in stat["latency_cdf_ms"] if v <= 0)
+        if below:
+            skewed.append(f"{name}: {below} % of its measured latencies at or below 0 ms")
+        if not points:
+            continue
+        source = ColumnDataSource(
+            {"latency": [v for v, _ in points], "percent": [p for _, p in points],
+             "topic": [name] * len(points)}
+        )  # fmt: skip
+        line = plot.line("latency", "percent", source=source, color=plots.colors.get(name, "#777"),
+                         line_width=2)  # fmt: skip
+        plots.add(plots.by_topic, name, [line])
+    plot.add_tools(
+        HoverTool(tooltips=[("topic", "@topic"), ("p", "@percent{0}"), ("ms", "@latency{0.000}")])
+    )
+    note = ""
+    if skewed:
+        note = (
+            "Not on the log axis (clocks apart: the publisher's ahead of the server's): "
+            + "; ".join(skewed)
+        )
+    return plot, note
+
+
+def _loss(details: Details, plots: _Plots) -> Any | None:
+    """Lost and out-of-order messages per bin, a line each per stream with any."""
+    streams: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for item in details.publisher_bins:
+        streams.setdefault((item["publisher_gid"], item["topic"], item["mailbox"]), []).append(item)
+    bad = {k: v for k, v in streams.items() if any(i["lost"] or i["out_of_order"] for i in v)}
+    if not bad:
+        return None
+    plot = _figure(
+        f"Lost and out-of-order messages (per {_width_text(details.bin_ns)}; solid: lost, "
+        "dashed: out of order)",
+        "datetime", "time (UTC)", "messages",
+    )  # fmt: skip
+    for (gid, topic, mailbox), items in bad.items():
+        items.sort(key=lambda i: i["bin"])
+        name = _name(topic)
+        source = ColumnDataSource(
+            {
+                "time": [_time(i["bin"], details.bin_ns) for i in items],
+                "lost": [i["lost"] for i in items],
+                "late": [i["out_of_order"] for i in items],
+                "stream": [f"{gid} {name} ({mailbox})"] * len(items),
+            }
+        )
+        color = plots.colors.get(name, "#777")
+        lost = plot.line("time", "lost", source=source, color=color, line_width=2)
+        late = plot.line("time", "late", source=source, color=color, line_dash="dashed")
+        plots.add(plots.by_topic, name, [lost, late])
+    plot.add_tools(
+        HoverTool(
+            tooltips=[("stream", "@stream"), ("from", "@time{%F %T}"), ("lost", "@lost"),
+                      ("out of order", "@late")],
+            formatters={"@time": "datetime"},
+        )
+    )  # fmt: skip
+    return plot
+
+
+def _round_trips(overview: Overview, plots: _Plots) -> Any | None:
+    """Each service's round trip: p50 (dot), p90 and p99 (the whisker's ends), with its
+    unanswered calls in the label."""
+    services = [s for s in overview.services if s["round_trip_p50_ms"] is not None]
+    if not services:
+        return None
+    labels = [f"{_name(s['service'])} ({s['calls'] - s['answered']} unanswered)" for s in services]
+    source = ColumnDataSource(
+        {
+            "service": labels,
+            "name": [_name(s["service"]) for s in services],
+            "p50": [s["round_trip_p50_ms"] for s in services],
+            "p90": [s["round_trip_p90_ms"] for s in services],
+            "p99": [s["round_trip_p99_ms"] for s in services],
+            "calls": [s["calls"] for s in services],
+            "answered": [s["answered"] for s in services],
+        }
+    )
+    lowest = min(s["round_trip_p50_ms"] for s in services)
+    plot = figure(
+        title="Service round trips (dot: p50; whisker: p90 to p99)",
+        y_range=FactorRange(factors=list(reversed(labels))),
+        x_axis_type="log" if lowest > 0 else "linear", x_axis_label="round trip (ms)",
+        width=_WIDTH, height=max(180, 26 * len(labels) + 80),
+        tools="pan,wheel_zoom,box_zoom,reset,save",
+    )  # fmt: skip
+    plot.add_layout(Whisker(source=source, base="service", lower="p90", upper="p99",
+                            dimension="width"))  # fmt: skip
+    dots = plot.scatter("p50", "service", source=source, size=9, color="#1f77b4")
+    for name in source.data["name"]:
+        plots.add(plots.by_service, name, [])
+    plot.add_tools(
+        HoverTool(
+            renderers=[dots],
+            tooltips=[("service", "@name"), ("calls", "@calls"), ("answered", "@answered"),
+                      ("p50 ms", "@p50{0.000}"), ("p90 ms", "@p90{0.000}"),
+                      ("p99 ms", "@p99{0.000}")],
+        )
+    )  # fmt: skip
+    return plot
+
+
+def _drilldown(overview: Overview, details: Details, topics: list[str]) -> Any | None:
+    """A topic chosen: its publishers (sent, received, lost, duplicated, out of order) and
+    its slowest messages (subject, GID, sequence number, Message-ID, latency)."""
+    if not topics:
+        return None
+    pub_all = {
+        "topic": [_name(r["topic"]) for r in overview.publisher_health],
+        "publisher_gid": [r["publisher_gid"] for r in overview.publisher_health],
+        "mailbox": [r["mailbox"] for r in overview.publisher_health],
+        **{k: [r[k] for r in overview.publisher_health]
+           for k in ("sent", "received", "lost", "duplicated", "out_of_order")},
+    }  # fmt: skip
+    slow_all = {
+        "topic": [_name(r["topic"]) for r in details.slowest],
+        "publisher_gid": [r["publisher_gid"] for r in details.slowest],
+        "publisher_seq": [r["publisher_seq"] for r in details.slowest],
+        "message_id": [r["message_id"] for r in details.slowest],
+        "latency_ms": [r["latency_ms"] for r in details.slowest],
+    }
+
+    def only(data: dict[str, list[Any]], topic: str) -> dict[str, list[Any]]:
+        keep = [i for i, t in enumerate(data["topic"]) if t == topic]
+        return {k: [v[i] for i in keep] for k, v in data.items()}
+
+    first = topics[0]
+    publishers = ColumnDataSource(only(pub_all, first))
+    slowest = ColumnDataSource(only(slow_all, first))
+    choose = Select(title="Drill down into a topic", options=topics, value=first, width=400)
+    choose.js_on_change(
+        "value",
+        CustomJS(
+            args={"pubs": publishers, "slow": slowest, "pub_all": pub_all, "slow_all": slow_all},
+            code="""
+            function only(data, topic) {
+              const out = {};
+              const keep = data.topic.map((t, i) => t === topic ? i : -1).filter(i => i >= 0);
+              for (const [k, v] of Object.entries(data)) out[k] = keep.map(i => v[i]);
+              return out;
+            }
+            pubs.data = only(pub_all, cb_obj.value);
+            slow.data = only(slow_all, cb_obj.value);
+            """,
+        ),
+    )
+    headings = {"publisher_gid": "publisher GID", "out_of_order": "out of order",
+                "publisher_seq": "sequence", "message_id": "Message-ID",
+                "latency_ms": "latency (ms)"}  # fmt: skip
+
+    def table(source: Any, keys: list[str], height: int) -> Any:
+        return DataTable(
+            source=source,
+            columns=[TableColumn(field=k, title=headings.get(k, k)) for k in keys],
+            width=_WIDTH, height=height, index_position=None,
+        )  # fmt: skip
+
+    return column(
+        choose,
+        Div(text="<b>Its publishers</b>"),
+        table(
+            publishers,
+            ["publisher_gid", "mailbox", "sent", "received", "lost", "duplicated", "out_of_order"],
+            160,
+        ),
+        Div(text="<b>Its slowest messages</b>"),
+        table(slowest, ["publisher_gid", "publisher_seq", "message_id", "latency_ms"], 160),
+    )
+
+
+def _selector(title: str, names: list[str], lines: dict[str, list[Any]]) -> Any:
+    """A selector of ``names`` that shows, in every plot, the lines of the chosen ones."""
+    shown = names[:SHOWN_FIRST]
+    for name, renderers in lines.items():
+        for renderer in renderers:
+            renderer.visible = name in shown
     choice = MultiChoice(title=title, options=names, value=shown, width=_WIDTH)
     choice.js_on_change(
         "value",
@@ -61,204 +389,40 @@ def _selector(title: str, names: list[str], shown: list[str], lines: dict[str, l
     return choice
 
 
-def _legend(figure_: Any, items: list[tuple[str, list[Any]]]) -> None:
-    if items:
-        legend = Legend(
-            items=[LegendItem(label=name, renderers=rs) for name, rs in items],
-            click_policy="hide",
-            label_text_font_size="8pt",
-        )
-        figure_.add_layout(legend, "right")
-
-
-def _color(index: int) -> str:
-    return str(Category20_20[index % len(Category20_20)])
-
-
-def _figure(
-    title: str, x_axis_type: Literal["linear", "log", "datetime"], x_label: str, y_label: str
-) -> Any:
-    """A plot of the report's width, with zoom and pan."""
-    return figure(
-        title=title,
-        x_axis_type=x_axis_type,
-        x_axis_label=x_label,
-        y_axis_label=y_label,
-        width=_WIDTH,
-        height=380,
-        tools="pan,wheel_zoom,box_zoom,reset,save",
-    )
-
-
-def _rates(stats: list[dict[str, Any]]) -> tuple[Any, Any] | None:
-    """Messages per second over time (each minute's mean), a line per topic."""
-    ranked = sorted(stats, key=lambda s: -s["messages"])
-    plot = _figure(
-        "Message rate per topic (each minute's mean)", "datetime", "time (UTC)",
-        "messages per second",
-    )  # fmt: skip
-    lines: dict[str, list[Any]] = {}
-    for index, stat in enumerate(ranked):
-        points = [p for p in stat["per_minute"] or () if p["minute"] is not None]
-        if not points:
-            continue
-        name = _name(stat["topic"])
-        source = ColumnDataSource(
-            {
-                "time": [dt.datetime.fromtimestamp(p["minute"] * 60, dt.UTC) for p in points],
-                "rate": [p["messages"] / 60 for p in points],
-                "topic": [name] * len(points),
-            }
-        )
-        color = _color(index)
-        line = plot.line("time", "rate", source=source, color=color, line_width=2)
-        dots = plot.scatter("time", "rate", source=source, color=color, size=4)
-        lines[name] = [line, dots]
-    if not lines:
-        return None
-    plot.add_tools(
-        HoverTool(
-            tooltips=[("topic", "@topic"), ("minute", "@time{%F %T}"), ("msg/s", "@rate{0.00}")],
-            formatters={"@time": "datetime"},
-        )
-    )
-    return plot, lines
-
-
-def _latency(stats: list[dict[str, Any]]) -> tuple[Any, Any] | None:
-    """The latency CDF per topic on a log axis (where every latency is positive)."""
-    measured = [s for s in sorted(stats, key=lambda s: -s["messages"]) if s["latency_cdf_ms"]]
-    if not measured:
-        return None
-    lowest = min(min(s["latency_cdf_ms"]) for s in measured)
-    plot = _figure(
-        "Latency CDF per topic (delivery - source timestamp; rows whose delivery time is "
-        "known to 1 ms or better)",
-        "log" if lowest > 0 else "linear", "latency (ms)", "% of messages",
-    )  # fmt: skip
-    lines: dict[str, list[Any]] = {}
-    percent = [q * 100 for q in CDF_POINTS]
-    for index, stat in enumerate(measured):
-        name = _name(stat["topic"])
-        source = ColumnDataSource(
-            {"latency": stat["latency_cdf_ms"], "percent": percent, "topic": [name] * 100}
-        )
-        lines[name] = [
-            plot.line("latency", "percent", source=source, color=_color(index), line_width=2)
-        ]
-    plot.add_tools(
-        HoverTool(tooltips=[("topic", "@topic"), ("p", "@percent{0}"), ("ms", "@latency{0.000}")])
-    )
-    return plot, lines
-
-
-def _round_trips(overview: Overview) -> tuple[Any, Any] | None:
-    """Every answered call's round trip, a histogram per service (log-scaled axis where
-    every bin's edge is positive)."""
-    by_service: dict[str, list[dict[str, Any]]] = {}
-    for row in overview.round_trips:
-        by_service.setdefault(_name(row["service"]), []).append(row)
-    if not by_service:
-        return None
-    calls = {_name(s["service"]): s["calls"] for s in overview.services}
-    lowest = min(b["low_ms"] for bins in by_service.values() for b in bins)
-    plot = _figure(
-        "Service round trips (answered calls per bin)",
-        "log" if lowest > 0 else "linear", "round trip (ms)", "calls",
-    )  # fmt: skip
-    lines: dict[str, list[Any]] = {}
-    ranked = sorted(by_service, key=lambda name: -calls.get(name, 0))
-    for index, name in enumerate(ranked):
-        bins = by_service[name]
-        source = ColumnDataSource(
-            {
-                "left": [b["low_ms"] for b in bins],
-                # a bin of no width (every call as fast): a sliver, to be seen
-                "right": [max(b["high_ms"], b["low_ms"] * 1.001 + 1e-3) for b in bins],
-                "calls": [b["calls"] for b in bins],
-                "service": [name] * len(bins),
-            }
-        )
-        color = _color(index)
-        quad = plot.quad(
-            left="left", right="right", top="calls", bottom=0, source=source,
-            fill_color=color, line_color=color, fill_alpha=0.35,
-        )  # fmt: skip
-        lines[name] = [quad]
-    plot.add_tools(
-        HoverTool(
-            tooltips=[
-                ("service", "@service"),
-                ("ms", "@left{0.000} to @right{0.000}"),
-                ("calls", "@calls"),
-            ]
-        )
-    )
-    return plot, lines
-
-
-def _loss(health: list[dict[str, Any]]) -> Any | None:
-    """Lost, duplicated and out-of-order messages of the streams with any (the worst first),
-    as stacked horizontal bars."""
-    bad = [r for r in health if r["lost"] or r["duplicated"] or r["out_of_order"]][:60]
-    if not bad:
-        return None
-    labels = [f"{r['publisher_gid']} {_name(r['topic'])} ({r['mailbox']})" for r in bad]
-    kinds = ["lost", "duplicated", "out_of_order"]
-    source = ColumnDataSource(
-        {"stream": labels, **{kind: [r[kind] for r in bad] for kind in kinds}}
-    )
-    plot = figure(
-        title="Publishers with lost, duplicated or out-of-order messages (worst first)",
-        y_range=FactorRange(factors=list(reversed(labels))),
-        x_axis_label="messages",
-        width=_WIDTH,
-        height=max(200, 22 * len(labels) + 80),
-        tools="pan,wheel_zoom,reset,save",
-    )
-    plot.hbar_stack(
-        kinds, y="stream", height=0.8, source=source, color=["#d62728", "#ff7f0e", "#9467bd"],
-        legend_label=kinds,
-    )  # fmt: skip
-    plot.legend.click_policy = "hide"
-    plot.x_range.start = 0  # type: ignore[attr-defined]  # a DataRange1d
-    plot.add_tools(
-        HoverTool(
-            tooltips=[("stream", "@stream"), *((kind, f"@{kind}") for kind in kinds)],
-        )
-    )
-    return plot
-
-
-def _with_selector(made: tuple[Any, Any] | None, title: str) -> Any | None:
-    if made is None:
-        return None
-    plot, lines = made
-    names = list(lines)
-    shown = names[:SHOWN_FIRST]
-    for name, renderers in lines.items():
-        for renderer in renderers:
-            renderer.visible = name in shown
-    _legend(plot, [(name, renderers) for name, renderers in lines.items()])
-    return column(_selector(title, names, shown, lines), plot)
-
-
-def interactive_plots(overview: Overview) -> tuple[str, str, str]:
+def interactive_plots(overview: Overview, details: Details | None) -> tuple[str, str, str]:
     """(the resources to put in the page's head: BokehJS itself, inlined; the plots'
     script; their markup). Empty markup when there is nothing to plot."""
-    stats = overview.topic_stats
-    parts = [
-        _with_selector(_rates(stats), f"Topics shown (the {SHOWN_FIRST} busiest at first)"),
-        _with_selector(_latency(stats), f"Topics shown (the {SHOWN_FIRST} busiest at first)"),
-        _with_selector(
-            _round_trips(overview), f"Services shown (the {SHOWN_FIRST} most called at first)"
-        ),
-        _loss(overview.publisher_health),
-    ]
+    topics = [_name(s["topic"]) for s in sorted(overview.topic_stats, key=lambda s: -s["messages"])]
+    services = [_name(s["service"]) for s in sorted(overview.services, key=lambda s: -s["calls"])]
+    plots = _Plots({name: _color(i) for i, name in enumerate(topics)})
+    parts: list[Any] = []
+    if details is not None:
+        parts += [_rates(details, plots), _latency_over_time(details, plots)]
+    cdf = _cdf(overview, plots)
+    if cdf is not None:
+        parts.append(cdf[0])
+        if cdf[1]:
+            parts.append(Div(text=cdf[1], width=_WIDTH))
+    if details is not None:
+        parts.append(_loss(details, plots))
+    parts.append(_round_trips(overview, plots))
+    if details is not None:
+        parts.append(_drilldown(overview, details, topics))
     shown = [part for part in parts if part is not None]
     if not shown:
         return "", "", ""
-    script, div = components(column(*shown))
-    # BokehJS and its widgets inlined (1.7 MB): the page needs nothing else to work
-    resources = Resources(mode="inline", components=["bokeh", "bokeh-widgets"])
+    selectors = []
+    if plots.by_topic:
+        selectors.append(
+            _selector(
+                f"Topics shown in every plot (the {SHOWN_FIRST} busiest at first)",
+                [t for t in topics if t in plots.by_topic],
+                plots.by_topic,
+            )
+        )
+    if len(services) > 1:
+        selectors.append(Div(text=f"{len(services)} services, all in the round-trip plot."))
+    script, div = components(column(*selectors, *shown))
+    # BokehJS and its widgets and tables inlined: the page needs nothing else to work
+    resources = Resources(mode="inline", components=["bokeh", "bokeh-widgets", "bokeh-tables"])
     return resources.render(), script, div

@@ -14,7 +14,17 @@ from pyspark.sql import functions as F
 from .landing import QUARANTINE_SQL
 from .tables import RTT_BINS, Tables
 
-__all__ = ["SECURITY_MARKS", "Overview", "health_rows", "overview", "topic_rows"]
+__all__ = [
+    "BINS_NS",
+    "SECURITY_MARKS",
+    "Details",
+    "Overview",
+    "bin_width",
+    "details",
+    "health_rows",
+    "overview",
+    "topic_rows",
+]
 
 
 @dataclass
@@ -118,6 +128,8 @@ FROM (
     coalesce(sum(CAST(answered AS INT)), 0) AS answered,
     coalesce(sum(duplicates), 0) AS duplicate_responses,
     percentile(round_trip_ms, 0.5D) AS round_trip_p50_ms,
+    percentile(round_trip_ms, 0.9D) AS round_trip_p90_ms,
+    percentile(round_trip_ms, 0.99D) AS round_trip_p99_ms,
     max(round_trip_ms) AS round_trip_max_ms,
     min(round_trip_ms) AS round_trip_min_ms,
     count(round_trip_ms) AS round_trip_measured,
@@ -244,3 +256,95 @@ def _round_trip_histogram(
             }
         )
     return histogram
+
+
+# ----------------------------------------------------------------------------- the report's
+
+
+@dataclass
+class Details:
+    """What the report draws beyond the overview (small: topics x bins, publishers x bins,
+    five messages a topic): each topic's rate and latency per time bin, each stream's loss
+    and reordering per bin, and each topic's slowest messages. ``bin_ns``: the bin's width,
+    the step of :data:`BINS_NS` that gives at most :data:`MOST_BINS` bins over the run."""
+
+    bin_ns: int
+    topic_bins: list[dict[str, Any]]
+    publisher_bins: list[dict[str, Any]]
+    slowest: list[dict[str, Any]]
+
+
+#: the bin widths the report's time series use, seconds to hours
+BINS_NS: Final = tuple(
+    s * 1_000_000_000 for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600,
+                                 7200, 21600, 43200, 86400)
+)  # fmt: skip
+MOST_BINS: Final = 240
+
+_TOPIC_BINS_SQL = """
+SELECT topic, (delivered_ns - pmod(delivered_ns, :bin)) DIV :bin AS bin, count(1) AS messages,
+  percentile(latency_ms, 0.5D) AS latency_p50_ms, percentile(latency_ms, 0.99D) AS latency_p99_ms
+FROM {messages} WHERE kind = 'publish' AND delivered_ns IS NOT NULL
+GROUP BY ALL
+"""
+
+_PUBLISHER_BINS_SQL = """
+WITH arrivals AS (
+  SELECT publisher_gid, topic, mailbox, publisher_seq, delivered_ns,
+    CAST(publisher_seq < max(publisher_seq) OVER (
+      PARTITION BY publisher_gid, topic, mailbox ORDER BY delivered_ns, key
+      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS INT) AS late
+  FROM {messages}
+  WHERE kind = 'publish' AND publisher_seq IS NOT NULL AND delivered_ns IS NOT NULL),
+firsts AS (
+  SELECT publisher_gid, topic, mailbox, publisher_seq, min(delivered_ns) AS delivered_ns
+  FROM arrivals GROUP BY ALL),
+gaps AS (
+  SELECT publisher_gid, topic, mailbox, delivered_ns,
+    greatest(publisher_seq - coalesce(lag(publisher_seq) OVER (
+      PARTITION BY publisher_gid, topic, mailbox ORDER BY publisher_seq), -1) - 1, 0) AS lost
+  FROM firsts)
+SELECT publisher_gid, topic, mailbox, bin, sum(received) AS received, sum(lost) AS lost,
+  sum(late) AS out_of_order
+FROM (
+  SELECT publisher_gid, topic, mailbox, (delivered_ns - pmod(delivered_ns, :bin)) DIV :bin
+    AS bin, 1 AS received, 0 AS lost, late FROM arrivals
+  UNION ALL
+  SELECT publisher_gid, topic, mailbox, (delivered_ns - pmod(delivered_ns, :bin)) DIV :bin,
+    0, lost, 0 FROM gaps WHERE lost > 0)
+GROUP BY ALL
+"""
+
+_SLOWEST_SQL = """
+SELECT topic, publisher_gid, publisher_seq, message_id, latency_ms, delivered_ns FROM (
+  SELECT *, row_number() OVER (PARTITION BY topic ORDER BY latency_ms DESC, key) AS rank
+  FROM {messages} WHERE kind = 'publish' AND latency_ms IS NOT NULL)
+WHERE rank <= :most
+"""
+
+
+def bin_width(span_ns: int) -> int:
+    """The narrowest of :data:`BINS_NS` that cuts ``span_ns`` into at most
+    :data:`MOST_BINS` bins."""
+    for width in BINS_NS:
+        if span_ns // width < MOST_BINS:
+            return width
+    return BINS_NS[-1]
+
+
+def details(messages: DataFrame, slowest: int = 5) -> Details:
+    """The report's :class:`Details` of ``messages`` (a few small jobs)."""
+    spark = messages.sparkSession
+    span = (
+        messages.filter("kind = 'publish'")
+        .agg(F.min("delivered_ns").alias("lo"), F.max("delivered_ns").alias("hi"))
+        .collect()[0]
+    )
+    width = bin_width((span["hi"] or 0) - (span["lo"] or 0))
+    args = {"bin": width}
+    topic_bins = spark.sql(_TOPIC_BINS_SQL, args=args, messages=messages).toArrow().to_pylist()
+    publisher_bins = (
+        spark.sql(_PUBLISHER_BINS_SQL, args=args, messages=messages).toArrow().to_pylist()
+    )
+    worst = spark.sql(_SLOWEST_SQL, args={"most": slowest}, messages=messages).toArrow()
+    return Details(width, topic_bins, publisher_bins, worst.to_pylist())

@@ -26,7 +26,7 @@ import matplotlib.dates as mdates
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .overview import Overview
+from .overview import Details, Overview
 from .tables import CDF_POINTS
 
 __all__ = [
@@ -83,7 +83,9 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
             return html.escape(value.isoformat(sep=" ", timespec="milliseconds"))
         return html.escape(str(value))
 
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "".join(
+        f"<th>{html.escape(_HEADINGS.get(c, c.replace('_', ' ')))}</th>" for c in columns
+    )
     body = "".join(
         "<tr>" + "".join(f"<td>{cell(c, r.get(c))}</td>" for c in columns) + "</tr>"
         for r in rows[:_MAX_ROWS]
@@ -168,8 +170,25 @@ def rate_figure(stats: list[dict[str, Any]]) -> Figure:
     formatter = mdates.ConciseDateFormatter(locator, tz=dt.UTC)  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_formatter(formatter)
     ax.set(title="Message rate per topic", xlabel="time (UTC)", ylabel="messages per second")
-    ax.legend(fontsize="small")
+    _legend_outside(ax)
     return fig
+
+
+_LEGEND_MOST = 15
+
+
+def _legend_outside(ax: Any) -> None:
+    """The legend right of the plot, never over it; at most :data:`_LEGEND_MOST` entries
+    (the first drawn: the busiest), and a line saying how many more there are."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not labels:
+        return
+    title = None
+    if len(labels) > _LEGEND_MOST:
+        title = f"{len(labels) - _LEGEND_MOST} more not listed"
+        handles, labels = handles[:_LEGEND_MOST], labels[:_LEGEND_MOST]
+    ax.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0, title=title, title_fontsize="small")  # fmt: skip
 
 
 def topic_plots(stats: list[dict[str, Any]], plots: Path) -> list[tuple[str, str]]:
@@ -207,7 +226,7 @@ def latency_plot(stats: list[dict[str, Any]], plots: Path) -> tuple[str, str]:
         ylabel="% of messages",
     )
     if ax.get_legend_handles_labels()[1]:
-        ax.legend(fontsize="small")
+        _legend_outside(ax)
     elif not any(stat["latency_cdf_ms"] for stat in stats):
         ax.text(
             0.5, 0.5, "no latency measurable: delivery times known only to the second",
@@ -234,7 +253,7 @@ def round_trip_figure(round_trips: list[dict[str, Any]]) -> Figure:
         )
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # calls are counted
     ax.set(title="Service round trips", xlabel="round trip (ms)", ylabel="calls")
-    ax.legend(fontsize="small")
+    _legend_outside(ax)
     return fig
 
 
@@ -277,6 +296,63 @@ def loss_plot(health: list[dict[str, Any]], plots: Path) -> tuple[str, str] | No
     return ("Loss per publisher", _png(loss_figure(health), plots / "loss.png"))
 
 
+#: column headings as the report shows them (the tables keep their names)
+_HEADINGS = {
+    "mean_rate_per_s": "mean rate (/s)",
+    "latency_p50_ms": "latency p50 (ms)",
+    "latency_p90_ms": "p90 (ms)",
+    "latency_p99_ms": "p99 (ms)",
+    "latency_max_ms": "max (ms)",
+    "latency_resolution": "delivery times known to",
+    "duplicate_responses": "duplicate responses",
+    "round_trip_p50_ms": "round trip p50 (ms)",
+    "round_trip_p90_ms": "p90 (ms)",
+    "round_trip_p99_ms": "p99 (ms)",
+    "round_trip_max_ms": "max (ms)",
+    "round_trip_resolution": "delivery times known to",
+    "publisher_gid": "publisher GID",
+    "out_of_order": "out of order",
+}
+
+
+def _figures(overview: Overview, summary: dict[str, Any]) -> str:
+    """The overview engineers look at first: messages, loss, latency, calls, rejects."""
+    stats = overview.topic_stats
+    health = overview.publisher_health
+    sent = sum(h["sent"] for h in health)
+    lost = summary.get("lost", 0)
+    p50s = [s["latency_p50_ms"] for s in stats if s["latency_p50_ms"] is not None]
+    worst = max(
+        (s for s in stats if s["latency_p99_ms"] is not None),
+        key=lambda s: s["latency_p99_ms"], default=None,
+    )  # fmt: skip
+    calls, answered = summary.get("calls", 0), summary.get("answered", 0)
+    rejects = sum(summary.get(k, 0) for k in ("foreign", "malformed", "unreadable"))
+    tiles = [
+        ("messages", f"{summary.get('publish', 0):,}",
+         f"{len(stats)} topics, {len(health)} publishers"),
+        ("lost", f"{lost:,}", f"{100 * lost / sent:.2f} % of {sent:,} sent" if sent else "-"),
+        ("out of order", f"{summary.get('out_of_order', 0):,}",
+         f"{summary.get('duplicated', 0):,} duplicated"),
+        ("latency p50", f"{min(p50s):,.1f} to {max(p50s):,.1f} ms" if p50s else "n/a",
+         "across topics"),
+        ("worst p99", f"{worst['latency_p99_ms']:,.1f} ms" if worst else "n/a",
+         _escaped(str(worst["topic"])) if worst else ""),
+        ("calls answered", f"{answered:,} of {calls:,}" if calls else "no calls",
+         f"{summary.get('duplicate_responses', 0):,} duplicate responses" if calls else ""),
+        ("rejected mail", f"{rejects:,}", "foreign, malformed or unreadable"),
+    ]  # fmt: skip
+    return (
+        "<div class='tiles'>"
+        + "".join(
+            f"<div class='tile'><div class='k'>{html.escape(k)}</div>"
+            f"<div class='v'>{html.escape(v)}</div><div class='n'>{html.escape(n)}</div></div>"
+            for k, v, n in tiles
+        )
+        + "</div>"
+    )
+
+
 def write_report(
     overview: Overview,
     summary: dict[str, Any],
@@ -286,12 +362,18 @@ def write_report(
     loss_image: tuple[str, str] | None = None,
     groups: list[dict[str, Any]] | None = None,
     run: dict[str, Any] | None = None,
+    details: Details | None = None,
 ) -> Path:
     """Write ``out/report.html`` and ``out/plots/*.png``. ``topic_images`` and
     ``loss_image``: what :func:`topic_plots` and :func:`loss_plot` returned for these same
     rows, drawn earlier into ``out/plots`` (each is drawn here when not given). ``groups``:
     the ``group_stats`` rows, a section when there are any. ``run``: what made the report
-    (sources, master, filters), shown first with the time range of the messages."""
+    (sources, master, filters). ``details``: the time series and drill-downs of the
+    interactive page (without them it draws what the overview holds).
+
+    The page opens on the figures that say how the traffic went, then the plots (one
+    topic selector drives them all), then the tables; the run's settings and the full
+    summary close it."""
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     stats = overview.topic_stats
@@ -314,80 +396,63 @@ def write_report(
     run_rows = [{"setting": k, "value": v} for k, v in (run or {}).items()]
     if span:
         run_rows.append({"setting": "messages delivered", "value": f"{min(span)} to {max(span)}"})
-    sections = [
-        ("Run", _table(run_rows, ["setting", "value"])),
-        ("Summary", _table(summary_rows, ["figure", "value"])),
+    tables = [
         (
             "Topics",
             _table(
                 [_topic_display(stat) for stat in stats],
-                [
-                    "topic",
-                    "messages",
-                    "bytes",
-                    "first",
-                    "last",
-                    "mean_rate_per_s",
-                    "latency_p50_ms",
-                    "latency_p90_ms",
-                    "latency_p99_ms",
-                    "latency_max_ms",
-                    "latency_resolution",
-                ],
+                ["topic", "messages", "bytes", "first", "last", "mean_rate_per_s",
+                 "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "latency_max_ms",
+                 "latency_resolution"],
             ),
         ),
         (
             "Services",
             _table(
                 [_service_display(service) for service in services],
-                [
-                    "service",
-                    "calls",
-                    "answered",
-                    "duplicate_responses",
-                    "round_trip_p50_ms",
-                    "round_trip_max_ms",
-                    "round_trip_resolution",
-                ],
+                ["service", "calls", "answered", "duplicate_responses", "round_trip_p50_ms",
+                 "round_trip_p90_ms", "round_trip_p99_ms", "round_trip_max_ms",
+                 "round_trip_resolution"],
             ),
         ),
         (
             "Publishers",
             _table(
                 health,
-                [
-                    "publisher_gid",
-                    "topic",
-                    "mailbox",
-                    "sent",
-                    "received",
-                    "lost",
-                    "duplicated",
-                    "out_of_order",
-                ],
+                ["publisher_gid", "topic", "mailbox", "sent", "received", "lost",
+                 "duplicated", "out_of_order"],
             ),
         ),
         ("Rejected mail", _table(rejects, ["status", "reason", "emails"])),
-    ]
+    ]  # fmt: skip
     if groups:  # delivery-mode groups (docs/delivery-modes.md): who processed what
-        table = _table(groups, ["group", "member", "processed", "redelivered"])
-        sections.insert(5, ("Delivery groups", table))
-    tables = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in sections)
+        tables.append(
+            ("Delivery groups", _table(groups, ["group", "member", "processed", "redelivered"]))
+        )
+    closing = [
+        ("Run", _table(run_rows, ["setting", "value"])),
+        ("Summary", _table(summary_rows, ["figure", "value"])),
+    ]
+    figures = f"<h2>Overview</h2>{_figures(overview, summary)}"
+    tables_html = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in tables)
+    closing_html = "".join(
+        f"<details><summary>{html.escape(t)}</summary>{content}</details>" for t, content in closing
+    )
     pngs = "".join(
         f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" '
         f'src="data:image/png;base64,{data}">'
         for title, data in images
     )
-    (out / "report-static.html").write_text(_page("", tables + pngs), encoding="utf-8")
+    (out / "report-static.html").write_text(
+        _page("", figures + pngs + tables_html + closing_html), encoding="utf-8"
+    )
     from .explore import interactive_plots
 
-    resources, script, plots_div = interactive_plots(overview)
-    # the run and the summary first, then the plots, then the tables
-    first, rest = sections[:2], sections[2:]
-    body = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in first)
+    resources, script, plots_div = interactive_plots(overview, details)
+    body = figures
     if plots_div:
         body += f"<h2>Plots</h2>{plots_div}"
-    body += "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in rest)
+    body += tables_html + closing_html
     body += "<p>The same report without scripts: report-static.html, plots/*.png.</p>"
     path = out / "report.html"
     path.write_text(_page(resources + script, body), encoding="utf-8")
@@ -398,8 +463,13 @@ def _page(head: str, body: str) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>emailmw traffic report"
         "</title><style>body{font-family:sans-serif;margin:2em;max-width:75em}"
-        "table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px solid #ccc;"
-        "padding:.25em .6em;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
+        "table{border-collapse:collapse;margin-bottom:1em;font-size:90%}"
+        "td,th{border:1px solid #ccc;padding:.25em .5em;text-align:right}"
+        "th{background:#f3f3f3;font-weight:600}img{max-width:100%}"
+        ".tiles{display:flex;flex-wrap:wrap;gap:.8em;margin-bottom:1em}"
+        ".tile{border:1px solid #ccc;border-radius:6px;padding:.6em 1em;min-width:10em}"
+        ".tile .k{color:#555;font-size:85%}.tile .v{font-size:150%;font-weight:600}"
+        ".tile .n{color:#777;font-size:80%}details{margin:.5em 0}summary{cursor:pointer}"
         f"</style>{head}</head><body><h1>emailmw traffic report</h1>"
         f"<p>Generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}.</p>{body}</body></html>"
     )

@@ -178,7 +178,8 @@ def test_report_is_written(analyzed: tuple[Path, dict[str, Any]]) -> None:
         assert "/sensors/t0" in text
         # it says what made it: the sources, the master, the filters, the time range, and
         # how well each latency is known (this Maildir's file names: the microsecond)
-        assert "<h2>Run</h2>" in text
+        assert "<details><summary>Run</summary>" in text  # at the end, folded
+        assert text.index("<h2>Overview</h2>") < text.index("<h2>Topics</h2>")
         assert f"<td>{out.parent / 'maildirs'}</td>" in text
         assert "<td>local[*]</td>" in text
         assert "<td>messages delivered</td>" in text

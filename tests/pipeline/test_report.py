@@ -11,7 +11,7 @@ from typing import Any
 import matplotlib.dates as mdates
 import pytest
 
-from emailmw._pipeline.overview import Overview
+from emailmw._pipeline.overview import Details, Overview
 from emailmw._pipeline.report import loss_figure, rate_figure, round_trip_figure, write_report
 
 START = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
@@ -141,6 +141,7 @@ def _many(topics: int, services: int) -> Overview:
     calls = [
         {"service": f"/svc{s}", "calls": 120 - s, "answered": 120 - s, "duplicate_responses": 0,
          "round_trip_measured": 120 - s, "round_trip_p50_ms": 2.0, "round_trip_max_ms": 41.0,
+         "round_trip_p90_ms": 10.0, "round_trip_p99_ms": 30.0,
          "round_trip_min_ms": 1.0, "round_trip_p50_low_ms": None, "round_trip_p50_high_ms": None}
         for s in range(services)
     ]  # fmt: skip
@@ -150,31 +151,53 @@ def _many(topics: int, services: int) -> Overview:
     )  # fmt: skip
 
 
-def test_the_interactive_plots_stay_readable_with_dozens_of_topics_and_services() -> None:
-    """Thirty topics and twelve services: every one can be chosen, the busiest eight are
-    shown at first, rates are per second, latencies and round trips on log axes."""
-    from bokeh.models import LogScale, MultiChoice
+def _details(topics: int) -> Details:
+    """Each topic's five bins of 10 s (the widths the job picks for a 50 s run)."""
+    first = int(START.timestamp()) // 10
+    bins = [
+        {"topic": f"/fleet/robot{i:02d}/odom", "bin": first + b, "messages": 100 + i,
+         "latency_p50_ms": 1.0 + i, "latency_p99_ms": 5.0 + i}
+        for i in range(topics) for b in range(5)
+    ]  # fmt: skip
+    slowest = [
+        {"topic": f"/fleet/robot{i:02d}/odom", "publisher_gid": 7, "publisher_seq": k,
+         "message_id": f"<{i}.{k}@x>", "latency_ms": 9.0 - k, "delivered_ns": 0}
+        for i in range(topics) for k in range(3)
+    ]  # fmt: skip
+    return Details(10 * 10**9, bins, [], slowest)
+
+
+def test_the_interactive_plots_stay_readable_with_a_hundred_topics_and_thirty_services() -> None:
+    """100 topics and 30 services: one selector (every topic can be chosen, the busiest
+    eight shown at first) drives every topic plot; rates per second at the run's bin;
+    latencies and round trips on log axes; no legend over any plot; 30 services as rows."""
+    from bokeh.models import FactorRange, Legend, LogScale, MultiChoice, Plot
 
     from emailmw._pipeline import explore
 
-    overview = _many(30, 12)
-    rates = explore._with_selector(explore._rates(overview.topic_stats), "topics")
-    choice, plot = rates.children
+    overview = _many(100, 30)
+    plots = explore._Plots({f"/fleet/robot{i:02d}/odom": "#000" for i in range(100)})
+    rates = explore._rates(_details(100), plots)
+    busiest = next(r for r in rates.renderers if r.data_source.data["topic"][0].endswith("99/odom"))
+    assert list(busiest.data_source.data["rate"]) == [(100 + 99) / 10] * 5  # per second
+    latency = explore._latency_over_time(_details(100), plots)
+    assert isinstance(latency.y_scale, LogScale)
+    cdf, note = explore._cdf(overview, plots)
+    assert isinstance(cdf.x_scale, LogScale)
+    assert note == ""
+    trips = explore._round_trips(overview, plots)
+    assert isinstance(trips.x_scale, LogScale)
+    assert isinstance(trips.y_range, FactorRange)
+    assert len(trips.y_range.factors) == 30
+    choice = explore._selector("topics", list(plots.by_topic), plots.by_topic)
     assert isinstance(choice, MultiChoice)
-    assert len(choice.options) == 30
-    # the busiest first: robot29 has the most messages
-    assert choice.value == [f"/fleet/robot{i:02d}/odom" for i in range(29, 21, -1)]
-    visible = {r.data_source.data["topic"][0] for r in plot.renderers if r.visible}
+    assert len(choice.options) == 100
+    assert choice.value == list(plots.by_topic)[:8]
+    visible = {r.data_source.data["topic"][0] for r in rates.renderers if r.visible}
     assert visible == set(choice.value)
-    busiest = next(r for r in plot.renderers if r.data_source.data["topic"][0] == choice.value[0])
-    assert list(busiest.data_source.data["rate"]) == [(120 + 29) / 60] * 5  # per second
-    assert len(plot.legend[0].items) == 30  # outside the plot, a click hides a line
-    latency = explore._with_selector(explore._latency(overview.topic_stats), "topics")
-    assert isinstance(latency.children[1].x_scale, LogScale)
-    trips = explore._with_selector(explore._round_trips(overview), "services")
-    assert len(trips.children[0].options) == 12
-    assert trips.children[0].value == [f"/svc{s}" for s in range(8)]  # the most called
-    assert isinstance(trips.children[1].x_scale, LogScale)
+    for plot in (rates, latency, cdf, trips):
+        assert isinstance(plot, Plot)
+        assert not [item for item in plot.right + plot.center if isinstance(item, Legend)]
 
 
 def test_the_interactive_report_is_one_page_that_works_offline(tmp_path: Path) -> None:
@@ -182,7 +205,7 @@ def test_the_interactive_report_is_one_page_that_works_offline(tmp_path: Path) -
     import re
 
     overview = _many(3, 2)
-    page = write_report(overview, overview.summary(), tmp_path).read_text()
+    page = write_report(overview, overview.summary(), tmp_path, details=_details(3)).read_text()
     assert re.findall(r"<script[^>]*\bsrc=", page) == []
     assert re.findall(r"<link[^>]*\bhref=", page) == []
     assert "Bokeh.embed.embed_items" in page  # the plots, drawn by the inlined BokehJS

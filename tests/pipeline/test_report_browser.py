@@ -1,0 +1,109 @@
+"""The interactive report in a real browser: Debian's chromium, headless, driven with
+Playwright's Python package (the system chromium as its executable: nothing downloaded).
+It loads the report of an archive with known answers, fails on any console error, and
+drives what an engineer uses: the topic selector every plot follows, and the drill-down
+from a topic to its publishers and slowest messages."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from emailmw._pipeline.analyze import AnalyzeRequest, analyze
+from emailmw.testing.archive import Archive, generate
+
+pytestmark = pytest.mark.spark
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def page(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Any, Archive, list[str]]]:
+    if CHROMIUM is None:
+        if os.environ.get("EMAILMW_REQUIRE_BROWSER"):
+            pytest.fail("EMAILMW_REQUIRE_BROWSER is set and there is no chromium: apt-get "
+                        "install chromium (make test does)")  # fmt: skip
+        pytest.skip("no chromium (apt-get install chromium; make test installs it)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    del spark  # the session fixture started the JVM; analyze() reuses it
+    root = tmp_path_factory.mktemp("report")
+    archive = generate(seed=7, topics=12)
+    archive.write_maildir(root / "maildirs")
+    analyze(AnalyzeRequest([str(root / "maildirs")], root / "out"))
+    errors: list[str] = []
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        tab = browser.new_page(viewport={"width": 1280, "height": 1000})
+        tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.goto((root / "out" / "report.html").as_uri())
+        tab.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0", timeout=30000)
+        yield tab, archive, errors
+        browser.close()
+
+
+_VISIBLE = """() => {
+  const doc = Bokeh.documents[0];
+  const out = {};
+  for (const m of doc.all_models) {
+    if (m.type !== 'GlyphRenderer' || !m.data_source.data.topic) continue;
+    const topic = m.data_source.data.topic[0];
+    out[topic] = (out[topic] || 0) + (m.visible ? 1 : 0);
+  }
+  return out;
+}"""
+
+
+def test_the_report_opens_on_the_overview_without_an_error(page: Any) -> None:
+    tab, archive, errors = page
+    assert errors == []
+    headings = tab.locator("h2").all_inner_texts()
+    assert headings[:2] == ["Overview", "Plots"]
+    tiles = tab.locator(".tile").all_inner_texts()
+    published = sum(t["messages"] for t in archive.expected["topics"].values())
+    assert any(t.startswith("messages\n") and f"{published:,}" in t for t in tiles), tiles
+    assert tab.locator("details > summary").all_inner_texts() == ["Run", "Summary"]
+
+
+def test_the_topic_selector_drives_every_plot(page: Any) -> None:
+    tab, archive, errors = page
+    shown = tab.evaluate(_VISIBLE)
+    on = sorted(t for t, n in shown.items() if n)
+    assert len(on) == 8  # the busiest, at first
+    assert len(shown) == len(archive.expected["topics"])
+    first = on[0]
+    assert shown[first] >= 5  # its rate, latency over time and CDF lines
+    # take it out of the selector (the chip's close button): it leaves every plot
+    chip = tab.locator(".choices__item", has_text=first).first
+    chip.locator("button, .choices__button").first.click()
+    tab.wait_for_function(f"() => ({_VISIBLE})()[{first!r}] === 0", timeout=10000)
+    assert errors == []
+
+
+def test_the_drill_down_shows_a_topic_s_publishers_and_slowest_messages(page: Any) -> None:
+    tab, archive, errors = page
+    topics = sorted(archive.expected["topics"])
+    target = topics[-1]
+    tab.locator("select:not([multiple])").first.select_option(target)
+    gids = {str(gid) for gid, topic in archive.expected["publisher_health"] if topic == target}
+    assert gids
+    tab.wait_for_function(
+        """(gids) => { const text = document.body.innerText;
+           return gids.every(g => text.includes(g)); }""",
+        arg=sorted(gids),
+        timeout=10000,
+    )
+    tables = tab.evaluate(
+        """() => [...Bokeh.documents[0].all_models]
+             .filter(m => m.type === 'DataTable')
+             .map(t => [...new Set(t.source.data.topic)])"""
+    )
+    assert tables == [[target], [target]]
+    assert errors == []

@@ -499,8 +499,12 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if request.report:  # the time series and drill-downs the report draws: small
         from .overview import details
 
+        firsts = [s["first"] for s in overview.topic_stats if s["first"] is not None]
+        lasts = [s["last"] for s in overview.topic_stats if s["last"] is not None]
+        span_ns = int((max(lasts) - min(firsts)).total_seconds() * 1e9) if firsts else 0
         with _SparkProgress(spark, "the report's series", None):
-            report_details = details(tables.messages)
+            written = spark.read.schema(tables.messages.schema).parquet(str(out / "messages"))
+            report_details = details(written, span_ns)
     groups = write_group_stats(out, {a.label: a.path for a in archives if a.kind == "maildir"})
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()

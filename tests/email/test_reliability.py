@@ -346,6 +346,7 @@ def test_a_subscriber_killed_with_messages_handed_out_but_not_taken_loses_none(
 # ----------------------------------------------------------------------------- 5. crash: publisher
 
 
+@pytest.mark.parametrize("batching", [False, True], ids=["alone", "batched"])
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_publisher_killed_mid_burst_with_the_spool_loses_nothing(
     mailserver: MailServer,
@@ -354,15 +355,18 @@ def test_a_publisher_killed_mid_burst_with_the_spool_loses_nothing(
     peers: list[Peer],
     tmp_path: Path,
     transport: str,
+    batching: bool,
 ) -> None:
     """Native publish() returned before the server accepted anything: a SIGKILL lost 998 of
     1,015 messages of a burst. With the spool guarantee every publish that returned is
-    delivered, by the process that restarts on the same spool."""
+    delivered, by the process that restarts on the same spool; batching too (each message
+    is on disk before its batch is built, docs/batching.md)."""
     sender, receiver = account(), account()
     spool = tmp_path / "spool"
+    batch = {"batch": {"linger-ms": 200, "max-messages": 20}} if batching else {}
     config = write_config(
         tmp_path / "pub.yml",
-        mailserver.config(sender, to=receiver, transport=transport, spool=str(spool)),
+        mailserver.config(sender, to=receiver, transport=transport, spool=str(spool), **batch),
     )
     sub = emailmw.Subscription("/burst", context=email_context(receiver))
     first = Peer("pub", config, "/burst", "--count", "300", "--guarantee", "spool")

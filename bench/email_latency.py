@@ -13,6 +13,10 @@ and floor alike. All in one run:
 * throughput: ``--burst`` messages published as fast as possible, time until all received,
   native (with the default ``server`` guarantee, and with ``memory``) and floor;
 * server CPU (Postfix + Dovecot processes) per delivered message during the native paced run;
+* where the native paced run's time goes (``native_stage_ms``, medians): ``submit``
+  (publish() until the server accepted the email), ``delivery`` (until Dovecot stored it:
+  the microseconds of its Maildir file name), ``receive`` (until the subscriber had it:
+  the receiver's wake-up, fetch, parse and hand-out);
 * receiver CPU while nothing arrives for 10 s (native; includes its switch from NOOP
   polling to IDLE).
 
@@ -90,6 +94,8 @@ def emailmw_run(
     sub = emailmw.Subscription("/bench", context=sub_ctx)
     pub = emailmw.Publisher("/bench", context=pub_ctx)
     sent: dict[int, int] = {}
+    accepted: dict[int, int] = {}
+    received_at: dict[int, int] = {}
     latencies: list[float] = []
     done = threading.Event()
 
@@ -101,6 +107,7 @@ def emailmw_run(
             now = time.time_ns()
             seq = got[1].sequence_number
             assert seq is not None
+            received_at[seq] = now
             latencies.append((now - sent[seq]) / 1e6)
         done.set()
 
@@ -113,11 +120,14 @@ def emailmw_run(
             time.sleep(max(0.0, start + i / rate - time.monotonic()))
         sent[i] = time.time_ns()
         pub.publish(f"n: {i}")
+        accepted[i] = time.time_ns()
     done.wait(600)
     elapsed = time.monotonic() - start
     server_cpu = server_cpu_seconds() - cpu0
     thread.join()
+    stages = _stages(server, receiver, sent, accepted, received_at)
     result = {
+        **stages,
         "received": len(latencies),
         "p50_ms": statistics.median(latencies),
         "p99_ms": pct(latencies, 99),
@@ -131,6 +141,33 @@ def emailmw_run(
         result["idle_cpu_percent"] = 100 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
     sub_ctx.shutdown()
     return result
+
+
+def _stages(
+    server: MailServer,
+    receiver: str,
+    sent: dict[int, int],
+    accepted: dict[int, int],
+    received_at: dict[int, int],
+) -> dict[str, float]:
+    """Where a message's time goes, medians in ms: ``submit`` (publish() until the server
+    accepted it: the ``server`` guarantee), ``delivery`` (accepted until Dovecot stored it:
+    its Maildir file name's microseconds), ``receive`` (stored until the subscriber had it:
+    the receiver's wake-up, fetch, parse and hand-out)."""
+    stored: dict[int, int] = {}
+    for path in server.maildir(receiver).glob("*/*"):
+        found = re.match(r"(\d+)\.M(\d+)P", path.name)
+        seq = re.search(rb"Publisher-Sequence-Number: (\d+)", path.read_bytes())
+        if found and seq:
+            stored[int(seq.group(1))] = int(found.group(1)) * 10**9 + int(found.group(2)) * 1000
+    both = [s for s in sent if s in stored and s in received_at]
+    if not both:
+        return {}
+    return {
+        "stage_submit_ms": statistics.median((accepted[s] - sent[s]) / 1e6 for s in both),
+        "stage_delivery_ms": statistics.median((stored[s] - accepted[s]) / 1e6 for s in both),
+        "stage_receive_ms": statistics.median((received_at[s] - stored[s]) / 1e6 for s in both),
+    }
 
 
 # ----------------------------------------------------------------------------- floor
@@ -296,6 +333,11 @@ def main() -> int:
         "rate_msgs_per_s": args.rate,
         "native_poll_interval_s": interval,
         "native_p50_ms": round(native["p50_ms"], 2),
+        "native_stage_ms": {
+            k.removeprefix("stage_").removesuffix("_ms"): round(v, 2)
+            for k, v in native.items()
+            if k.startswith("stage_")
+        },
         "native_p99_ms": round(native["p99_ms"], 2),
         "curl_p50_ms": round(curl["p50_ms"], 2),
         "curl_p99_ms": round(curl["p99_ms"], 2),
@@ -328,6 +370,12 @@ def main() -> int:
             r["native_p50_ms"] <= 1.3 * r["floor_p50_ms"],
         ),
         ("native latency p99", f"{r['native_p99_ms']} ms", "-", True),
+        (
+            "native stages p50 (ms)",
+            " / ".join(f"{k} {v}" for k, v in r["native_stage_ms"].items()),
+            "submit / delivery / receive",
+            True,
+        ),
         ("curl latency p50 / p99", f"{r['curl_p50_ms']} / {r['curl_p99_ms']} ms", "-", True),
         ("floor latency p50 / p99", f"{r['floor_p50_ms']} / {r['floor_p99_ms']} ms", "-", True),
         (

@@ -102,6 +102,26 @@ def _names(node: Node, action_name: str) -> tuple[str, str]:
     return name, f"{name}/_action"
 
 
+def _graph_entries(
+    action_name: str, kind: str, services: str, topics: str
+) -> dict[str, list[tuple[str, str]]]:
+    """An action's three services and two topics, as the node announces them: a server's
+    under ``services``/``topics`` = "services"/"publishers", a client's "clients"/
+    "subscriptions"."""
+    name = f"{action_name}/_action"
+    return {
+        services: [
+            (f"{name}/send_goal", f"{kind}_SendGoal"),
+            (f"{name}/cancel_goal", "action_msgs/srv/CancelGoal"),
+            (f"{name}/get_result", f"{kind}_GetResult"),
+        ],
+        topics: [
+            (f"{name}/feedback", f"{kind}_FeedbackMessage"),
+            (f"{name}/status", "action_msgs/msg/GoalStatusArray"),
+        ],
+    }
+
+
 # ----------------------------------------------------------------------------- server
 
 
@@ -262,18 +282,7 @@ class ActionServer(Executable):
 
     def graph_entries(self) -> dict[str, list[tuple[str, str]]]:
         """What the node announces of this server: its services and topics."""
-        name, kind = f"{self.action_name}/_action", self.action_type.name
-        return {
-            "services": [
-                (f"{name}/send_goal", f"{kind}_SendGoal"),
-                (f"{name}/cancel_goal", "action_msgs/srv/CancelGoal"),
-                (f"{name}/get_result", f"{kind}_GetResult"),
-            ],
-            "publishers": [
-                (f"{name}/feedback", f"{kind}_FeedbackMessage"),
-                (f"{name}/status", "action_msgs/msg/GoalStatusArray"),
-            ],
-        }
+        return _graph_entries(self.action_name, self.action_type.name, "services", "publishers")
 
     # ------------------------------------------------------------------ executable
 
@@ -588,18 +597,8 @@ class ActionClient(Executable):
         node.add_waitable(self)
 
     def graph_entries(self) -> dict[str, list[tuple[str, str]]]:
-        name, kind = f"{self.action_name}/_action", self.action_type.name
-        return {
-            "clients": [
-                (f"{name}/send_goal", f"{kind}_SendGoal"),
-                (f"{name}/cancel_goal", "action_msgs/srv/CancelGoal"),
-                (f"{name}/get_result", f"{kind}_GetResult"),
-            ],
-            "subscriptions": [
-                (f"{name}/feedback", f"{kind}_FeedbackMessage"),
-                (f"{name}/status", "action_msgs/msg/GoalStatusArray"),
-            ],
-        }
+        """What the node announces of this client: its service clients and subscriptions."""
+        return _graph_entries(self.action_name, self.action_type.name, "clients", "subscriptions")
 
     # ------------------------------------------------------------------ executable
 

@@ -18,7 +18,7 @@ import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import yaml
 
@@ -144,17 +144,7 @@ class Parameter(Generic[T]):
         kind = self._type
         value: Any = self._value
         out = ParameterValue(type=int(kind))
-        field_name = {
-            Parameter.Type.BOOL: "bool_value",
-            Parameter.Type.INTEGER: "integer_value",
-            Parameter.Type.DOUBLE: "double_value",
-            Parameter.Type.STRING: "string_value",
-            Parameter.Type.BYTE_ARRAY: "byte_array_value",
-            Parameter.Type.BOOL_ARRAY: "bool_array_value",
-            Parameter.Type.INTEGER_ARRAY: "integer_array_value",
-            Parameter.Type.DOUBLE_ARRAY: "double_array_value",
-            Parameter.Type.STRING_ARRAY: "string_array_value",
-        }.get(kind)
+        field_name = _VALUE_FIELDS.get(kind)
         if field_name is not None:
             if kind == Parameter.Type.BYTE_ARRAY:
                 value = [b[0] if isinstance(b, bytes) else int(b) for b in value]
@@ -173,22 +163,26 @@ class Parameter(Generic[T]):
         return cls(param_msg.name, Parameter.Type(param_msg.value.type), value)
 
 
+# the field of an rcl_interfaces/msg/ParameterValue that holds a value of each type
+_VALUE_FIELDS: Final[dict[Parameter.Type, str]] = {
+    Parameter.Type.BOOL: "bool_value",
+    Parameter.Type.INTEGER: "integer_value",
+    Parameter.Type.DOUBLE: "double_value",
+    Parameter.Type.STRING: "string_value",
+    Parameter.Type.BYTE_ARRAY: "byte_array_value",
+    Parameter.Type.BOOL_ARRAY: "bool_array_value",
+    Parameter.Type.INTEGER_ARRAY: "integer_array_value",
+    Parameter.Type.DOUBLE_ARRAY: "double_array_value",
+    Parameter.Type.STRING_ARRAY: "string_array_value",
+}
+
+
 def parameter_value_to_python(parameter_value: Any) -> Any:
     """The Python value of an ``rcl_interfaces/msg/ParameterValue`` (None: not set)."""
     kind = Parameter.Type(parameter_value.type)
     if kind == Parameter.Type.NOT_SET:
         return None
-    field_name = {
-        Parameter.Type.BOOL: "bool_value",
-        Parameter.Type.INTEGER: "integer_value",
-        Parameter.Type.DOUBLE: "double_value",
-        Parameter.Type.STRING: "string_value",
-        Parameter.Type.BYTE_ARRAY: "byte_array_value",
-        Parameter.Type.BOOL_ARRAY: "bool_array_value",
-        Parameter.Type.INTEGER_ARRAY: "integer_array_value",
-        Parameter.Type.DOUBLE_ARRAY: "double_array_value",
-        Parameter.Type.STRING_ARRAY: "string_array_value",
-    }[kind]
+    field_name = _VALUE_FIELDS[kind]
     value = getattr(parameter_value, field_name)
     if kind == Parameter.Type.BYTE_ARRAY:
         return [bytes([v]) for v in value]

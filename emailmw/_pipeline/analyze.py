@@ -504,7 +504,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         span_ns = int((max(lasts) - min(firsts)).total_seconds() * 1e9) if firsts else 0
         with _SparkProgress(spark, "the report's series", None):
             written = spark.read.schema(tables.messages.schema).parquet(str(out / "messages"))
-            report_details = details(written, span_ns)
+            report_details = details(written, span_ns, windowed=options.windowed)
     groups = write_group_stats(out, {a.label: a.path for a in archives if a.kind == "maildir"})
     phases["tables"] = time.monotonic() - mark
     summary = overview.summary()

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from .landing import QUARANTINE_SQL
-from .tables import RTT_BINS, Tables
+from .tables import GROUP_STREAM_SQL, RTT_BINS, Tables
 
 __all__ = [
     "BINS_NS",
@@ -289,21 +289,28 @@ FROM {messages} WHERE kind = 'publish' AND delivered_ns IS NOT NULL
 GROUP BY ALL
 """
 
+# A stream is what publisher_health calls one (a group's folders are one) in the same
+# arrival order (a stream's keys are all an mbox's 16-digit offsets or all Maildir names: as
+# text they sort as publisher_health's numbers do), and in a ``:windowed`` run
+# (--since/--until) nothing before the window's first sequence number is lost: the bins add
+# up to publisher_health's figures.
 _PUBLISHER_BINS_SQL = """
 WITH arrivals AS (
   SELECT publisher_gid, topic, mailbox, publisher_seq, delivered_ns,
     CAST(publisher_seq < max(publisher_seq) OVER (
       PARTITION BY publisher_gid, topic, mailbox ORDER BY delivered_ns, key
       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS INT) AS late
-  FROM {messages}
-  WHERE kind = 'publish' AND publisher_seq IS NOT NULL AND delivered_ns IS NOT NULL),
+  FROM (SELECT publisher_gid, topic, GROUP_STREAM AS mailbox, publisher_seq, delivered_ns, key
+    FROM {messages}
+    WHERE kind = 'publish' AND publisher_seq IS NOT NULL AND delivered_ns IS NOT NULL)),
 firsts AS (
   SELECT publisher_gid, topic, mailbox, publisher_seq, min(delivered_ns) AS delivered_ns
   FROM arrivals GROUP BY ALL),
 gaps AS (
   SELECT publisher_gid, topic, mailbox, delivered_ns,
     greatest(publisher_seq - coalesce(lag(publisher_seq) OVER (
-      PARTITION BY publisher_gid, topic, mailbox ORDER BY publisher_seq), -1) - 1, 0) AS lost
+      PARTITION BY publisher_gid, topic, mailbox ORDER BY publisher_seq),
+      IF(:windowed, publisher_seq, 0) - 1) - 1, 0) AS lost
   FROM firsts)
 SELECT publisher_gid, topic, mailbox, bin, sum(received) AS received, sum(lost) AS lost,
   sum(late) AS out_of_order
@@ -314,7 +321,7 @@ FROM (
   SELECT publisher_gid, topic, mailbox, (delivered_ns - pmod(delivered_ns, :bin)) DIV :bin,
     0, lost, 0 FROM gaps WHERE lost > 0)
 GROUP BY ALL
-"""
+""".replace("GROUP_STREAM", GROUP_STREAM_SQL)
 
 _SLOWEST_SQL = """
 SELECT topic, publisher_gid, publisher_seq, message_id, latency_ms, delivered_ns FROM (
@@ -333,18 +340,22 @@ def bin_width(span_ns: int) -> int:
     return BINS_NS[-1]
 
 
-def details(messages: DataFrame, span_ns: int, slowest: int = 5) -> Details:
+def details(
+    messages: DataFrame, span_ns: int, slowest: int = 5, *, windowed: bool = False
+) -> Details:
     """The report's :class:`Details` of ``messages`` (the written table: each of three
-    small jobs reads a few of its columns), binned to fit ``span_ns``."""
+    small jobs reads a few of its columns), binned to fit ``span_ns``; ``windowed``: the
+    run read a time window (no loss counted before a stream's first sequence number in it,
+    as in ``publisher_health``)."""
     spark = messages.sparkSession
     width = bin_width(span_ns)
-    queries = [
+    queries: list[tuple[str, dict[str, Any]]] = [
         (_TOPIC_BINS_SQL, {"bin": width}),
-        (_PUBLISHER_BINS_SQL, {"bin": width}),
+        (_PUBLISHER_BINS_SQL, {"bin": width, "windowed": windowed}),
         (_SLOWEST_SQL, {"most": slowest}),
     ]
 
-    def rows(query: tuple[str, dict[str, int]]) -> list[dict[str, Any]]:
+    def rows(query: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = (
             spark.sql(query[0], args=query[1], messages=messages).toArrow().to_pylist()
         )

@@ -55,6 +55,7 @@ from .landing import (
 __all__ = [
     "CDF_POINTS",
     "GROUP_STATS_SCHEMA",
+    "GROUP_STREAM_SQL",
     "LANDED_DDL",
     "LANDING_DDL",
     "RTT_BINS",
@@ -308,7 +309,7 @@ _KEY_NUMBER = "coalesce(offset, IF(key RLIKE '^[0-9]{{16}}$', CAST(key AS BIGINT
 # docs/delivery-modes.md) are parts of one stream: each message processed once by one member.
 # They count as one mailbox, ``<account>/.emailmw-<group>`` (a message in two done folders
 # is a duplicate, one in none is lost).
-_GROUP_STREAM = (
+GROUP_STREAM_SQL: Final = (
     "regexp_replace(mailbox, '(^|[./])emailmw-([A-Za-z0-9_]{{1,40}})-(done|claims)-"
     "[0-9a-f]{{8}}([.]mbox)?$', '$1emailmw-$2')"  # ({{}}: the SQL is a format template)
 )
@@ -336,7 +337,7 @@ streams AS (
 SELECT publisher_gid, topic, mailbox, sent, received, sent - received AS lost,
   copies - received AS duplicated, out_of_order
 FROM streams
-""".replace("KEY_NUMBER", _KEY_NUMBER).replace("GROUP_STREAM", _GROUP_STREAM)
+""".replace("KEY_NUMBER", _KEY_NUMBER).replace("GROUP_STREAM", GROUP_STREAM_SQL)
 
 
 def _topic_stats(messages: DataFrame) -> DataFrame:

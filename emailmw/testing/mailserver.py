@@ -370,6 +370,7 @@ class MailServer:
         for log in (
             self.state_dir / "dovecot" / "dovecot.log",
             self.state_dir / "postfix" / "maillog",
+            self.state_dir / "postfix" / "start.log",  # what `postfix start` printed
         ):
             with contextlib.suppress(OSError):
                 tail = log.read_text(errors="replace").splitlines()[-lines:]
@@ -590,6 +591,13 @@ class MailServer:
             (state / d).mkdir(parents=True, exist_ok=True)
             os.chmod(state / d, 0o755)
         self._mkdir(state / "postfix/data", 0o700, "postfix", "postfix")
+        # Postfix's own commands write the maillog as the mail owner: the queue check at
+        # start (postsuper) warns of a file a killed cleanup left in incoming/, and a
+        # maillog it cannot open makes that warning fatal, and the start fail
+        maillog = state / "postfix/maillog"
+        maillog.touch()
+        os.chmod(maillog, 0o600)
+        shutil.chown(maillog, "postfix", "postfix")
         self._mkdir(state / "mail", 0o770, self.vmail_user, self.vmail_user)
         self._mkdir(state / "dovecot/lib", 0o750, "root", "dovecot")
         self._make_certificates()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,3 +73,23 @@ def test_ports_given_on_the_command_line_are_used(mailserver: MailServer, state_
             assert f":{port}" in started.stdout
     finally:
         cli(state_dir, "stop")
+
+
+def test_postfix_starts_again_after_a_cleanup_process_died_mid_write() -> None:
+    """Stopped while a message came in, Postfix's cleanup left its half-written file in
+    ``incoming/``; the next start's queue check warns of the name and, unable to write the
+    maillog as the mail owner, failed the start ("Postfix integrity check failed!": a
+    reliability test stopped and started Postfix under load). It starts."""
+    state = Path(f"/tmp/emailmw-pf-{uuid.uuid4().hex[:8]}")  # the daemons must traverse it
+    server = MailServer(state_dir=state).start()
+    try:
+        server.stop_postfix()
+        incoming = server.state_dir / "postfix" / "spool" / "incoming"
+        left = incoming / "503354.18118"  # cleanup's temporary name: inode.pid
+        left.write_bytes(b"")
+        subprocess.run(["chown", "postfix:postfix", str(left)], check=True)
+        server.start_postfix()
+        assert "bogus file name" in (server.state_dir / "postfix" / "maillog").read_text()
+    finally:
+        server.stop()
+        shutil.rmtree(state, ignore_errors=True)

@@ -57,6 +57,17 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
+def cli(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m emailmw --config CONFIG ARGS...``, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "emailmw", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 class Peer:
     """A ``tests.email.peer`` process; its stdout lines are collected as they come."""
 

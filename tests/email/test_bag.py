@@ -20,22 +20,12 @@ from emailmw import example_interfaces, geometry_msgs, std_msgs
 from emailmw.testing.mailserver import MailServer
 
 from ..helpers import Recorder, round_trip
-from .helpers import write_config
+from .helpers import cli, write_config
 
 pytest.importorskip("rosbags")
 pytest.importorskip("mcap")
 
 COUNT = 12
-
-
-def cli(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "emailmw", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def _twist(i: int) -> Any:

@@ -17,7 +17,7 @@ from emailmw import example_interfaces, std_msgs
 from emailmw.testing.mailserver import MailServer
 
 from ..helpers import Recorder, round_trip
-from .helpers import write_config
+from .helpers import cli, write_config
 
 
 @pytest.fixture
@@ -49,16 +49,6 @@ def system(
     executor.shutdown()
     ctx.shutdown()
     spinner.join(10)
-
-
-def cli(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "emailmw", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def test_node_list_and_info(system: dict[str, Any]) -> None:

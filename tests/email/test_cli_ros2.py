@@ -25,7 +25,7 @@ from emailmw.rcl_interfaces.msg import IntegerRange, ParameterDescriptor
 from emailmw.testing.mailserver import MailServer
 
 from ..helpers import round_trip
-from .helpers import write_config
+from .helpers import cli, write_config
 
 
 @pytest.fixture
@@ -76,16 +76,6 @@ def system(
     executor.shutdown()
     ctx.shutdown()
     spinner.join(10)
-
-
-def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "emailmw", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def ok(config: Path, *args: str) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from ._closeable import Closeable
-from ._config import SEND_GUARANTEES, Options, load_options
+from ._config import NO_BATCH, SEND_GUARANTEES, Options, load_options
 from ._exceptions import (
     ClosedError,
     ConfigError,
@@ -39,7 +39,8 @@ from ._handlers import (
 )
 from ._log import configure_from_env, get_logger
 from ._parameters import RosArgs, parse_ros_args
-from ._polling import PollingManager
+from ._peers import GRAPH_TOPIC, Peers, PeerSender, own_features
+from ._polling import Handler, PollingManager
 from ._protocol import ack_email
 from ._ros_logging import set_levels_from_args
 from ._routing import Outlet, Router, own_hub
@@ -139,10 +140,22 @@ class Context(Closeable):
                 raise
         self._group_store = transport.group_store
         sender, receiver = transport.sender, transport.receiver
+        self._receiving = False
         if self._security.transforms_outgoing:
             sender = SecureSender(sender, self._security)
+        self._peers: Peers | None = None
         if not in_process:  # (in process, no email has a size limit but max-message-size)
-            sender = SplittingSender(sender, self.options)
+            inner = sender
+            self._peers = Peers(
+                self.address,
+                own_features(self._security.can_decrypt),
+                send=lambda email: inner.send(email, guarantee="memory", batch=NO_BATCH),
+                history=lambda: receiver.history(GRAPH_TOPIC, 200),
+                trusts=self._security.trusts,
+                receiving=lambda: self._receiving,
+            )
+            sender = SplittingSender(sender, self.options, self._peers)
+            sender = PeerSender(sender, self._peers, self.options.batch)
         self._sender = sender
         self._receiver = receiver
         self._lock = threading.Lock()
@@ -172,7 +185,8 @@ class Context(Closeable):
         )
         self._router.set_routes(dict(self.options.routing.routes))
         self._polling.register_handler(self._router)
-        self._receiving = False
+        if self._peers is not None:
+            self._polling.register_handler(self._peers.observe)
         _log.debug(
             "context started (%s transport, %s)", self.options.transport, self.options.source
         )
@@ -199,6 +213,36 @@ class Context(Closeable):
     @property
     def sender(self) -> EmailSender:
         return self._sender
+
+    @property
+    def peers(self) -> Peers | None:
+        """What the readers of the accounts this context sends to said they read
+        (``docs/batching.md``); None in process (no encoding to negotiate)."""
+        return self._peers
+
+    def wait_for_readers(
+        self,
+        feature: str = "batch",
+        timeout: float | None = None,
+        recipients: Sequence[str] | None = None,
+    ) -> bool:
+        """Wait until every reader of ``recipients`` (default: this context's ``to``,
+        ``cc`` and ``bcc``) said it reads ``feature`` (``batch``, ``parts``, ``zstd``):
+        until then this context sends them single, uncompressed messages
+        (``docs/batching.md``). Asks them (a probe) when they have not said; at most
+        ``timeout`` seconds (None: the configured ``timeout``). In process: True at once."""
+        if self._peers is None:
+            return True
+        own = self.options.recipients
+        found = recipients if recipients is not None else (*own.to, *own.cc, *own.bcc)
+        wait = self.options.timeout if timeout is None else timeout
+        return self._peers.accept(list(found), feature, wait=wait)
+
+    @property
+    def peer_observer(self) -> Handler | None:
+        """The polling handler that tells senders what this context reads (a group
+        member's polling thread runs it too)."""
+        return None if self._peers is None else self._peers.observe
 
     @property
     def budget(self) -> ReceiveBudget:

@@ -267,9 +267,10 @@ class _BoundedQueue(Generic[T]):
                     ticket = entry[1]
                     if not ticket.claimed:
                         self._items.popleft()
-                        count = ticket.hand_out()
-                        assert count is not None  # (no claim: no fence)
-                        return entry[0], ticket, count
+                if not ticket.claimed:  # (hand_out may write a state file: not locked)
+                    count = ticket.hand_out()
+                    assert count is not None  # (no claim: no fence)
+                    return entry[0], ticket, count
                 state = ticket.state()
                 count = ticket.hand_out() if state == "ready" else None
                 if count is not None:
@@ -349,7 +350,7 @@ class Subscription(_Entity, Waitable):
                     ctx,
                     mode,
                     group,
-                    lambda head: head.subject == topic,
+                    lambda head: head.carries_only(topic),
                     feed,
                     settings=group_settings,
                     capacity=depth,

@@ -163,7 +163,7 @@ class _Participant(FaceEndpoint[_Local | _Incoming]):
         to this path on this hub (its Subject names the topic)."""
         subject = f"floctrl {topic}"
         to = Address(self.path, self._router.hub).header()
-        return lambda head: head.subject == subject and head.route_to == to
+        return lambda head: head.carries_only(subject) and head.route_to == to
 
     def _push_grouped(
         self, key: tuple[str, str], email: Email, route: Route, ticket: Ticket

@@ -24,6 +24,7 @@ from ._closeable import Closeable
 from ._context import Context
 from ._entities import Publisher, Subscription
 from ._log import get_logger
+from ._peers import GRAPH_TOPIC
 from ._protocol import PublishRoute, classify
 from ._transport.base import EmailReceiver
 from ._types import Email, MessageInfo
@@ -66,7 +67,6 @@ class Announced(Protocol):
     def get_fully_qualified_name(self) -> str: ...
 
 
-GRAPH_TOPIC: Final = "/_emailmw/graph"
 GRAPH_TYPE: Final = "emailmw/msg/NodeAnnouncement"
 _EXPIRY_PERIODS: Final = 3
 _log = get_logger("graph")
@@ -175,6 +175,8 @@ def read_announcement(body: str, info: MessageInfo) -> Announcement | None:
     """One graph message (its body and info), or None (logged) when it is malformed."""
     try:
         data = yaml.safe_load(body)
+        if isinstance(data, dict) and data.get("event") in ("reader", "probe"):
+            return None  # a reader's record (``_peers``): not a node
         name = str(data["node"])
     except (yaml.YAMLError, KeyError, TypeError):
         _log.info("ignored a malformed graph announcement from %s", info.publisher_gid)

@@ -17,10 +17,11 @@ from typing import Protocol
 
 from ._config import Options
 from ._exceptions import ConfigError
+from ._log import RefusalLog, get_logger
 from ._polling import Acknowledge, Handler, PollingManager
 from ._security import Security
 from ._transport.budget import ReceiveBudget
-from ._transport.common import parse_fetched
+from ._transport.common import unpack_logged
 from ._transport.group import MODES, GroupSettings, GroupStore, Head, check_group
 from ._transport.group.receiver import GroupReceiver, Wants
 from ._types import Email
@@ -54,6 +55,10 @@ class GroupHost(Protocol):
     def acknowledge(self, email: Email, delivery_count: int, *, member: str | None) -> None:
         """Send the acknowledgement ``email`` asked for: its ``member`` processed it."""
 
+    @property
+    def peer_observer(self) -> Handler | None:
+        """A polling handler that tells senders what this member reads (``_peers``)."""
+
 
 class GroupConsumer:
     """A group member's own receiving: a ``GroupReceiver`` on two new connections of the
@@ -85,6 +90,7 @@ class GroupConsumer:
                 source=options.source,
                 key="email.on-receive",
             )
+        unusable = RefusalLog(logger=get_logger("groups"))
         store = host.group_store(group)
         try:
             settle_store = host.group_store(group)
@@ -97,8 +103,12 @@ class GroupConsumer:
             mode=mode,
             group=group,
             wants=wants,
-            parse=lambda raw, uid: parse_fetched(
-                raw, uid=uid, where=f"group {group}", max_size=options.max_message_size
+            unpack=lambda raw, uid: unpack_logged(
+                raw,
+                uid=uid,
+                where=f"group {group}",
+                max_size=options.max_message_size,
+                log=unusable,
             ),
             settings=settings,
             quarantine=options.quarantine,
@@ -119,6 +129,9 @@ class GroupConsumer:
             drop_duplicates=False,
         )
         self._polling.register_handler(handler)
+        observer = host.peer_observer
+        if observer is not None:
+            self._polling.register_handler(observer)
         self._polling.start()
 
     @property

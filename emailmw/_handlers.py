@@ -99,7 +99,7 @@ class SubscriptionHandler:
     def __call__(self, email: Email, route: Route, ticket: Ticket = NO_TICKET) -> None:
         if isinstance(route, PublishRoute):
             for subscription in self._subscriptions.get(route.topic):
-                subscription._push_message(email.body, route.info, ticket.hold())
+                subscription._push_message(email.body, route.info, ticket.hold(takes=True))
 
 
 class ServiceHandler:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
+from collections import Counter
 from typing import Final
 
-__all__ = ["configure_from_env", "get_logger", "redact", "register_secret"]
+__all__ = ["RefusalLog", "configure_from_env", "get_logger", "redact", "register_secret"]
 
 ROOT_NAME: Final = "emailmw"
 _LEVELS: Final = {
@@ -98,3 +100,56 @@ def configure_from_env() -> None:
         root.addHandler(handler)
         root.setLevel(level)
         _configured_handler = handler
+
+
+class RefusalLog:
+    """The log of refused or unusable mail, bounded: the first of each kind (its status and
+    its reason but for Message-IDs and numbers) in an interval is logged whole (WARNING, on
+    ``logger``); the rest of that interval are counted and said in one line when it ends
+    (at the next call, or :meth:`flush`), so a flood of bad mail cannot drown the log. At
+    most :data:`_KINDS` kinds are told apart; the rest count as one. Thread-safe."""
+
+    _KINDS: Final = 100
+    _VARIES: Final = re.compile(r"<[^<>]*>|\d+")
+
+    def __init__(self, interval: float = 10.0, logger: logging.Logger | None = None) -> None:
+        self.interval = interval
+        self._logger = logger or get_logger("polling")
+        self._lock = threading.Lock()
+        self._since: dict[str, float] = {}  # kind -> when its interval began
+        self._more: Counter[str] = Counter()  # kind -> refusals not logged in it
+        self._last: dict[str, str] = {}  # kind -> the last reason not logged
+
+    def refused(self, status: str, line: str, reason: str, now: float) -> None:
+        """One more refused email of ``status`` for ``reason``; ``line`` is what is logged
+        when it is the first of its kind in the interval."""
+        self.flush(now)
+        kind = f"{status}: {self._VARIES.sub('#', reason)[:200]}"
+        with self._lock:
+            if kind not in self._since and len(self._since) >= self._KINDS:
+                kind = f"{status}: other reasons"
+            if kind in self._since:
+                self._more[kind] += 1
+                self._last[kind] = reason
+                return
+            self._since[kind] = now
+        self._logger.warning("%s", line)
+
+    def flush(self, now: float, *, all_: bool = False) -> None:
+        """Say what was counted in each interval that ended (every one with ``all_``)."""
+        said = []
+        with self._lock:
+            for kind, since in list(self._since.items()):
+                if not all_ and now - since < self.interval:
+                    continue
+                del self._since[kind]
+                more = self._more.pop(kind, 0)
+                if more:
+                    said.append(
+                        (more, now - since, kind.partition(":")[0], self._last.pop(kind, ""))
+                    )
+        for more, seconds, status, last in said:
+            self._logger.warning(
+                "quarantined %d more emails in the last %.0f s as %s (the last: %s)",
+                more, seconds, status, last,
+            )  # fmt: skip

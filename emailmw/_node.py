@@ -49,7 +49,7 @@ from ._interfaces import (
 from ._log import get_logger
 from ._names import resolve_name, validate_namespace, validate_node_name
 from ._parameters import Parameter, RosArgs, parse_ros_args
-from ._polling import NO_TICKET, Ticket
+from ._polling import NO_TICKET, RefusalLog, Ticket
 from ._protocol import PublishRoute, classify
 from ._qos import DeadlineMissed, Delivery, DurabilityPolicy, MessageLost, QoSProfile
 from ._ros_logging import RcutilsLogger, set_levels_from_args
@@ -196,14 +196,18 @@ class SubscriptionEventCallbacks:
 class NodeSubscription(Executable, Generic[T]):
     """A typed subscription whose callback runs in the executor, with QoS applied.
 
-    Mail of another type (or that does not fit the type) is counted in
-    :attr:`type_mismatches`, logged once and reported to the ``type_mismatch`` event
-    callback: never a crash.
+    Mail of another type (or that does not fit the type: not YAML, a field of the wrong
+    type) is poison for this subscription: counted in :attr:`type_mismatches`, logged with
+    its reason (each kind at once, then counted per 10 s), reported to the ``type_mismatch``
+    event callback and quarantined (never deleted, never acknowledged): never a crash.
 
     The callback takes the message, or (as in rclpy) the message and its
-    :class:`~emailmw.MessageInfo`. A message is settled once its callback has returned (or
-    raised): with a ``state-file``, a process that dies before that gets it again after a
-    restart, with ``info.redelivered`` True.
+    :class:`~emailmw.MessageInfo`. A message is settled once its callback has returned:
+    with a ``state-file``, a process that dies before that gets it again after a restart,
+    with ``info.redelivered`` True. A callback that raises has not processed its message
+    (``docs/reliability.md``): in a delivery group it is offered again (to another member
+    where there is one) up to the group's ``max_deliveries``, then quarantined; outside a
+    group it is left on the server, never deleted, and not handed out again.
     """
 
     def __init__(
@@ -226,6 +230,11 @@ class NodeSubscription(Executable, Generic[T]):
         self.qos = qos
         self.events = events
         self.type_mismatches = 0
+        self._poison_log = RefusalLog()
+        # (publisher GID, sequence number) of messages a callback raised on: when one
+        # comes again (offered again by its group), it is no duplicate
+        self._failed: set[tuple[int, int]] = set()
+        self._failed_lock = threading.Lock()
         self._type_name = type_name(msg_type)
         self._delivery: Delivery[tuple[str, Ticket]] = Delivery(qos, time.time_ns())
         self._core = Subscription(
@@ -264,10 +273,21 @@ class NodeSubscription(Executable, Generic[T]):
         for body, info in routed[-depth:]:
             self._core._push_message(body, info, NO_TICKET)  # from the store: nothing to settle
 
-    def _mismatch(self, exc: TypeMismatchError) -> list[Callable[[], None]]:
+    def _mismatch(
+        self, exc: TypeMismatchError, ticket: Ticket, info: MessageInfo | None = None
+    ) -> list[Callable[[], None]]:
+        """``ticket``'s message is poison for this subscription: quarantined with its
+        reason, logged (rate-limited), counted, told to the ``type_mismatch`` callback."""
         self.type_mismatches += 1
-        if self.type_mismatches == 1:
-            _log.warning("%s", exc)
+        reason = _one_line(str(exc))
+        ticket.reject(reason)
+        ticket.release()
+        which = "" if info is None or info.message_id is None else f" {info.message_id}"
+        now = time.monotonic()
+        self._poison_log.flush(now)
+        self._poison_log.refused(
+            "poison", f"quarantined message{which} on {self.topic}: {reason}", reason, now
+        )
         handler = self.events.type_mismatch
         return [] if handler is None else [lambda: handler(exc)]
 
@@ -283,11 +303,12 @@ class NodeSubscription(Executable, Generic[T]):
             try:
                 msg = deserialize(self.msg_type, body)
             except TypeMismatchError as exc:
-                ticket.release()
-                work += self._mismatch(exc)
+                work += self._mismatch(exc, ticket, info)
                 continue
             args = (msg, info) if self._with_info else (msg,)
-            work.append(functools.partial(_then_release, self.callback, args, ticket))
+            work.append(
+                functools.partial(_then_release, self.callback, args, ticket, self._failing(info))
+            )
         for event in events:
             handler: Any = (
                 self.events.deadline
@@ -320,17 +341,39 @@ class NodeSubscription(Executable, Generic[T]):
             return []
         body, info, ticket = got
         if info.message_type not in (None, self._type_name):
-            ticket.release()
             return self._mismatch(
                 TypeMismatchError(
                     f"subscription of {self._type_name} on {self.topic} received "
                     f"{info.message_type}"
-                )
+                ),
+                ticket,
+                info,
             )
+        if info.redelivered and info.sequence_number is not None:
+            key = (info.publisher_gid.value, info.sequence_number)
+            with self._failed_lock:
+                again = key in self._failed
+                self._failed.discard(key)
+            if again:  # its callback raised here before: offered again, not a duplicate
+                return self._work([((body, ticket), info)], [])
         step = self._delivery.offer((body, ticket), info, time.time_ns())
         if step.dropped:  # expired or a duplicate: done with
             ticket.release()
         return self._work(step.deliver, step.events)
+
+    def _failing(self, info: MessageInfo) -> Callable[[], None]:
+        """What a callback that raises on ``info``'s message notes: that message, should
+        it come again, is to be processed again (not dropped as a duplicate)."""
+
+        def note() -> None:
+            if info.sequence_number is None:
+                return
+            with self._failed_lock:
+                if len(self._failed) >= 10_000:
+                    self._failed.clear()
+                self._failed.add((info.publisher_gid.value, info.sequence_number))
+
+        return note
 
     def _poll(self) -> list[Callable[[], None]]:
         return self._work(*self._delivery.poll(time.time_ns()))
@@ -353,26 +396,53 @@ class NodeSubscription(Executable, Generic[T]):
         return True
 
 
-def _then_release(callback: Callable[..., Any], args: tuple[Any, ...], ticket: Ticket) -> Any:
+def _one_line(text: str, most: int = 200) -> str:
+    """``text`` as one line of at most ``most`` characters (a log line's reason)."""
+    line = " ".join(text.split())
+    return line if len(line) <= most else line[: most - 3] + "..."
+
+
+def _failure(exc: BaseException) -> str:
+    """A callback's exception in one line: its type and message."""
+    return _one_line(f"{type(exc).__name__}: {exc}")
+
+
+def _then_release(
+    callback: Callable[..., Any],
+    args: tuple[Any, ...],
+    ticket: Ticket,
+    failed: Callable[[], None] = lambda: None,
+) -> Any:
     """Run ``callback(*args)`` and settle the message once it is done with it: when it
     returns, or, for an ``async def`` callback, when its coroutine ends (the executor
-    drives the coroutine this returns)."""
+    drives the coroutine this returns). One that raises did not process it: a negative
+    acknowledgement (``Ticket.nack``; ``failed`` is told first), and the exception goes
+    on to the executor."""
     try:
         result = callback(*args)
-    except BaseException:
+    except BaseException as exc:
+        failed()
+        ticket.nack(_failure(exc))
         ticket.release()
         raise
     if inspect.iscoroutine(result):
-        return _released_after(result, ticket)
+        return _released_after(result, ticket, failed)
     ticket.release()
     return result
 
 
-async def _released_after(coroutine: Coroutine[Any, Any, Any], ticket: Ticket) -> Any:
+async def _released_after(
+    coroutine: Coroutine[Any, Any, Any], ticket: Ticket, failed: Callable[[], None]
+) -> Any:
     try:
-        return await coroutine
+        result = await coroutine
+    except BaseException as exc:
+        failed()
+        ticket.nack(_failure(exc))
+        raise
     finally:
         ticket.release()
+    return result
 
 
 def _takes_info(callback: Callable[..., Any]) -> bool:

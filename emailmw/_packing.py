@@ -57,12 +57,19 @@ def build_batch(
     message_id: str,
     timestamp_ns: int,
     subjects: Sequence[str] = (),
+    headers: Sequence[tuple[str, str]] = (),
 ) -> bytes:
     """The batch email carrying ``raws`` (each an email as :func:`~emailmw._wire.build`
     makes it, CRLF line endings), from ``from_`` to ``to`` (the envelope recipients every
     part shares). Its Subject names the parts' ``subjects`` (each once, printable ASCII
     ones, up to 800 characters), so that a search of the mailbox by Subject
-    (``history``: ``transient_local``, the graph) finds the batch, and unpacks it."""
+    (``history``: ``transient_local``, the graph) finds the batch, and unpacks it.
+    ``headers``: more fields of its own (what a group member reads before it claims it:
+    the first part's Source-Timestamp, the parts' Route-To), each checked as a header must
+    be (no CR, LF or NUL)."""
+    for name, value in headers:
+        if any(c in name + value for c in "\r\n\0") or not name.isascii() or ":" in name:
+            raise ValueError(f"a batch header cannot carry {name!r}")
     if not raws:
         raise ValueError("a batch needs at least one email")
     named = ""
@@ -81,7 +88,8 @@ def build_batch(
         "MIME-Version: 1.0\r\n"
         f'Content-Type: multipart/digest; boundary="{boundary}"\r\n'
         f"{BATCH_COUNT_HEADER}: {len(raws)}\r\n"
-        "\r\n"
+        + "".join(f"{name}: {value}\r\n" for name, value in headers)
+        + "\r\n"
         f"A batch of {len(raws)} emailmw messages, each an attached email.\r\n"
     ).encode()
     delimiter = f"\r\n--{boundary}\r\nContent-Type: message/rfc822\r\n\r\n".encode()

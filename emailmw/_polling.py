@@ -28,15 +28,14 @@ Guarantees:
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
 from ._exceptions import ClosedError, EmailMWError, MalformedEmailError
-from ._log import get_logger
+from ._log import RefusalLog, get_logger
 from ._packing import BODY_ENCODING_HEADER, Reassembly, decompress_body, join_parts, part_of
 from ._protocol import PublishRoute, Route, Unroutable, classify
 from ._security import Security
@@ -50,6 +49,7 @@ __all__ = [
     "Handler",
     "PollingManager",
     "ReceiveHealth",
+    "RefusalLog",
     "Ticket",
 ]
 
@@ -72,9 +72,19 @@ class Ticket:
     An email a group member claimed passes its claim's fence right before the application
     gets it: the holder asks :meth:`state` (quick) and :meth:`hand_out` (records the
     delivery; the delivery count), and lets go of an email whose claim is lost with
-    :meth:`withdraw` (nothing settled, nothing acknowledged). Thread-safe."""
+    :meth:`withdraw` (nothing settled, nothing acknowledged).
 
-    __slots__ = ("_count", "_done", "_held", "_holders", "_incoming", "_leave", "_withdrawn")
+    A holder that cannot use the email for what it is (a body its subscription cannot
+    decode) rejects it (:meth:`reject`), one whose application failed on it nacks it (:meth:`nack`);
+    once every holder let go, the strongest verdict settles it: a rejection quarantines it
+    (never deleted), a nack hands it back to its receiver (``IncomingEmail.nack``), else it
+    is acknowledged (or left, :meth:`leave_alone`). Neither a rejection nor a nack is
+    acknowledged to its publisher. Thread-safe."""
+
+    __slots__ = (
+        "_count", "_done", "_held", "_holders", "_incoming", "_leave", "_reason", "_verdict",
+        "_withdrawn",
+    )  # fmt: skip
 
     def __init__(
         self, incoming: IncomingEmail | None, on_done: Callable[[int], None] | None = None
@@ -84,6 +94,8 @@ class Ticket:
         self._leave = False
         self._held = False
         self._withdrawn = False
+        self._verdict: str | None = None  # None, "nack" or "quarantine" (the strongest)
+        self._reason = ""
         self._count = 1 if incoming is None else incoming.delivery_count
         # once an entity that held it is done (an acknowledgement), with the delivery count
         self._done = on_done
@@ -100,9 +112,12 @@ class Ticket:
 
     def hand_out(self) -> int | None:
         """Right before the application gets the email: its delivery count, or None when
-        it may not have it now (:meth:`state` says whether to wait or to withdraw)."""
+        it may not have it now (:meth:`state` says whether to wait or to withdraw). The
+        receiver records that an application gets it (``IncomingEmail.give``)."""
         claim = None if self._incoming is None else self._incoming.claim
         if claim is None:
+            if self._incoming is not None:
+                self._incoming.give()
             return self._count
         count = claim.deliver()
         if count is not None:
@@ -122,28 +137,55 @@ class Ticket:
         left where it is rather than acknowledged (no ``on-receive`` action applies)."""
         self._leave = True
 
-    def hold(self) -> Ticket:
+    def reject(self, reason: str) -> None:
+        """This holder cannot use the email (``reason``, one line): once released by every
+        holder it is quarantined, whatever the others did with it. Call before
+        :meth:`release`."""
+        with _TICKET_LOCK:
+            self._verdict, self._reason = "quarantine", reason
+
+    def nack(self, reason: str) -> None:
+        """The application failed on the email (``reason``, one line): once released by
+        every holder it goes back to its receiver as not processed (unless another holder
+        rejected it). Call before :meth:`release`."""
+        with _TICKET_LOCK:
+            if self._verdict is None:
+                self._verdict, self._reason = "nack", reason
+
+    def hold(self, *, takes: bool = False) -> Ticket:
+        """A holder queues the email. ``takes``: it calls :meth:`hand_out` when its
+        application takes the email; any other holder counts as giving it to an
+        application now (``IncomingEmail.give``)."""
         with _TICKET_LOCK:
             self._holders += 1
             self._held = True
+        if not takes and self._incoming is not None:
+            self._incoming.give()
         return self
 
     def release(self) -> None:
         with _TICKET_LOCK:
             self._holders -= 1
             done = self._holders == 0
-        if done and self._withdrawn:
+            verdict, reason = self._verdict, self._reason
+        if not done or self._withdrawn:
             return
-        if done and self._held and not self._leave and self._done is not None:
+        if self._held and not self._leave and verdict is None and self._done is not None:
             try:
                 self._done(self._count)
             except Exception:  # noqa: BLE001 - the email is settled all the same
                 _log.exception("acknowledging to the publisher failed")
-        if done and self._incoming is not None:
-            if self._leave:
-                self._incoming.leave()
-            else:
-                self._incoming.ack()
+        incoming = self._incoming
+        if incoming is None:
+            return
+        if verdict == "quarantine":
+            incoming.quarantine(reason=reason)
+        elif verdict == "nack":
+            incoming.nack(reason)
+        elif self._leave:
+            incoming.leave()
+        else:
+            incoming.ack()
 
 
 class _NoTicket(Ticket):
@@ -154,13 +196,19 @@ class _NoTicket(Ticket):
     def __init__(self) -> None:
         super().__init__(None)
 
-    def hold(self) -> Ticket:
+    def hold(self, *, takes: bool = False) -> Ticket:
         return self
 
     def release(self) -> None:
         pass
 
     def leave_alone(self) -> None:
+        pass
+
+    def reject(self, reason: str) -> None:
+        pass
+
+    def nack(self, reason: str) -> None:
         pass
 
     def withdraw(self) -> None:
@@ -217,51 +265,6 @@ def _described(email: Email) -> str:
     return f"email {email.message_id} (subject {email.subject[:80]!r}) from {email.from_[:80]}"
 
 
-class RefusalLog:
-    """The log of refused mail, bounded: the first refusal of each kind (its status and
-    its reason but for Message-IDs and numbers) in an interval is logged whole (WARNING);
-    the rest of that interval are counted and said in one line when it ends (``flush``),
-    so a flood of refused mail cannot drown the log. At most :data:`_KINDS` kinds are told
-    apart; the rest count as one. Not thread-safe (the polling thread's)."""
-
-    _KINDS: Final = 100
-    _VARIES: Final = re.compile(r"<[^<>]*>|\d+")
-
-    def __init__(self, interval: float = 10.0) -> None:
-        self.interval = interval
-        self._since: dict[str, float] = {}  # kind -> when its interval began
-        self._more: Counter[str] = Counter()  # kind -> refusals not logged in it
-        self._last: dict[str, str] = {}  # kind -> the last reason not logged
-
-    def refused(self, status: str, line: str, reason: str, now: float) -> None:
-        self.flush(now)
-        kind = f"{status}: {self._VARIES.sub('#', reason)[:200]}"
-        if kind not in self._since and len(self._since) >= self._KINDS:
-            kind = f"{status}: other reasons"
-        if kind in self._since:
-            self._more[kind] += 1
-            self._last[kind] = reason
-            return
-        self._since[kind] = now
-        _log.warning("%s", line)
-
-    def flush(self, now: float, *, all_: bool = False) -> None:
-        """Say what was counted in each interval that ended (every one with ``all_``)."""
-        for kind, since in list(self._since.items()):
-            if not all_ and now - since < self.interval:
-                continue
-            del self._since[kind]
-            more = self._more.pop(kind, 0)
-            if more:
-                _log.warning(
-                    "quarantined %d more emails in the last %.0f s as %s (the last: %s)",
-                    more,
-                    now - since,
-                    kind.partition(":")[0],
-                    self._last.pop(kind, ""),
-                )
-
-
 def _route_of_joined(email: Email, first: Route, parts: list[IncomingEmail]) -> Route:
     """The route of a message joined from parts: classified again (its Message-ID is the
     original's), with the identity the parts were verified as."""
@@ -277,13 +280,15 @@ def _joined(email: Email, parts: list[IncomingEmail]) -> IncomingEmail:
     """One IncomingEmail for a message joined from ``parts``: settling it settles each
     part the same way (``then`` once the last one's is done)."""
 
-    def settle(outcome: str, then: Done | None) -> None:
+    def settle(outcome: str, then: Done | None, reason: str = "") -> None:
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
             if outcome == "ack":
                 part.ack()
             elif outcome == "quarantine":
-                part.quarantine(then if last else None)
+                part.quarantine(then if last else None, reason)
+            elif outcome == "nack":
+                part.nack(reason)
             else:
                 part.leave()
 
@@ -424,7 +429,7 @@ class PollingManager:
             incoming.quarantine()
             return
         if isinstance(route, Unroutable):
-            if route.malformed:
+            if route.malformed or incoming.in_batch:  # (a batch carries emailmw's only)
                 _log.warning(
                     "malformed email %s (subject %r) not delivered: %s",
                     email.message_id,

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from emailmw._carried import Carried, unpack
 from emailmw._transport.group.memory import MemoryGroupStore, MemoryMailbox
 from emailmw._transport.group.model import (
     GroupSettings,
@@ -161,16 +162,14 @@ def _member(
 ) -> GroupReceiver:
     return GroupReceiver(
         MemoryGroupStore(box, "g"), mode=kwargs.pop("mode", "stateless"), group="g",
-        wants=lambda head: head.subject == "/t", parse=_parse,
+        wants=lambda head: head.carries_only("/t"), unpack=_unpack,
         settings=settings or GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0),
         clock=clock, **kwargs,
     )  # fmt: skip
 
 
-def _parse(raw: bytes, uid: int) -> Email:
-    from emailmw._wire import parse
-
-    return parse(raw)
+def _unpack(raw: bytes, uid: int) -> list[Carried]:
+    return unpack(raw)
 
 
 def _until_handed_out(receiver: GroupReceiver, clock: Clock) -> tuple[list[Any], float]:

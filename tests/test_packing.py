@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import email
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -127,8 +128,10 @@ class Recording(Submitter):
         self.refuse = refuse
         self.gate = threading.Event()
         self.gate.set()
+        self.entered = threading.Event()  # a submission began
 
     def submit(self, envelope: Submission) -> None:
+        self.entered.set()
         self.gate.wait(10)
         if self.refuse(envelope):
             raise SendError("552 too big", temporary=False)
@@ -153,8 +156,8 @@ def _outbox(submitter: Submitter, tmp_path: Path | None = None, **extra: object)
     return Outbox(submitter, load_options(config))
 
 
-def _email(n: int, to: str = "you@example.test") -> Email:
-    return Email(f"/t{n}", "data: x", "me@example.test", to, message_id=f"<{n}@x>")
+def _email(n: int, to: str = "you@example.test", subject: str = "/t") -> Email:
+    return Email(subject, "data: x", "me@example.test", to, message_id=f"<{n}@x>")
 
 
 @pytest.fixture
@@ -169,11 +172,50 @@ def test_messages_within_the_linger_go_as_one_email(
     closing: Callable[[Outbox], Outbox],
 ) -> None:
     submitter = Recording()
+    submitter.gate.clear()  # (a submission in flight: the others come meanwhile)
     outbox = closing(_outbox(submitter))
-    for n in range(3):
+    outbox.send(_email(0), guarantee="memory", batch=BATCH)
+    assert submitter.entered.wait(5)
+    for n in range(1, 4):
         outbox.send(_email(n), guarantee="memory", batch=BATCH)
+    submitter.gate.set()
     assert outbox.flush(5)
-    assert submitter.sent == [["<0@x>", "<1@x>", "<2@x>"]]
+    # the first went at once (the outbox was idle: Nagle), the rest gathered behind it
+    assert submitter.sent == [["<0@x>"], ["<1@x>", "<2@x>", "<3@x>"]]
+
+
+def test_a_message_to_an_idle_outbox_goes_at_once_not_after_the_linger(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    """A batch costs latency only when there is traffic to share it: paced messages each
+    go at once, alone, whatever the linger."""
+    submitter = Recording()
+    outbox = closing(_outbox(submitter))
+    slow = BatchPolicy(linger_ms=5000, max_messages=50)
+    for n in range(3):
+        started = time.monotonic()
+        outbox.send(_email(n), guarantee="memory", batch=slow)
+        assert outbox.flush(4)  # well within the 5 s linger
+        assert time.monotonic() - started < 4
+    assert submitter.sent == [["<0@x>"], ["<1@x>"], ["<2@x>"]]
+
+
+def test_a_batch_carries_one_subject_and_keeps_each_streams_order(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    """Interleaved topics batch per topic (a group member claims a batch whole: it must
+    carry its subscription's messages only), each topic's messages in order."""
+    submitter = Recording()
+    submitter.gate.clear()
+    outbox = closing(_outbox(submitter))
+    outbox.send(_email(0, subject="/a"), guarantee="memory", batch=BATCH)  # at once
+    assert submitter.entered.wait(5)
+    for n in range(1, 7):
+        outbox.send(_email(n, subject="/a" if n % 2 else "/b"), guarantee="memory",
+                    batch=BATCH)  # fmt: skip
+    submitter.gate.set()
+    assert outbox.flush(5)
+    assert submitter.sent == [["<0@x>"], ["<1@x>", "<3@x>", "<5@x>"], ["<2@x>", "<4@x>", "<6@x>"]]
 
 
 def test_a_batch_is_cut_at_max_messages_and_max_bytes(
@@ -211,11 +253,12 @@ def test_order_is_kept_and_other_recipients_or_unbatched_mail_close_a_batch(
     outbox.send(_email(2), guarantee="memory", batch=BATCH)
     outbox.send(_email(3, to="other@example.test"), guarantee="memory", batch=BATCH)
     outbox.send(_email(4), guarantee="memory", batch=BATCH)
-    outbox.send(_email(5), guarantee="memory")  # not batched
+    outbox.send(_email(5), guarantee="memory")  # not batched: the stream's order holds
     outbox.send(_email(6), guarantee="memory", batch=BATCH)
     submitter.gate.set()
     assert outbox.flush(5)
-    assert submitter.sent == [["<0@x>"], ["<1@x>", "<2@x>"], ["<3@x>"], ["<4@x>"], ["<5@x>"],
+    # another envelope's email waits its turn; none is taken ahead of its own stream's
+    assert submitter.sent == [["<0@x>"], ["<1@x>", "<2@x>", "<4@x>"], ["<3@x>"], ["<5@x>"],
                               ["<6@x>"]]  # fmt: skip
 
 
@@ -247,11 +290,13 @@ def test_a_refused_batch_is_sent_again_one_by_one(
     submitter = Recording(refuse=lambda e: batch_parts(e.raw) is not None)
     submitter.gate.clear()
     outbox = closing(_outbox(submitter))
-    for n in range(3):
+    outbox.send(_email(0), guarantee="memory", batch=BATCH)
+    assert submitter.entered.wait(5)
+    for n in range(1, 4):
         outbox.send(_email(n), guarantee="memory", batch=BATCH)
     submitter.gate.set()
     assert outbox.flush(5)
-    assert submitter.sent == [["<0@x>"], ["<1@x>"], ["<2@x>"]]
+    assert submitter.sent == [["<0@x>"], ["<1@x>"], ["<2@x>"], ["<3@x>"]]
 
 
 def test_spooled_messages_are_on_disk_before_the_batch_is_built(
@@ -278,6 +323,8 @@ def test_a_batch_email_settles_when_all_its_parts_have(tmp_path: Path) -> None:
     position = ResumePosition(options, "me@example.test")
     position.start(1, 10)
     position.handing_out([10])
+    for part in (0, 1, 2):  # all three reached the application
+        position.give(1, 10, part)
     assert position.settle_part(1, 10, 0, 3, "ack") is None
     assert position.settle_part(1, 10, 0, 3, "ack") is None  # idempotent
     assert position.settle_part(1, 10, 2, 3, "quarantine") is None
@@ -285,16 +332,53 @@ def test_a_batch_email_settles_when_all_its_parts_have(tmp_path: Path) -> None:
     again = ResumePosition(options, "me@example.test")
     assert again.start(1, 11) == [10]
     assert again.parts_settled(10) == {0: "ack", 2: "quarantine"}
-    assert again.redelivered(10)
+    assert again.redelivered(10, part=1)
     # the last part: the whole email's outcome keeps the quarantined part readable
     assert again.settle_part(1, 10, 1, 3, "ack") == "quarantine"
     assert again.settle(1, 10)
     assert ResumePosition(options, "me@example.test").start(1, 11) == []
 
 
+def test_only_what_reached_an_application_is_flagged_after_a_restart(tmp_path: Path) -> None:
+    """A crashed subscriber's queue held messages no application had: they come again
+    unflagged; what an application had comes flagged (the 'redelivered cries wolf' bug:
+    every pending email's every part was flagged)."""
+    options = load_options({"email": {"intraprocess": True,
+                                      "state-file": str(tmp_path / "state.json")}})  # fmt: skip
+    position = ResumePosition(options, "me@example.test")
+    position.start(1, 10)
+    position.handing_out([10, 11, 12])  # a batch email (10), two plain ones
+    position.give(1, 10, 0)
+    position.give(1, 10, 1)
+    position.settle_part(1, 10, 0, 50, "ack")  # part 1 is with the application
+    position.give(1, 11, 0)  # with the application; 12 waits in a queue
+    again = ResumePosition(options, "me@example.test")
+    assert again.start(1, 13) == [10, 11, 12]
+    assert [again.redelivered(10, part=p) for p in (1, 2, 49)] == [True, False, False]
+    assert again.redelivered(11)
+    assert not again.redelivered(12)
+    # a state file of an earlier version says nothing of what was given: all flagged
+    data = json.loads((tmp_path / "state.json").read_text())
+    del data["given"]
+    (tmp_path / "state.json").write_text(json.dumps(data))
+    old = ResumePosition(options, "me@example.test")
+    old.start(1, 13)
+    assert old.redelivered(12)
+    assert old.redelivered(10, part=49)
+
+
 @pytest.mark.parametrize(
     ("outcomes", "whole"),
-    [(["ack", "ack"], "ack"), (["leave", "ack"], "ack"), (["leave", "leave"], "leave")],
+    [
+        (["ack", "ack"], "ack"),
+        # a part left (not this process's to handle) or not processed (nack) keeps the
+        # email where it is: acknowledging the others must not delete it
+        (["leave", "ack"], "leave"),
+        (["ack", "nack"], "leave"),
+        (["leave", "leave"], "leave"),
+        (["ack", "quarantine"], "quarantine"),
+        (["nack", "quarantine"], "quarantine"),
+    ],
 )
 def test_the_outcome_of_a_whole_batch(outcomes: list[str], whole: str) -> None:
     position = ResumePosition(load_options({"email": {"intraprocess": True}}), "me")

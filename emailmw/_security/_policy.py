@@ -469,6 +469,21 @@ class Security:
                 return Decision(False, "undecryptable", str(exc), email, route)
         return Decision(True, status, reason, email, route)
 
+    def trusts(self, email: Email, now_ns: int | None = None) -> bool:
+        """Whether state read from the mailbox rather than received (a reader record in
+        the history, ``_peers``) may be believed: in ``enforce``, only when its signature
+        verifies against a trusted identity (no replay check: the newest record wins);
+        otherwise always."""
+        if self.mode != "enforce":
+            return True
+        now = time.time_ns() if now_ns is None else now_ns
+        return check_signature(email, self._trusted(), now).status == "verified"
+
+    @property
+    def can_decrypt(self) -> bool:
+        """Whether this context has a key to open encrypted bodies with."""
+        return self.identity is not None
+
     def tell_unsigned(self, email: Email) -> bool:
         """True the first time unsigned mail from this From address is delivered (to log
         it once)."""

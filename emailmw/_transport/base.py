@@ -10,8 +10,8 @@ as ``__cause__``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping
-from typing import Literal, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, Literal, Protocol
 
 from .._closeable import Closeable
 from .._config import BatchPolicy
@@ -28,6 +28,8 @@ __all__ = [
     "EmailSender",
     "FailureCallback",
     "IncomingEmail",
+    "OUTCOMES",
+    "Readers",
     "Settle",
     "take_all",
 ]
@@ -38,16 +40,37 @@ FailureCallback = Callable[[Email, SendError], None]
 #: Called once what settling asked for is done in the mailbox (a quarantine moved).
 Done = Callable[[], None]
 
-#: What a receiver is told about an email it handed out: ``"ack"`` (done with; its
-#: on-receive action applies), ``"leave"`` (not emailmw's: left where it is) or
-#: ``"quarantine"`` (unusable: moved to the quarantine folder when one is configured), and
-#: what to call once that is done in the mailbox (None: nothing).
-Settle = Callable[[str, Done | None], None]
+#: The outcomes a receiver is told of an email it handed out (:class:`Settle`).
+OUTCOMES: Final = ("ack", "leave", "quarantine", "nack")
+
+
+class Settle(Protocol):
+    """What a receiver is told about an email it handed out: ``outcome`` is ``"ack"`` (done
+    with; its on-receive action applies), ``"leave"`` (not emailmw's, or not this process's
+    to handle: left where it is), ``"quarantine"`` (unusable: moved to the quarantine folder
+    when one is configured) or ``"nack"`` (the application failed on it: a receiver that
+    shares its mailbox offers it again, up to a limit; any other leaves it where it is);
+    ``then``: what to call once that is done in the mailbox (None: nothing); ``reason``: why,
+    in one line (a quarantine's or a nack's; logged by who decides, kept by receivers that
+    report it)."""
+
+    def __call__(self, outcome: str, then: Done | None, reason: str = "") -> None: ...
+
 
 #: Whether a claimed email may go to the application now: ``"ready"``, ``"wait"`` (the
 #: receiver must first confirm it still holds it: ask again once it says so) or ``"lost"``
 #: (another receiver took it over: it must not be handed out, and is not to be settled).
 ClaimState = Literal["ready", "wait", "lost"]
+
+
+class Readers(Protocol):
+    """What the readers of an account said they read (``emailmw._peers.Peers``, given to
+    a sender by its context): the encodings a sender may use towards them."""
+
+    def accept(self, recipients: Sequence[str], feature: str, *, wait: float = 0.0) -> bool:
+        """Whether every reader of every account in ``recipients`` said it reads
+        ``feature`` (``batch``, ``parts``, ``zstd``, ``encryption``); ``wait``: how long
+        to wait for accounts not heard of yet to say."""
 
 
 class Claim(Protocol):
@@ -80,9 +103,19 @@ class IncomingEmail:
 
     ``arrival_ns``: when the receiving mail server stored it (IMAP INTERNALDATE, ns since
     the epoch), None when the receiver cannot tell; security judges freshness by it.
+
+    ``in_batch``: the email is one of the messages a batch email carries (``_packing``): it
+    is emailmw's by construction, so what cannot be used of it is quarantined, never left.
+
+    ``give``: what the receiver records when an application gets the email
+    (:meth:`give`): a receiver with a durable position flags after a restart only what an
+    application may have had.
     """
 
-    __slots__ = ("_settle", "arrival_ns", "claim", "delivery_count", "email", "redelivered")
+    __slots__ = (
+        "_give", "_settle", "arrival_ns", "claim", "delivery_count", "email", "in_batch",
+        "redelivered",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -93,8 +126,12 @@ class IncomingEmail:
         delivery_count: int = 1,
         claim: Claim | None = None,
         arrival_ns: int | None = None,
+        in_batch: bool = False,
+        give: Callable[[], None] | None = None,
     ) -> None:
         self.email = email
+        self.in_batch = in_batch
+        self._give = give
         self.arrival_ns = arrival_ns
         self.redelivered = redelivered
         self.delivery_count = delivery_count
@@ -105,10 +142,22 @@ class IncomingEmail:
         flag = " redelivered" if self.redelivered else ""
         return f"<IncomingEmail {self.email.message_id}{flag}>"
 
-    def _done(self, outcome: str, then: Done | None = None) -> None:
+    def give(self) -> None:
+        """An application gets the email now: the receiver records it first (with a state
+        file, durably) so that a restart flags it as redelivered. Whoever hands the email
+        to an application calls this right before; a consumer that cannot tell when its
+        application takes it calls it when it queues the email. Idempotent, thread-safe."""
+        give, self._give = self._give, None
+        if give is not None:
+            give()
+
+    def _done(self, outcome: str, then: Done | None = None, reason: str = "") -> None:
         settle, self._settle = self._settle, None
         if settle is not None:
-            settle(outcome, then)
+            if reason:
+                settle(outcome, then, reason)
+            else:  # (a receiver written before reasons: two arguments)
+                settle(outcome, then)
 
     def ack(self) -> None:
         """The application is done with it: never handed out again; the receiver's
@@ -119,12 +168,21 @@ class IncomingEmail:
         """Not emailmw's to handle: never handed out again, and left as it is."""
         self._done("leave")
 
-    def quarantine(self, then: Done | None = None) -> None:
-        """Unusable (broken metadata): never handed out again; moved to the ``quarantine``
-        folder when one is configured, else left as it is. ``then`` is called once it is in
-        the quarantine folder (a move that fails is tried again until it works; never
-        called when no quarantine folder is configured, or the receiver keeps nothing)."""
-        self._done("quarantine", then)
+    def quarantine(self, then: Done | None = None, reason: str = "") -> None:
+        """Unusable (broken metadata, a body its subscription cannot decode): never handed
+        out again; moved to the ``quarantine`` folder when one is configured, else left as
+        it is (never deleted). ``then`` is called once it is in the quarantine folder (a
+        move that fails is tried again until it works; never called when no quarantine
+        folder is configured, or the receiver keeps nothing)."""
+        self._done("quarantine", then, reason)
+
+    def nack(self, reason: str = "") -> None:
+        """The application failed on it (its callback raised: ``reason``, one line). A
+        receiver that shares its mailbox with others (a group member) offers it again, to
+        another member where there is one, up to the group's ``max-deliveries``, then
+        quarantines it; any other receiver leaves it where it is: never deleted, not handed
+        out again by this process (``docs/reliability.md``)."""
+        self._done("nack", None, reason)
 
     def withdraw(self) -> None:
         """Its claim is lost (another receiver took it over): forgotten here, unsettled."""

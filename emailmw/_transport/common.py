@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -26,12 +27,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+from .. import _carried
 from .._config import Options, TLSOptions
-from .._exceptions import ForeignEmailError, MalformedEmailError
-from .._log import get_logger
-from .._packing import batch_parts
+from .._log import RefusalLog, get_logger
+from .._packing import is_batch
 from .._types import Email
-from .._wire import parse
 from .base import Done, EmailReceiver, IncomingEmail, Settle
 from .budget import ReceiveBudget
 
@@ -42,6 +42,7 @@ __all__ = [
     "MailboxReceiver",
     "ResumePosition",
     "unpack_fetched",
+    "unpack_logged",
     "Fetched",
     "parse_fetched",
     "raw_size_limit",
@@ -89,66 +90,99 @@ def ssl_context(tls: TLSOptions, server: str) -> ssl.SSLContext:
     return context
 
 
-def parse_fetched(raw: bytes, *, uid: int, where: str, max_size: int) -> Email | None:
-    """Parse a fetched message; None (logged once, here) for mail that cannot be parsed.
+def parse_fetched(
+    raw: bytes, *, uid: int, where: str, max_size: int, log: RefusalLog | None = None
+) -> Email | None:
+    """Parse a fetched message that is one email (not a batch); None (logged, on ``log``:
+    a receiver's own) for mail that cannot be parsed. Never raises (``_carried``)."""
+    log = log or RefusalLog(logger=_log)
+    item = _carried.unpack(raw, max_size=max_size)[0] if not is_batch(raw) else None
+    if item is None or item.count:
+        _poison(log, uid, where, "a batch where one email was expected")
+        return None
+    if item.email is None:
+        _told(log, uid, where, item)
+        return None
+    return _with_message_id(item.email, uid, where)
 
-    Never raises: an exception the parser was not meant to raise is logged with its
-    traceback (a bug to report) and the email treated as unparseable.
-    """
-    try:
-        parsed = parse(raw, max_size=max_size)
-    except ForeignEmailError as exc:
-        _log.info("UID %d in %s is not emailmw's: %s", uid, where, exc)
-        return None
-    except MalformedEmailError as exc:
-        _log.warning("UID %d in %s is malformed: %s", uid, where, exc)
-        return None
-    except Exception:  # noqa: BLE001 - no email may stop a receiver
-        _log.exception("UID %d in %s could not be parsed (a bug in emailmw)", uid, where)
-        return None
+
+def _with_message_id(parsed: Email, uid: int, where: str) -> Email:
     if parsed.message_id is None:
         parsed = parsed.with_message_id(f"<uid{uid}.{time.time_ns()}@{where.replace('/', '.')}>")
     return parsed
 
 
+def _poison(log: RefusalLog, uid: int, where: str, reason: str) -> None:
+    log.refused(
+        "poison", f"UID {uid} in {where} is unusable (quarantined): {reason}", reason,
+        time.monotonic(),
+    )  # fmt: skip
+
+
+def _told(log: RefusalLog, uid: int, where: str, item: _carried.Carried) -> None:
+    """Log an unusable item: foreign mail at INFO, poison on ``log`` (each kind at once,
+    then counted per interval)."""
+    if item.verdict == "foreign":
+        _log.info("UID %d in %s is not emailmw's: %s", uid, where, item.reason)
+    else:
+        _poison(log, uid, f"{where}{item.label()}", item.reason)
+
+
+def unpack_logged(
+    raw: bytes, *, uid: int, where: str, max_size: int, log: RefusalLog
+) -> list[_carried.Carried]:
+    """What one fetched email carries (``_carried.unpack``), its unusable items logged on
+    ``log`` (foreign mail at INFO) and a plain email without a Message-ID given one. Never
+    raises."""
+    found = []
+    for item in _carried.unpack(raw, max_size=max_size):
+        if item.email is None:
+            _told(log, uid, where, item)
+            found.append(item)
+        elif not item.count and item.email.message_id is None:
+            named = _with_message_id(item.email, uid, where)
+            found.append(dataclasses.replace(item, email=named))
+        else:
+            found.append(item)
+    return found
+
+
 class Fetched(NamedTuple):
-    """One email as fetched and unpacked: its UID; for a part of a batch email its index
-    and the number of parts (``parts`` 0: a plain email); the parsed email, None when it
-    cannot be used (logged once)."""
+    """One message as fetched and unpacked (``_carried``): its email's UID; for a part of
+    a batch email its index and the number of parts (``parts`` 0: a plain email); the
+    parsed email, None when it cannot be used (logged once, with ``verdict`` ``foreign``
+    (left alone) or ``poison`` (quarantined))."""
 
     uid: int
     part: int
     parts: int
     email: Email | None
+    verdict: str = "ok"
 
 
 def unpack_fetched(
-    raw_by_uid: dict[int, bytes | None], *, where: str, max_size: int
-) -> list[Fetched]:
-    """Parse fetched messages in UID order, each batch email (``_packing``) unpacked into
-    its parts, each parsed on its own: a part that cannot be parsed is one unusable part,
-    and stops none of the others. Takes each message out of ``raw_by_uid`` as it goes: the
-    raw bytes of a large fetch are not held while the rest is parsed."""
+    raw_by_uid: dict[int, bytes | None], *, where: str, max_size: int,
+    log: RefusalLog | None = None,
+) -> list[Fetched]:  # fmt: skip
+    """Fetched messages in UID order, each through the one stage (``_carried.unpack``): a
+    batch email becomes its parts, each parsed on its own (a part that cannot be parsed is
+    one poison part, and stops none of the others). Takes each message out of
+    ``raw_by_uid`` as it goes: the raw bytes of a large fetch are not held while the rest
+    is parsed. Unusable items are logged on ``log`` (a receiver's own)."""
+    log = log or RefusalLog(logger=_log)
     found: list[Fetched] = []
     for uid in sorted(raw_by_uid):
         raw = raw_by_uid.pop(uid)
         if raw is None:
             _log.info("UID %d in %s: gone before its body was fetched", uid, where)
             continue
-        try:
-            parts = batch_parts(raw)
-        except MalformedEmailError as exc:
-            _log.warning("UID %d in %s is a malformed batch: %s", uid, where, exc)
-            found.append(Fetched(uid, 0, 0, None))
-            continue
-        if parts is None:
-            email = parse_fetched(raw, uid=uid, where=where, max_size=max_size)
-            found.append(Fetched(uid, 0, 0, email))
-            continue
-        for index, part in enumerate(parts):
-            email = parse_fetched(part, uid=uid, where=f"{where} (part {index + 1})",
-                                  max_size=max_size)  # fmt: skip
-            found.append(Fetched(uid, index, len(parts), email))
+        for item in _carried.unpack(raw, max_size=max_size):
+            email = item.email
+            if email is None:
+                _told(log, uid, where, item)
+            elif not item.count:
+                email = _with_message_id(email, uid, where)
+            found.append(Fetched(uid, item.index, item.count, email, item.verdict))
     return found
 
 
@@ -182,8 +216,12 @@ class ResumePosition:
     settled. Without a state file a receiver starts at UIDNEXT (only mail that arrives after
     it starts, as rmw_email). With one, UIDVALIDITY, the last UID handed out and the pending
     UIDs are written atomically (fsync, rename) before a batch is handed out and after every
-    settlement, so a restarted receiver hands out exactly what was never handed out, plus,
-    flagged as redelivered, what was handed out but not settled.
+    settlement, so a restarted receiver hands out exactly what was never handed out, plus
+    what was handed out but not settled; of those, only what an application may have had is
+    flagged as redelivered: what a consumer took (:meth:`give`, written before the
+    application gets it: a subscription's queue reports each take) or a consumer holds
+    without reporting takes (a service's request, a face's message). What waited in a queue
+    when the process died comes again unflagged: no application had it.
 
     A changed UIDVALIDITY (the folder was recreated) is logged and the folder read again
     from the start. Of what comes again, only mail this receiver may have handed out before
@@ -217,6 +255,11 @@ class ResumePosition:
         self._arrived_before: int | None = None  # newest_arrival when UIDVALIDITY changed
         # the settled parts of pending batch emails: UID -> {part index: outcome}
         self._parts: dict[int, dict[int, str]] = {}
+        # what an application may have had of pending emails: UID -> part indexes (0: a
+        # plain email); and, after a restart, what the state file said of the pending
+        # (None: a state file that did not say: everything pending counts as given)
+        self._given: dict[int, set[int]] = {}
+        self._given_before: dict[int, set[int]] | None = {}
 
     def _load(self) -> dict[str, Any] | None:
         if self._path is None:
@@ -244,6 +287,11 @@ class ResumePosition:
                 "parts": {
                     int(uid): {int(i): str(o) for i, o in dict(done).items()}
                     for uid, done in dict(data.get("parts", {})).items()
+                },
+                "given": None
+                if "given" not in data
+                else {
+                    int(uid): {int(i) for i in parts} for uid, parts in dict(data["given"]).items()
                 },
             }
         except FileNotFoundError:
@@ -289,6 +337,11 @@ class ResumePosition:
             self._again = set(pending)
             self._pending_ids = {u: m for u, m in saved["pending_ids"].items() if u in pending}
             self._parts = {u: p for u, p in saved["parts"].items() if u in pending}
+            given = saved["given"]
+            self._given_before = None if given is None else {
+                u: p for u, p in given.items() if u in pending
+            }  # fmt: skip
+            self._given = {u: set(p) for u, p in (self._given_before or {}).items()}
             self._set(uidvalidity, saved["last_uid"] + 1, pending)
             return sorted(pending)
 
@@ -297,6 +350,8 @@ class ResumePosition:
         self._again = set()
         self._pending_ids = {}
         self._parts = {}
+        self._given = {}
+        self._given_before = {}
         self._arrived_before = self.newest_arrival
         self._set(uidvalidity, 1, set())
 
@@ -308,12 +363,13 @@ class ResumePosition:
             known.popitem(last=False)
 
     def redelivered(
-        self, uid: int, message_id: str | None = None, arrival: int | None = None
+        self, uid: int, message_id: str | None = None, arrival: int | None = None, part: int = 0
     ) -> bool:
-        """True when ``uid`` (its Message-ID, its server arrival in ns) may have been handed
-        out before (see the class docstring)."""
+        """True when ``uid`` (part ``part`` of it; its Message-ID, its server arrival in ns)
+        may have reached an application before (see the class docstring)."""
         if uid in self._again:
-            return True
+            given = self._given_before
+            return given is None or part in given.get(uid, ())
         if uid >= self._again_below:
             return False
         if message_id is not None and message_id in self._known:
@@ -346,6 +402,20 @@ class ResumePosition:
             last = max(handed | settled, default=0)
             self._set(self.uidvalidity, max(self.next_uid, last + 1), self.pending | handed)
 
+    def give(self, uidvalidity: int, uid: int, part: int) -> None:
+        """Part ``part`` of ``uid`` (0: a plain email) goes to an application now: written
+        (with a state file) before it does, once."""
+        with self._lock:
+            if uidvalidity != self.uidvalidity or uid not in self.pending:
+                return
+            given = self._given.setdefault(uid, set())
+            if part in given:
+                return
+            given.add(part)
+            if self._path is not None:
+                assert self.next_uid is not None
+                self._set(uidvalidity, self.next_uid, self.pending)
+
     def parts_settled(self, uid: int) -> dict[int, str]:
         """The parts of batch email ``uid`` settled already (index -> outcome): after a
         restart, those are not handed out again."""
@@ -359,7 +429,8 @@ class ResumePosition:
         (``outcome``); recorded (in the state file) at once. Returns the outcome of the
         whole email once every part is settled, else None: ``quarantine`` when a part was
         quarantined (the email is then never deleted: the part stays readable), else
-        ``ack`` when a part was acknowledged, else ``leave``."""
+        ``leave`` when a part was left (or nacked: not processed here; the email stays
+        where it is), else ``ack``."""
         with self._lock:
             if uidvalidity != self.uidvalidity or uid not in self.pending:
                 return None
@@ -374,7 +445,7 @@ class ResumePosition:
             outcomes = set(done.values())
         if "quarantine" in outcomes:
             return "quarantine"
-        return "ack" if "ack" in outcomes else "leave"
+        return "leave" if outcomes & {"leave", "nack"} else "ack"
 
     def settle(self, uidvalidity: int, uid: int) -> bool:
         """``uid`` (of the folder as it was with ``uidvalidity``) is done with; False when
@@ -385,6 +456,7 @@ class ResumePosition:
             self._again.discard(uid)
             self._pending_ids.pop(uid, None)
             self._parts.pop(uid, None)
+            self._given.pop(uid, None)
             assert self.next_uid is not None
             self._set(uidvalidity, self.next_uid, self.pending - {uid})
             return True
@@ -406,6 +478,7 @@ class ResumePosition:
                 for u, done in self._parts.items()
                 if u in pending
             },
+            "given": {str(u): sorted(p) for u, p in self._given.items() if u in pending},
         }
         self._path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
@@ -521,6 +594,7 @@ class MailboxReceiver(EmailReceiver):
         self._budget = budget
         self._reserved: dict[tuple[int, int], int] = {}  # (UIDVALIDITY, UID) -> size
         self._refused: int | None = None  # the size the budget refused last (back-pressure)
+        self._unusable_log = RefusalLog(logger=_log)
         # the ``then`` callbacks of settled parts of batch emails, until the email settles
         self._part_thens: dict[tuple[int, int], list[Done]] = {}
         if budget is not None:
@@ -649,6 +723,7 @@ class MailboxReceiver(EmailReceiver):
             {uid: raw_by_uid.pop(uid, None) for uid in batch},
             where=self._where,
             max_size=self._options.max_message_size,
+            log=self._unusable_log,
         )
         usable = {f.uid for f in fetched if f.email is not None or f.parts}
         unusable = oversize + sorted(set(batch) - usable)
@@ -670,12 +745,19 @@ class MailboxReceiver(EmailReceiver):
                 settle = functools.partial(
                     self._settle_part, position.uidvalidity, item.uid, item.part, item.parts
                 )
+            give = None
+            if self._options.state_file:  # (what reached an application: durable)
+                give = functools.partial(position.give, position.uidvalidity, item.uid, item.part)
             handed.append(
                 IncomingEmail(
                     item.email,
-                    redelivered=position.redelivered(item.uid, item.email.message_id, arrival),
+                    redelivered=position.redelivered(
+                        item.uid, item.email.message_id, arrival, item.part
+                    ),
                     settle=settle,
                     arrival_ns=arrival,
+                    in_batch=item.parts > 0,
+                    give=give,
                 )
             )
         position.handing_out(sorted(usable), unusable, what)
@@ -691,7 +773,7 @@ class MailboxReceiver(EmailReceiver):
 
     def _settle_part(
         self, uidvalidity: int, uid: int, index: int, count: int, outcome: str,
-        then: Done | None,
+        then: Done | None, reason: str = "",
     ) -> None:  # fmt: skip
         """A part of batch email ``uid`` is settled; the email is, once all its parts are
         (``ResumePosition.settle_part`` says how)."""
@@ -708,7 +790,9 @@ class MailboxReceiver(EmailReceiver):
 
         self._settle(uidvalidity, uid, whole, all_done if thens else None)
 
-    def _settle(self, uidvalidity: int, uid: int, outcome: str, then: Done | None) -> None:
+    def _settle(
+        self, uidvalidity: int, uid: int, outcome: str, then: Done | None, reason: str = ""
+    ) -> None:
         self._release(uidvalidity, uid)
         if self._position.settle(uidvalidity, uid) and self._actions.queue(uid, outcome, then):
             self._nudge.set()

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from .._config import BatchPolicy
 from .._exceptions import ClosedError, SendError
+from .._log import RefusalLog, get_logger
 from .._types import Email
 from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
 from .base import Done, EmailReceiver, EmailSender, FailureCallback, IncomingEmail
@@ -22,6 +23,8 @@ from .budget import ReceiveBudget
 from .common import parse_fetched
 from .group.memory import MemoryGroupStore, MemoryMailbox
 from .transport import Transport
+
+_log = get_logger("transport")
 
 __all__ = [
     "IntraprocessNetwork",
@@ -51,6 +54,7 @@ class IntraprocessReceiver(EmailReceiver):
     ) -> None:
         self._max_size = max_message_size
         self._budget = budget
+        self._unusable_log = RefusalLog(logger=_log)
         #: the account's store, for group subscriptions (shared by the receivers of one
         #: address on an :class:`IntraprocessNetwork`)
         self.mailbox = mailbox if mailbox is not None else MemoryMailbox()
@@ -89,7 +93,10 @@ class IntraprocessReceiver(EmailReceiver):
         the same parsing as mail fetched over IMAP. False (logged once) when they are not
         an email emailmw can read; they are then dropped, as there is no mailbox here to
         leave them in."""
-        email = parse_fetched(raw, uid=next(_ids), where="intraprocess", max_size=self._max_size)
+        email = parse_fetched(
+            raw, uid=next(_ids), where="intraprocess", max_size=self._max_size,
+            log=self._unusable_log,
+        )  # fmt: skip
         if email is None:
             return False
         self._deliver(email)
@@ -152,8 +159,10 @@ def _size(email: Email) -> int:
     return len(email.body) + sum(len(k) + len(v) for k, v in email.headers.items()) + 256
 
 
-def _settled(budget: ReceiveBudget, size: int, outcome: str, then: Done | None) -> None:
-    del outcome, then  # nothing to do in a mailbox that keeps nothing
+def _settled(
+    budget: ReceiveBudget, size: int, outcome: str, then: Done | None, reason: str = ""
+) -> None:
+    del outcome, then, reason  # nothing to do in a mailbox that keeps nothing
     budget.release(size)
 
 

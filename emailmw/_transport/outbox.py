@@ -187,13 +187,16 @@ class _Item:
     deadline: float | None = None  # server: give up then
     batch: BatchPolicy = NO_BATCH
     queued_at: float = 0.0
+    idle: bool = False  # queued while the outbox had nothing in hand or queued
     done: threading.Event = field(default_factory=threading.Event)
     error: TransportError | None = None
     cancelled: bool = False
 
     def joins(self, head: _Item, count: int, size: int) -> bool:
         """Whether this item may go in ``head``'s batch, which has ``count`` emails of
-        ``size`` bytes: both batch, to the same envelope, within the head's limits."""
+        ``size`` bytes: both batch, to the same envelope, of the same Subject and route
+        (``Route-To``: a batch carries one subject's messages, so that a reader claims it
+        whole, ``docs/batching.md``), within the head's limits."""
         mine, theirs = self.envelope, head.envelope
         return (
             mine is not None
@@ -201,9 +204,45 @@ class _Item:
             and self.batch.enabled
             and mine.sender == theirs.sender
             and mine.recipients == theirs.recipients
+            and _batch_key(self.email) == _batch_key(head.email)
             and count < head.batch.max_messages
             and size + len(mine.raw) <= head.batch.max_bytes
         )
+
+    def same_stream(self, head: _Item) -> bool:
+        """Whether this item goes to ``head``'s envelope with its Subject and route: a
+        batch never takes an email ahead of one of its own stream."""
+        mine, theirs = self.envelope, head.envelope
+        return (
+            mine is None
+            or theirs is None
+            or (
+                mine.sender == theirs.sender
+                and mine.recipients == theirs.recipients
+                and _batch_key(self.email) == _batch_key(head.email)
+            )
+        )
+
+
+def _batch_key(email: Email | None) -> tuple[str, str] | None:
+    """What messages of one batch share besides the envelope: Subject and Route-To."""
+    if email is None:
+        return None
+    return email.subject, email.headers.get("Route-To", "")
+
+
+def _shared_headers(emails: list[Email]) -> list[tuple[str, str]]:
+    """What a batch email says of its messages in its own header, for a reader that
+    claims it by its header alone (a group member, ``docs/delivery-modes.md``): its first
+    message's Source-Timestamp (send order) and the Route-To they share."""
+    out = []
+    stamp = emails[0].headers.get("Source-Timestamp") if emails else None
+    if stamp is not None:
+        out.append(("Source-Timestamp", stamp))
+    routes = {email.headers.get("Route-To") for email in emails}
+    if len(routes) == 1 and (route := routes.pop()) is not None:
+        out.append(("Route-To", route))
+    return out
 
 
 class Outbox(EmailSender):
@@ -296,6 +335,7 @@ class Outbox(EmailSender):
             if self._closed:
                 raise ClosedError(f"{self!r} is closed")
             item.queued_at = time.monotonic()
+            item.idle = not self._queue and not self._busy
             self._queue.append(item)
             self._cond.notify_all()
 
@@ -377,27 +417,36 @@ class Outbox(EmailSender):
                 self._cond.notify_all()
 
     def _take_run(self) -> list[_Item]:
-        """The next email, and when it batches, the emails right behind it that join it:
-        waiting, with the lock released, until its ``linger`` is over or the batch is
-        full (only consecutive emails: the server sees them in the order they were sent).
-        Called with the lock held."""
+        """The next email, and when it batches, the queued emails that join it (same
+        envelope, Subject and route; in the order they were sent).
+
+        Like TCP's Nagle algorithm and Kafka's in-flight batching, a batch costs latency
+        only when there is traffic to share it: an email queued while the outbox was idle
+        goes at once (with whatever joined it meanwhile); one queued while a submission
+        was in flight waits, with the lock released, for more to join until its
+        ``linger`` is over or the batch is full. Called with the lock held."""
         head = self._queue.popleft()
         run = self._busy = [head]
         if not head.batch.enabled or head.envelope is None:
             return run
         size = len(head.envelope.raw)
         until = head.queued_at + head.batch.linger_ms / 1000
+        scanned = 0  # queued items looked at (those that do not join stay in place)
         while True:
-            if self._queue:
-                follower = self._queue[0]
+            while scanned < len(self._queue) and len(run) < head.batch.max_messages:
+                follower = self._queue[scanned]
                 if not follower.joins(head, len(run), size):
-                    return run
-                run.append(self._queue.popleft())
+                    if follower.same_stream(head):
+                        break  # (never ahead of an email of its own stream)
+                    scanned += 1
+                    continue
+                del self._queue[scanned]
+                run.append(follower)
                 assert follower.envelope is not None
                 size += len(follower.envelope.raw)
-                continue
+            full = len(run) >= head.batch.max_messages
             remaining = until - time.monotonic()
-            if remaining <= 0 or self._stopping.is_set() or self._closed:
+            if head.idle or full or remaining <= 0 or self._stopping.is_set() or self._closed:
                 return run
             self._cond.wait(remaining)
 
@@ -414,13 +463,15 @@ class Outbox(EmailSender):
         first = live[0].envelope
         assert first is not None
         raws = [item.envelope.raw for item in live if item.envelope is not None]
+        emails = [item.email for item in live if item.email is not None]
         envelope = Submission(
             first.sender,
             first.recipients,
             build_batch(raws, from_=first.sender, to=first.recipients,
                         message_id=(mid := new_message_id(first.sender)),
                         timestamp_ns=time.time_ns(),
-                        subjects=[item.email.subject for item in live if item.email]),
+                        subjects=[email.subject for email in emails],
+                        headers=_shared_headers(emails)),
             mid,
         )  # fmt: skip
         deadlines = [item.deadline for item in live if item.deadline is not None]

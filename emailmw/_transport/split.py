@@ -16,7 +16,7 @@ from .._exceptions import MessageTooLargeError
 from .._packing import split_email
 from .._types import Email
 from .._wire import new_message_id, prepare_outgoing
-from .base import EmailSender, FailureCallback
+from .base import EmailSender, FailureCallback, Readers
 
 __all__ = ["DEFAULT_MAX_EMAIL_BYTES", "SplittingSender"]
 
@@ -29,12 +29,18 @@ _HEADER_ROOM: Final = 64 * 1024
 
 class SplittingSender(EmailSender):
     """Sends what fits as it is and a larger message as parts, each through ``inner``
-    (the same guarantee and batch policy for every part). Thread-safe as ``inner``;
-    closing closes it."""
+    (the same guarantee and batch policy for every part). With ``readers``, only towards
+    accounts whose readers all said they read parts (a C++ ``rmw_email`` peer does not):
+    an account not heard of yet is asked, and waited for up to ``timeout``; one whose
+    readers do not read parts gets :class:`~emailmw.MessageTooLargeError` (one email could
+    not carry it either). Thread-safe as ``inner``; closing closes it."""
 
-    def __init__(self, inner: EmailSender, options: Options) -> None:
+    def __init__(
+        self, inner: EmailSender, options: Options, readers: Readers | None = None
+    ) -> None:
         self._inner = inner
         self._options = options
+        self._readers = readers
         self.address = inner.address
 
     def __repr__(self) -> str:
@@ -68,6 +74,16 @@ class SplittingSender(EmailSender):
                 f"({self._options.max_message_size}); raise it on both sides to send it"
             )
         email = prepare_outgoing(email, self.address)
+        recipients = [*email.to, *email.cc, *email.bcc]
+        if self._readers is not None and not self._readers.accept(
+            recipients, "parts", wait=self._options.timeout
+        ):
+            raise MessageTooLargeError(
+                f"body of {size} bytes is larger than one email to {', '.join(recipients)} "
+                f"may be ({self.max_email_bytes() or DEFAULT_MAX_EMAIL_BYTES} bytes), and "
+                "not every reader there said it reads a message in parts: send it smaller "
+                "(docs/batching.md)"
+            )
         if email.message_id is None:
             email = email.with_message_id(new_message_id(self.address))
         for part in split_email(email, chunk):

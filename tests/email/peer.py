@@ -8,7 +8,10 @@
         stays on the first message it takes); ``--node``: through
         ``Node.create_subscription`` (depth: the QoS depth); a group member also prints
         {"joined": NAME} each time it joins its group under a new name; after N messages,
-        ``--die-holding-lock`` takes the group's claim lock and kills itself (SIGKILL)
+        ``--die-holding-lock`` takes the group's claim lock and kills itself (SIGKILL);
+        with ``--node``, ``--raise-every N``: every Nth callback raises (printing
+        {"raised": seq} instead of the message), ``--raise-on TEXT``: a callback raises on
+        each message whose body contains TEXT
     python -m tests.email.peer server CONFIG SERVICE
         answers "a b" with their sum
     python -m tests.email.peer pub CONFIG TOPIC --count N [--guarantee G] [--rate R]
@@ -52,6 +55,8 @@ def main() -> None:
     parser.add_argument("--node", action="store_true")
     parser.add_argument("--size", type=int, default=0)
     parser.add_argument("--die-holding-lock", type=int, default=0)
+    parser.add_argument("--raise-every", type=int, default=0)
+    parser.add_argument("--raise-on", default=None)
     args = parser.parse_args()
     with emailmw.Context(args.config) as ctx:
         if args.role == "sub" and args.node:
@@ -171,10 +176,17 @@ def _node_sub(ctx: emailmw.Context, args: argparse.Namespace) -> None:
 
     node = emailmw.Node("peer", context=ctx)
     subscription: list[Any] = []
+    calls = [0]
 
     def callback(msg: Any, info: emailmw.MessageInfo) -> None:
         if args.take_every:
             time.sleep(args.take_every)
+        calls[0] += 1
+        failing = args.raise_every and calls[0] % args.raise_every == 0
+        if failing or (args.raise_on is not None and args.raise_on in msg.data):
+            _say(json.dumps({"raised": info.sequence_number,
+                             "delivery_count": info.delivery_count}))  # fmt: skip
+            raise RuntimeError(f"failed on message {info.sequence_number}")
         _print(msg.data, info, subscription[0]._core.member)
 
     subscription.append(
@@ -189,7 +201,12 @@ def _node_sub(ctx: emailmw.Context, args: argparse.Namespace) -> None:
     )
     _say("ready")
     _report_joins(lambda: subscription[0]._core.member)
-    emailmw.spin(node)
+    while ctx.ok():
+        try:
+            emailmw.spin(node)
+        except RuntimeError as exc:  # a callback that raised (as rclpy, out of spin)
+            if "failed on message" not in str(exc):
+                raise
 
 
 if __name__ == "__main__":

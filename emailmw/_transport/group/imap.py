@@ -198,7 +198,8 @@ class ImapGroupStore(GroupStore):
             found = uid_fetch(
                 client,
                 uid_set(list(uids)),
-                "(UID RFC822.SIZE BODY.PEEK[HEADER.FIELDS (SUBJECT SOURCE-TIMESTAMP ROUTE-TO)])",
+                "(UID RFC822.SIZE BODY.PEEK[HEADER.FIELDS "
+                "(SUBJECT SOURCE-TIMESTAMP ROUTE-TO BATCH-COUNT)])",
                 b"BODY[HEADER",
             )
             out = {}
@@ -210,6 +211,7 @@ class ImapGroupStore(GroupStore):
                     int(stamp) if stamp.isdigit() and len(stamp) < 20 else 0,
                     fields.get("route-to", ""),
                     int(item.get(b"RFC822.SIZE", 0)),
+                    _number(fields.get("batch-count", "0")),
                 )
             return out
 
@@ -310,12 +312,18 @@ class ImapGroupStore(GroupStore):
             if folder not in self._folders and not client.folder_exists(folder):
                 return {}
             self._view(client, folder)
-            found = uid_fetch(client, "1:*", "(UID RFC822.SIZE FLAGS)", b"RFC822.SIZE")
+            found = uid_fetch(
+                client,
+                "1:*",
+                "(UID RFC822.SIZE FLAGS BODY.PEEK[HEADER.FIELDS (BATCH-COUNT)])",
+                b"RFC822.SIZE",
+            )
             return {
                 uid: Holding(
                     int(item.get(b"RFC822.SIZE", 0)),
                     _count(item.get(b"FLAGS", ())),
                     _TAKEN.encode() in item.get(b"FLAGS", ()),
+                    _number(_fields(item).get("batch-count", "0")),
                 )
                 for uid, item in found.items()
             }
@@ -354,6 +362,18 @@ class ImapGroupStore(GroupStore):
 
         self._run("settling", work)
 
+    def offer(self, raw: bytes, delivered: int) -> None:
+        flags = [f"Delivery{delivered}"] if 0 < delivered < 1000 else []
+
+        def work(client: imapclient.IMAPClient) -> None:
+            client.append(self._options.folder, raw, flags=flags)
+
+        self._run("offering a message again", work)
+
+    @property
+    def inbox_folder(self) -> str:
+        return self._options.folder
+
     def close(self) -> None:
         self._drop()
 
@@ -384,6 +404,12 @@ def _uids(text: str) -> set[int]:
         if low.isdigit() and (not high or high.isdigit()):
             found.update(range(int(low), int(high or low) + 1))
     return found
+
+
+def _number(text: str) -> int:
+    """A small count header's value (0 when absent or broken)."""
+    text = text.strip()
+    return int(text) if text.isdigit() and len(text) < 7 else 0
 
 
 def _decode(text: str) -> str:

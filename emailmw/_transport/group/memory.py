@@ -9,6 +9,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..._carried import is_batch_head, outer_fields
 from ..._types import Email
 from ..._wire import build
 from .model import GroupStore, Head, Holding, MemberRecord
@@ -26,6 +27,22 @@ class _Entry:
     taken: bool = False
     locking: bool = False
     route_to: str = ""
+    count: int = 0  # a batch email: the messages it carries
+
+
+def _entry_of(raw: bytes, delivered: int = 0) -> _Entry:
+    """An inbox entry for stored bytes (a batch email's count from its own header)."""
+    fields = outer_fields(raw)
+    stamp = fields.get("source-timestamp", "0").strip()
+    count = fields.get("batch-count", "0").strip() if is_batch_head(fields) else "0"
+    return _Entry(
+        raw,
+        fields.get("subject", ""),
+        int(stamp) if stamp.isdigit() and len(stamp) < 20 else 0,
+        delivered,
+        route_to=fields.get("route-to", ""),
+        count=int(count) if count.isdigit() and len(count) < 7 else 0,
+    )
 
 
 @dataclass
@@ -57,6 +74,11 @@ class MemoryMailbox:
         )
         with self.lock:
             self.append("INBOX", entry)
+
+    def deliver_raw(self, raw: bytes, delivered: int = 0) -> None:
+        """Store ``raw`` (any email, a batch email too) in the inbox."""
+        with self.lock:
+            self.append("INBOX", _entry_of(raw, delivered))
 
     def move(self, source: str, uids: Sequence[int], target: str, taken: bool = False) -> None:
         with self.lock:
@@ -109,7 +131,7 @@ class MemoryGroupStore(GroupStore):
         with self._box.lock:
             inbox = self._box.folders.get("INBOX", {})
             return {
-                uid: Head(e.subject, e.stamp, e.route_to, len(e.raw))
+                uid: Head(e.subject, e.stamp, e.route_to, len(e.raw), e.count)
                 for uid in uids
                 if (e := inbox.get(uid)) is not None
             }
@@ -150,7 +172,9 @@ class MemoryGroupStore(GroupStore):
     def holding(self, member: str) -> dict[int, Holding]:
         with self._box.lock:
             folder = self._box.folders.get(self._claims(member), {})
-            return {u: Holding(len(e.raw), e.delivered, e.taken) for u, e in folder.items()}
+            return {
+                u: Holding(len(e.raw), e.delivered, e.taken, e.count) for u, e in folder.items()
+            }
 
     def take(self, uids: Sequence[int], dead: str, member: str) -> None:
         self._box.move(self._claims(dead), uids, self._claims(member), taken=True)
@@ -168,3 +192,10 @@ class MemoryGroupStore(GroupStore):
 
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
         self._box.move(self._claims(member), uids, folder or f"{self._prefix}done-{member}")
+
+    def offer(self, raw: bytes, delivered: int) -> None:
+        self._box.deliver_raw(raw, delivered)
+
+    @property
+    def inbox_folder(self) -> str:
+        return "INBOX"

@@ -93,7 +93,10 @@ class GroupSettings:
     ``reorder``: how long a stateful group's active member lets a message wait in the inbox
     before claiming it, so that messages sent before it and delivered up to that much later
     are processed first (mail servers deliver in parallel: arrival order is not send
-    order)."""
+    order). ``max_deliveries``: how many applications a message is handed to, at most, when
+    each one's callback raises (a negative acknowledgement: it is offered again, to another
+    member where there is one), before it is quarantined with the exception's one-line
+    summary (JetStream's MaxDeliver, Kafka's dead-letter topic)."""
 
     heartbeat: float = 0.2
     expiry: float = 0.8
@@ -102,6 +105,11 @@ class GroupSettings:
     prefetch: int = 10
     steal_after: float = 0.25
     reorder: float = 0.25
+    max_deliveries: int = 5
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_deliveries, int) or self.max_deliveries < 1:
+            raise ValueError(f"max_deliveries must be a positive int, got {self.max_deliveries!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,23 +129,44 @@ class MemberRecord:
 @dataclass(frozen=True, slots=True)
 class Head:
     """What a member reads of an inbox message before it claims it: its Subject,
-    Source-Timestamp (0 when absent or broken), ``Route-To`` ('' when absent) and size."""
+    Source-Timestamp (0 when absent or broken), ``Route-To`` ('' when absent), size, and
+    for a batch email (``_packing``) how many messages it carries (``count``; 0: one
+    message, the email itself). A batch email names the subject of its messages in its own
+    Subject (``emailmw batch of N: /topic``), and carries its first message's
+    Source-Timestamp and its messages' ``Route-To`` (they share one: the outbox batches
+    messages of one subject to one envelope and route together)."""
 
     subject: str
     stamp: int = 0
     route_to: str = ""
     size: int = 0
+    count: int = 0
+
+    @property
+    def subjects(self) -> tuple[str, ...]:
+        """The subjects of the messages it carries: its own, or those a batch names."""
+        if not self.count:
+            return (self.subject,)
+        _, colon, names = self.subject.partition(":")
+        return tuple(names.split()) if colon else ()
+
+    def carries_only(self, subject: str) -> bool:
+        """Whether every message it carries has Subject ``subject`` (what a member of a
+        subscription to it claims: a batch of other subjects too is left to their readers)."""
+        found = self.subjects
+        return bool(found) and all(s == subject for s in found)
 
 
 @dataclass(frozen=True, slots=True)
 class Holding:
     """One message in a member's claims folder: its size, how many applications got it so
-    far (the ``DeliveryN`` keyword, 0 for none) and whether it was taken over from a
-    member that failed (``$Taken``)."""
+    far (the ``DeliveryN`` keyword, 0 for none), whether it was taken over from a member
+    that failed (``$Taken``), and for a batch email how many messages it carries."""
 
     size: int
     delivered: int = 0
     taken: bool = False
+    count: int = 0  # a batch email: the messages it carries (0: one, the email itself)
 
 
 class Liveness:
@@ -250,13 +279,17 @@ def plan(
     held: int,
     settings: GroupSettings,
     limit: int | None = None,
+    weight: Mapping[int, int] | None = None,
 ) -> Plan:
     """What member ``me`` claims and takes this round. ``alive``: the live members in
     order (``me`` among them); ``dead_claims``: the claims of each dead member, the dead in
     their order; ``waiting``: the unclaimed inbox messages (UID, seconds waited) in the
     order they are to be processed (stateful: by Source-Timestamp); ``held``: messages
-    ``me`` holds unacknowledged; ``limit``: what it may hold at most (default ``prefetch``).
-    Claims and takes together never exceed the room left: a full member takes on nothing."""
+    ``me`` holds unacknowledged; ``limit``: what it may hold at most (default ``prefetch``);
+    ``weight``: how many messages each waiting UID carries (a batch email; default 1).
+    Claims and takes together never exceed the room left (but for one batch email that is
+    larger than the room: it is claimed whole, by one member): a full member takes on
+    nothing."""
     if me not in alive:
         return Plan()
     limit = settings.prefetch if limit is None else limit
@@ -279,7 +312,7 @@ def plan(
             if waited < settings.reorder:
                 break
             ready.append(uid)
-        return Plan(ready[:room], take)
+        return Plan(_within(ready, room, weight), take)
     for member, uids in dead_claims.items():
         mine = [u for u in uids if owner(u, alive) == me][:room]
         if mine:
@@ -293,7 +326,21 @@ def plan(
     mine = [uid for uid, _ in waiting if owner(uid, alive) == me]
     stolen = [uid for uid, waited in reversed(waiting)
               if owner(uid, alive) != me and waited >= settings.steal_after]  # fmt: skip
-    return Plan((mine + stolen)[:room], take)
+    return Plan(_within(mine + stolen, room, weight), take)
+
+
+def _within(uids: Sequence[int], room: int, weight: Mapping[int, int] | None) -> list[int]:
+    """The first of ``uids`` whose messages fit in ``room`` (at least one, with room)."""
+    if weight is None:
+        return list(uids[:room])
+    chosen: list[int] = []
+    for uid in uids:
+        need = max(1, weight.get(uid, 1))
+        if room <= 0 or (chosen and need > room):
+            break
+        chosen.append(uid)
+        room -= need
+    return chosen
 
 
 class GroupStore(abc.ABC):
@@ -371,7 +418,18 @@ class GroupStore(abc.ABC):
     @abc.abstractmethod
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
         """Move ``member``'s claims ``uids`` to the done folder (``folder`` None) or to
-        ``folder`` (the quarantine)."""
+        ``folder`` (the quarantine, or :attr:`inbox_folder`: offered again, its keywords
+        kept)."""
+
+    @abc.abstractmethod
+    def offer(self, raw: bytes, delivered: int) -> None:
+        """Put ``raw`` (one message of a batch email, offered again on its own) in the
+        inbox, recorded as got by ``delivered`` applications (``DeliveryN``)."""
+
+    @property
+    @abc.abstractmethod
+    def inbox_folder(self) -> str:
+        """The folder the group reads (a claim moved there is offered again)."""
 
     def close(self) -> None:  # noqa: B027 - optional
         pass

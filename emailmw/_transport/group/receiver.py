@@ -8,10 +8,12 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
+from ..._carried import Carried
 from ..._exceptions import ClosedError, ConfigError
 from ..._log import get_logger
 from ..._types import Email
@@ -28,27 +30,42 @@ from .model import (
     plan,
 )
 
-__all__ = ["GroupReceiver", "ParseRaw", "Wants"]
+__all__ = ["GroupReceiver", "Unpack", "Wants"]
 
 _log = get_logger("groups")
 #: a member's second connection heartbeats when the rounds have not for this many heartbeats
 _BACKUP_BEAT: Final = 1.5
 
-#: parses a fetched email (bytes, UID), or None for mail emailmw cannot read (logged)
-ParseRaw = Callable[[bytes, int], Email | None]
+#: what a fetched email (bytes, UID) carries (``_carried.unpack``; unusable items logged)
+Unpack = Callable[[bytes, int], list[Carried]]
 #: whether a member claims an inbox message, from what it read of it
 Wants = Callable[[Head], bool]
 
 
 @dataclass(slots=True)
 class _Held:
-    """A claim handed out and not settled yet."""
+    """A claim handed out and not settled yet: one message, or a batch email whose messages
+    go out one by one as the member has room (``waiting``), each settled on its own; the
+    email settles once all are (``open`` counts those not settled)."""
 
     size: int
     delivered: int
-    handed_at: float  # when it went to the consumer
+    handed_at: float  # when it (or its latest message) went to the consumer, or settled
     given_at: float | None = None  # when an application got it (deliver() succeeded)
     settling: bool = False
+    redelivered: bool = False
+    count: int = 0  # a batch email: how many messages it carries (0: one)
+    open: int = 1  # messages not settled yet
+    waiting: deque[Carried] = field(default_factory=deque)  # not handed out yet
+    done: dict[int, str] = field(default_factory=dict)  # settled parts: index -> outcome
+    raws: dict[int, bytes] = field(default_factory=dict)  # handed-out parts' bytes
+    thens: list[Done] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def out(self) -> int:
+        """Messages with the consumer: handed out, not settled."""
+        return self.open - len(self.waiting)
 
 
 class _GroupClaim:
@@ -74,7 +91,8 @@ class GroupReceiver(EmailReceiver):
     ``wants`` says yes to are claimed.
 
     ``capacity``: what its consumer holds at most (a subscription's depth): the member
-    holds no more than that and ``prefetch`` unsettled; ``budget``: the context's
+    hands out no more than that and ``prefetch`` unsettled (a batch email's messages one
+    by one as room frees: it is claimed whole); ``budget``: the context's
     :class:`~emailmw._transport.budget.ReceiveBudget`, reserved per message handed out;
     ``on_change``: called when what the consumer may hand out changes (a lease confirmed
     again, claims lost), so it looks again. With ``settle_store`` (a second connection),
@@ -89,7 +107,7 @@ class GroupReceiver(EmailReceiver):
         mode: str,
         group: str,
         wants: Wants,
-        parse: ParseRaw,
+        unpack: Unpack,
         settings: GroupSettings | None = None,
         quarantine: str | None = None,
         settle_store: GroupStore | None = None,
@@ -106,7 +124,7 @@ class GroupReceiver(EmailReceiver):
         self._mode = mode
         self.group = group
         self._wants = wants
-        self._parse = parse
+        self._unpack = unpack
         self.settings = settings or GroupSettings()
         self._limit = min(self.settings.prefetch, capacity or self.settings.prefetch)
         self._budget = budget
@@ -126,14 +144,17 @@ class GroupReceiver(EmailReceiver):
         self._wake = threading.Event()
         self._closed = False
         self._settlements: list[tuple[tuple[str, int], str, Done | None]] = []
+        # messages of batch emails to offer again on their own (a nack): (raw, deliveries)
+        self._offers: list[tuple[bytes, int]] = []
         # (member, uid) -> what is handed out and not settled yet
         self._held: dict[tuple[str, int], _Held] = {}
         # settled, and still listed by the round's connection (another session's move may
         # reach its view late): not handed out again meanwhile
         self._gone: set[tuple[str, int]] = set()
         self._seen_uid = 0
-        # inbox UID wanted -> (first seen, Source-Timestamp)
+        # inbox UID wanted -> (first seen, Source-Timestamp); a batch email's message count
         self._waiting: dict[int, tuple[float, int]] = {}
+        self._weights: dict[int, int] = {}
         self._unfetched = False  # its claims folder may hold what it has not handed out
         self._in_lapse = False
         self._unnamed_since: float | None = None  # since when the lock names no holder
@@ -172,9 +193,17 @@ class GroupReceiver(EmailReceiver):
 
     @property
     def holding(self) -> int:
-        """Messages handed out and not settled yet."""
+        """Emails handed out and not settled yet."""
         with self._lock:
             return len(self._held)
+
+    def _messages_held(self) -> tuple[int, int]:
+        """(messages held and not settled, of those with the consumer): call with the lock."""
+        held = out = 0
+        for item in self._held.values():
+            held += item.open
+            out += item.out
+        return held, out
 
     def _changed(self) -> None:
         if self._on_change is not None:
@@ -199,6 +228,8 @@ class GroupReceiver(EmailReceiver):
         if held is None or not self._lease.valid(self._clock()):
             self._wake.set()
             return None
+        if held.given_at is not None:  # a batch's later message: recorded with its first
+            return held.delivered
         count = held.delivered + 1
         try:
             with self._settle_lock:
@@ -243,25 +274,70 @@ class GroupReceiver(EmailReceiver):
 
     # ---------------------------------------------------------------- settling
 
-    def _settler(self, key: tuple[str, int]) -> Settle:
-        def settle(outcome: str, then: Done | None = None) -> None:
-            """Queued: with a settling connection of its own, the message moves within
-            milliseconds, on the settling thread (the settlements of that moment in one
-            MOVE); else at the next round. On a store error, it is tried again."""
+    def _settler(self, key: tuple[str, int], index: int | None = None) -> Settle:
+        """How the consumer settles claim ``key`` (``index``: one message of a batch
+        email). Queued: with a settling connection of its own, the email moves within
+        milliseconds, on the settling thread (the settlements of that moment in one MOVE);
+        else at the next round. On a store error, it is tried again.
+
+        A ``nack`` (the application failed on it) offers the message again: the email
+        goes back to the inbox (a batch's message: a copy of it alone), its deliveries
+        counted, unless ``max_deliveries`` applications got it already: then it is
+        quarantined with the reason. A ``quarantine`` or ``leave`` sets it aside in the
+        quarantine folder (a claim cannot stay where it is: it would be handed out again);
+        a batch email goes there once all its messages are settled, when any of them is."""
+
+        def settle(outcome: str, then: Done | None = None, reason: str = "") -> None:
             with self._lock:
                 held = self._held.get(key)
                 if held is None or held.settling:
                     return  # lost to another member meanwhile: not this one's to move
+                outcome = self._outcome_of(held, outcome, reason, index)
+                if index is not None:
+                    if index in held.done:
+                        return
+                    held.done[index] = outcome
+                    raw = held.raws.pop(index, b"")
+                    held.open -= 1
+                    held.handed_at = self._clock()
+                    if then is not None:
+                        held.thens.append(then)
+                    if outcome == "nack":
+                        self._offers.append((raw, held.delivered))
+                    if held.open > 0:
+                        if outcome == "nack":
+                            self._nudge_settling()
+                        self._wake.set()  # room for the next of its messages
+                        return
+                    kinds = set(held.done.values())
+                    outcome = "quarantine" if kinds & {"quarantine", "leave"} else "ack"
+                    then = _all(held.thens) if held.thens else None
                 held.settling = True
                 self._settlements.append((key, outcome, then))
             if self._budget is not None:
                 self._budget.release(held.size)
-            if self._settle_thread is not None:
-                self._settle_due.set()
-            else:
-                self._wake.set()
+            self._nudge_settling()
 
         return settle
+
+    def _outcome_of(self, held: _Held, outcome: str, reason: str, index: int | None) -> str:
+        """A nack past ``max_deliveries`` is a quarantine (said once, with its reason)."""
+        if outcome != "nack":
+            return outcome
+        if held.delivered < self.settings.max_deliveries:
+            return "nack"
+        which = "" if index is None else f" (message {index + 1} of a batch)"
+        _log.warning(
+            "group %s: quarantined a message%s its application failed on %d times "
+            "(max_deliveries): %s", self.group, which, held.delivered, reason or "no reason",
+        )  # fmt: skip
+        return "quarantine"
+
+    def _nudge_settling(self) -> None:
+        if self._settle_thread is not None:
+            self._settle_due.set()
+        else:
+            self._wake.set()
 
     def _settle_loop(self) -> None:
         """Settlements and delivery records, on the member's second connection; and the
@@ -291,14 +367,29 @@ class GroupReceiver(EmailReceiver):
         return max(0.0, last[0] + _BACKUP_BEAT * self.settings.heartbeat - self._clock())
 
     def _apply_settlements(self) -> None:
-        """Move what was settled on (call with ``_settle_lock`` held)."""
+        """Offer again what was nacked of batch emails, then move what was settled on
+        (call with ``_settle_lock`` held): a copy is in the inbox before its batch email
+        leaves the claims folder, so a crash between them repeats (flagged), never loses."""
+        with self._lock:
+            offers, self._offers = self._offers, []
+        while offers:
+            raw, delivered = offers[0]
+            try:
+                self._settle_store.offer(raw, delivered)
+            except BaseException:
+                with self._lock:  # not offered: tried again
+                    self._offers[:0] = offers
+                raise
+            offers.pop(0)
         with self._lock:
             items, self._settlements = self._settlements, []
         by: dict[tuple[str, str | None], list[tuple[tuple[str, int], str, Done | None]]] = {}
         for item in items:
             # a claim cannot be left where it is (it would be handed out again): what no
-            # consumer could use is set aside as unusable mail is
+            # consumer could use is set aside as unusable mail is; a nack goes back
             folder = self._quarantine if item[1] in ("quarantine", "leave") else None
+            if item[1] == "nack":
+                folder = self._settle_store.inbox_folder
             by.setdefault((item[0][0], folder), []).append(item)
         for (member, folder), group in by.items():
             try:
@@ -386,7 +477,7 @@ class GroupReceiver(EmailReceiver):
         heartbeating (the others take its claims); once it is done it joins again under a
         new name."""
         with self._lock:
-            oldest = min((h.handed_at for h in self._held.values()), default=now)
+            oldest = min((h.handed_at for h in self._held.values() if h.out), default=now)
         healthy = now - oldest < self.settings.ack_timeout
         if not healthy and self._healthy:
             _log.warning(
@@ -429,25 +520,28 @@ class GroupReceiver(EmailReceiver):
         if lapsed and not self._in_lapse:
             self._lapsed("its heartbeats did not renew it in time")
         with self._lock:
-            held = len(self._held)
+            held, out = self._messages_held()
+            waiting_parts = held > out
         # what it may hold: the receive budget full, no room at all (back-pressure)
         limit = self._limit if self._budget is None or self._budget.has_room() else held
         standby = self._mode == "stateful" and (not self._alive or self._alive[0] != self.member)
         if not lapsed and not self._dead and (held >= limit or standby or not healthy):
             # nothing to claim or take: no IMAP command, unless claims wait for room
-            return self._hand_out(now) if self._unfetched and held < limit else []
+            if (self._unfetched or waiting_parts) and out < self._limit:
+                return self._hand_out(now)
+            return []
         dead_claims = {r.member: store.claimed(r.member) for r in self._dead}
         self._read_inbox(now)
         waiting = [(u, now - t) for u, (t, _) in sorted(self._waiting.items(), key=self._order)]
         work = plan(self._mode, self.member, self._alive if healthy else [], dead_claims,
-                    waiting, held, self.settings, limit)  # fmt: skip
+                    waiting, held, self.settings, limit, self._weights)  # fmt: skip
         # only this member puts claims in its folder: with nothing claimed or taken now, and
         # nothing left behind, there is nothing new to hand out (no IMAP command)
         if (lapsed or work.take or work.claim) and self._under_lock(
             now, waiting, held, limit, healthy, lapsed
         ):
             self._unfetched = True
-        return self._hand_out(now) if self._unfetched else []
+        return self._hand_out(now) if self._unfetched or waiting_parts else []
 
     def _read_inbox(self, now: float) -> None:
         """Note the new inbox messages this member wants, and forget those gone."""
@@ -459,8 +553,11 @@ class GroupReceiver(EmailReceiver):
             for uid, head in store.headers(new).items():
                 if self._wants(head):
                     self._waiting[uid] = (now, head.stamp)
+                    if head.count:
+                        self._weights[uid] = head.count
         present = set(inbox)
         self._waiting = {u: t for u, t in self._waiting.items() if u in present}
+        self._weights = {u: n for u, n in self._weights.items() if u in present}
 
     def _under_lock(
         self,
@@ -507,7 +604,7 @@ class GroupReceiver(EmailReceiver):
                 return False  # (its heartbeats stall: nothing moves until they run again)
             dead_claims = {r.member: store.claimed(r.member) for r in dead}
             work = plan(self._mode, self.member, alive, dead_claims, waiting, held,
-                        self.settings, limit)  # fmt: skip
+                        self.settings, limit, self._weights)  # fmt: skip
             for member, uids in work.take.items():
                 store.take(uids, member, self.member)
                 self.counts["taken"] += len(uids)
@@ -575,55 +672,97 @@ class GroupReceiver(EmailReceiver):
             self._unnamed_since = None
 
     def _hand_out(self, now: float) -> list[IncomingEmail]:
-        """Fetch what this member holds and has not handed out, up to its room (and the
-        receive budget), as :class:`IncomingEmail` objects with their claim."""
+        """What this member holds and has not handed out, up to its room (and the receive
+        budget), as :class:`IncomingEmail` objects with their claim: first the waiting
+        messages of batch emails it fetched, then claims fetched now (a batch email's
+        messages as room allows, the rest waiting). Unusable messages are settled here as
+        poison (quarantined; a batch email's with the email, once all are settled)."""
         store = self._store
         if not self._lease.valid(self._clock()):
             return []  # (what it holds stays to hand out once the lease is confirmed)
-        listing = store.holding(self.member)
         member = self.member
+        due: list[tuple[tuple[str, int], _Held, Carried]] = []
         with self._lock:
-            for key in [k for k in self._gone if k[0] != member or k[1] not in listing]:
-                self._gone.discard(key)  # settled and gone from this connection's view too
-            room = self._limit - len(self._held)
-            known = self._held.keys() | self._gone
-            fresh = [uid for uid in sorted(listing) if (member, uid) not in known]
-        chosen: list[int] = []
-        for uid in fresh[: max(0, room)]:
-            if self._budget is not None and not self._budget.reserve(listing[uid].size):
-                break
-            chosen.append(uid)
-        self._unfetched = len(chosen) < len(fresh)
-        if not chosen:
-            return []
-        raw_by_uid = store.fetch(member, chosen)
+            _, busy = self._messages_held()
+            room = self._limit - busy
+            for key, held in self._held.items():
+                while held.waiting and room > 0 and not held.settling:
+                    due.append((key, held, held.waiting.popleft()))
+                    room -= 1
+        if room > 0:
+            room = self._fetch_claims(store, member, now, room, due)
         out = []
-        for uid in chosen:
-            key, item = (member, uid), listing[uid]
-            raw = raw_by_uid.get(uid)
-            if raw is None:  # gone meanwhile (settled by a late move of this member's)
-                if self._budget is not None:
-                    self._budget.release(item.size)
-                continue
-            with self._lock:
-                self._held[key] = _Held(item.size, item.delivered, now)
-            settle = self._settler(key)
-            email = self._parse(raw, uid)
-            if email is None:  # not an email emailmw can read: set aside at once
-                settle("quarantine", None)
+        for key, held, item in due:
+            if held.count:
+                held.raws[item.index] = item.raw
+            settle = self._settler(key, item.index if held.count else None)
+            if item.email is None:
+                settle("quarantine", None, item.reason)
                 continue
             out.append(
                 IncomingEmail(
-                    email,
-                    redelivered=item.taken or item.delivered > 0,
-                    delivery_count=item.delivered + 1,
+                    item.email,
+                    redelivered=held.redelivered,
+                    delivery_count=held.delivered + 1,
                     settle=settle,
                     claim=_GroupClaim(self, key),
+                    in_batch=held.count > 0,
                 )
             )
         if self._mode == "stateful":  # a batch goes out in send order, the taken ones first
             out.sort(key=lambda item: (not item.redelivered, _stamp(item.email)))
         return out
+
+    def _fetch_claims(
+        self,
+        store: GroupStore,
+        member: str,
+        now: float,
+        room: int,
+        due: list[tuple[tuple[str, int], _Held, Carried]],
+    ) -> int:
+        """Fetch claims not handed out yet, as many as their messages fit in ``room`` (at
+        least one); their messages that fit go into ``due``, the rest wait. The room left."""
+        listing = store.holding(member)
+        with self._lock:
+            for key in [k for k in self._gone if k[0] != member or k[1] not in listing]:
+                self._gone.discard(key)  # settled and gone from this connection's view too
+            known = self._held.keys() | self._gone
+            fresh = [uid for uid in sorted(listing) if (member, uid) not in known]
+        chosen: list[int] = []
+        need = 0
+        for uid in fresh:
+            if need >= room:
+                break
+            if self._budget is not None and not self._budget.reserve(listing[uid].size):
+                break
+            chosen.append(uid)
+            need += max(1, listing[uid].count)
+        self._unfetched = len(chosen) < len(fresh)
+        if not chosen:
+            return room
+        raw_by_uid = store.fetch(member, chosen)
+        for uid in chosen:
+            key, item = (member, uid), listing[uid]
+            raw = raw_by_uid.pop(uid, None)
+            if raw is None:  # gone meanwhile (settled by a late move of this member's)
+                if self._budget is not None:
+                    self._budget.release(item.size)
+                continue
+            carried = self._unpack(raw, uid)
+            del raw
+            batch = carried[0].count > 0
+            held = _Held(
+                item.size, item.delivered, now, redelivered=item.taken or item.delivered > 0,
+                count=len(carried) if batch else 0, open=len(carried),
+            )  # fmt: skip
+            with self._lock:
+                self._held[key] = held
+                held.waiting.extend(carried)
+                while held.waiting and (room > 0 or not batch):
+                    due.append((key, held, held.waiting.popleft()))
+                    room -= 1
+        return room
 
     def _order(self, item: tuple[int, tuple[float, int]]) -> tuple[int, int]:
         """Stateful groups process in send order (Source-Timestamp), stateless in UID."""
@@ -669,6 +808,14 @@ class GroupReceiver(EmailReceiver):
             self._store.close()
             if self._settle_store is not self._store:
                 self._settle_store.close()
+
+
+def _all(thens: list[Done]) -> Done:
+    def done() -> None:
+        for then in thens:
+            then()
+
+    return done
 
 
 def _stamp(email: Email) -> int:

@@ -220,6 +220,12 @@ class Context(Closeable):
         (``docs/batching.md``); None in process (no encoding to negotiate)."""
         return self._peers
 
+    def accepts(self, recipients: Sequence[str], feature: str) -> bool:
+        """Whether every reader of ``recipients`` said it reads ``feature`` (``batch``,
+        ``parts``, ``zstd``): asked, never waited for (``docs/batching.md``). In process:
+        True."""
+        return self._peers is None or self._peers.accept(list(recipients), feature)
+
     def wait_for_readers(
         self,
         feature: str = "batch",

@@ -102,8 +102,9 @@ class Publisher(_Entity):
     ``docs/reliability.md``. ``batch`` overrides the context's ``batch``: a
     :class:`~emailmw.BatchPolicy`, True (the default policy) or False (each message its
     own email); batched messages to the same recipients travel together in one email
-    (``docs/batching.md``). ``compress="zstd"`` compresses each body (``Body-Encoding``;
-    receivers need the zstandard package).
+    (``docs/batching.md``). ``compress="zstd"`` compresses each body (``Body-Encoding``)
+    towards accounts whose readers all said they read zstd bodies (others get it
+    uncompressed: a C++ ``rmw_email`` peer reads plain text only).
     """
 
     def __init__(
@@ -127,6 +128,8 @@ class Publisher(_Entity):
         self.gid = Gid.new()
         self._seq = itertools.count()
         self._recipients = ctx.options.recipients
+        rec = self._recipients
+        self._readers = (*rec.to, *rec.cc, *rec.bcc)
         self._send = ctx.sender.send
         self._guarantee = ctx.check_guarantee(guarantee)
         #: messages the server refused after publish() returned (memory and spool)
@@ -176,7 +179,7 @@ class Publisher(_Entity):
                 self._acks[sequence_number] = []
             future = self._ack_futures.add(sequence_number, None)
             self._context.start_receiving()
-        if self._compress is not None:
+        if self._compress is not None and self._context.accepts(self._readers, "zstd"):
             message = compress_body(message)
             headers = {**(headers or {}), BODY_ENCODING_HEADER: self._compress}
         self._send(

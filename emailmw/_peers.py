@@ -7,13 +7,15 @@ towards an account only when **every** reader of that account said it reads that
 an account whose readers said nothing (a C++ peer's, or one not heard of yet) gets single,
 uncompressed messages, whatever the configuration, and one log line says why.
 
-How readers say it: a context that receives mail sends a **reader record** (a message on
-the graph topic, ``event: reader``: the account it reads, the encodings it reads, its
-period) to the address an emailmw email came from (Reply-To, else From), when it first
-hears from that address and then at most once a period while mail keeps coming; and at
-once when a sender asks (a **probe**, ``event: probe``). A publisher learns the records its
-own mailbox gets: through its polling thread when it receives, else by reading the
-mailbox's history of the graph topic (every few seconds while it waits to know). A record
+How readers say it: a sender that would batch, split or compress towards an account it
+knows nothing of (or whose records are older than a period) asks it: a **probe** (a
+message on the graph topic, ``event: probe``, at most every 10 s per account). Every
+emailmw context that receives mail at that account answers with a **reader record**
+(``event: reader``: the account it reads, the encodings it reads, its period), sent to
+the address the probe names. Only senders that ask get records: a C++ peer, or an emailmw
+sender that does not batch, never does. A sender learns the records its own mailbox gets:
+through its polling thread when it receives, else by reading the mailbox's history of the
+graph topic (every half second while it waits to know, every 10 s otherwise). A record
 counts for three periods; the newest of each reader wins. In ``enforce``, only a record
 whose signature verifies counts (the same decision as any mail).
 
@@ -182,6 +184,16 @@ class PeerTable:
                 out.append(account)
         return out
 
+    def stale(self, accounts: Iterable[str], now_ns: int) -> list[str]:
+        """The accounts whose newest live record is older than its period (time to ask
+        again, before it expires)."""
+        out = []
+        for account in dict.fromkeys(_address(a) for a in accounts if a):
+            live = self.readers(account, now_ns)
+            if live and now_ns - max(r.stamp_ns for r in live) > min(r.period for r in live) * 1e9:
+                out.append(account)
+        return out
+
     def unknown(self, accounts: Iterable[str], now_ns: int) -> list[str]:
         """The accounts no live reader record is known of."""
         return [a for a in dict.fromkeys(_address(a) for a in accounts if a)
@@ -225,7 +237,6 @@ class Peers:
         self._table = PeerTable()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._told: dict[str, float] = {}  # address -> when a record last went to it
         self._answered: dict[str, float] = {}  # address -> when a probe was last answered
         self._probed: dict[str, float] = {}  # account -> when it was last probed
         self._said: set[tuple[tuple[str, ...], str]] = set()  # decisions logged once
@@ -253,9 +264,8 @@ class Peers:
             _log.debug("sending a reader %s to %s failed: %s", event, to, exc)
 
     def observe(self, email: Email, route: Route, ticket: object = None) -> None:
-        """A polling handler: a reader record or probe is noted (a probe answered); any
-        other emailmw email makes this context tell its sender what it reads, when due.
-        Never raises."""
+        """A polling handler: a reader record is noted, a probe answered (at most once a
+        second per address). Never raises."""
         del ticket
         try:
             self._observe(email, route)
@@ -266,29 +276,18 @@ class Peers:
         if isinstance(route, Unroutable):
             return
         record = read_record(email, route)
+        if record is None:
+            return
+        self._note(record)
+        if record.event != "probe":
+            return
         now = time.monotonic()
-        if record is not None:
-            self._note(record)
-            if record.event == "probe":
-                with self._lock:
-                    due = now - self._answered.get(record.account, -1e9) >= _ANSWER_EVERY
-                    if due:
-                        self._answered[record.account] = now
-                        self._told[record.account] = now
-                if due:
-                    self._tell("reader", record.account, self.features)
-            return
-        if isinstance(route, PublishRoute) and route.topic == GRAPH_TOPIC:
-            return  # (node announcements: not a sender to tell)
-        to = _address(email.reply_to[0] if email.reply_to else email.from_)
-        if not to:
-            return
         with self._lock:
-            due = now - self._told.get(to, -1e9) >= self.period
+            due = now - self._answered.get(record.account, -1e9) >= _ANSWER_EVERY
             if due:
-                self._told[to] = now
+                self._answered[record.account] = now
         if due:
-            self._tell("reader", to, self.features)
+            self._tell("reader", record.account, self.features)
 
     def _note(self, record: ReaderRecord) -> None:
         if record.event != "reader":
@@ -348,12 +347,15 @@ class Peers:
                       ", ".join(accounts))  # fmt: skip
 
     def _ask(self, accounts: Sequence[str], *, waiting: bool = False) -> None:
-        """Probe the accounts not known yet (at most every few seconds each), and read the
-        mailbox's records when no polling thread does."""
+        """Probe the accounts not known yet, or known by records older than a period (at
+        most every 10 s each), and read the mailbox's records when no polling thread
+        does."""
         now = time.monotonic()
         with self._lock:
             unknown = self._table.unknown(accounts, time.time_ns())
-            probe = [a for a in unknown if now - self._probed.get(a, -1e9) >= _PROBE_EVERY]
+            stale = self._table.stale(accounts, time.time_ns())
+            probe = [a for a in {*unknown, *stale}
+                     if now - self._probed.get(a, -1e9) >= _PROBE_EVERY]  # fmt: skip
             for account in probe:
                 self._probed[account] = now
         for account in probe:

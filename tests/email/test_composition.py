@@ -59,7 +59,12 @@ def _folders_with(server: MailServer, address: str, text: bytes) -> dict[str, in
         names = [name for _, _, name in c.list_folders()]
     found: dict[str, int] = {}
     for name in names:
-        hits = [s for s in folder_subjects(server, address, name) if text in s]
+        if name.endswith("-lock"):
+            continue  # (the group's claim lock: made and removed all the time)
+        try:
+            hits = [s for s in folder_subjects(server, address, name) if text in s]
+        except (imapclient.exceptions.IMAPClientError, OSError):
+            continue  # a folder removed meanwhile (a dead member's claims)
         if hits:
             found[name] = len(hits)
     return found

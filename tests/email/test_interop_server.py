@@ -4,6 +4,7 @@ against the C++ parser's rule (``tests/rmw_email_rule.py``, ``docs/interop.md``)
 
 from __future__ import annotations
 
+import logging
 import ssl
 import time
 from collections.abc import Callable
@@ -82,3 +83,39 @@ def test_emailmw_mail_through_postfix_passes_the_cpp_rule_but_for_bcc(
         parsed = cpp_parse(with_bcc)
         assert parsed is not None
         assert parsed.body in {b"", b"data: 1\r\n", "a: 1\r\nb: température 🚀\r\n\r\n".encode()}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_cpp_subscriber_gets_one_message_per_email_whatever_the_configuration(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    email_context: MakeContext,
+    caplog: pytest.LogCaptureFixture,
+    transport: str,
+) -> None:
+    """A publisher configured to batch and compress, towards an account only a C++
+    ``rmw_email`` node reads (it announces nothing): every message goes alone, as plain
+    text the C++ parser reads, and one log line says why (was: batches the C++ side
+    drops, and nothing said)."""
+    node, cpp = account(), account()
+    sender = email_context(
+        node, to=cpp, transport=transport, batch={"linger-ms": 200, "max-messages": 50},
+        **transport_extra(transport),
+    )  # fmt: skip
+    pub = emailmw.Publisher("/chatter", context=sender, compress="zstd", guarantee="memory")
+    with caplog.at_level(logging.INFO, logger="emailmw"):
+        for i in range(20):
+            pub.publish(f"data: {i}")
+        assert sender.flush(30)
+    said = [r.getMessage() for r in caplog.records if "no reader of" in r.getMessage()]
+    assert len(said) == 2, said  # once for batches, once for zstd bodies
+    found = [curl_fetch(mailserver, cpp, uid) for uid in uids(mailserver, cpp, 21)]
+    bodies = []
+    for raw in found:
+        parsed = cpp_parse(raw.replace(b"\r\nSubject: ", b"\r\nBcc: \r\nSubject: ", 1))
+        assert parsed is not None, raw[:400]
+        if parsed.subject == b"/chatter":
+            bodies.append(parsed.body)
+    # 20 emails of one message each (and the publisher's question, which the C++
+    # parser reads as a message on a topic it has no subscription to)
+    assert sorted(bodies) == sorted(f"data: {i}\r\n".encode() for i in range(20))

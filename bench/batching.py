@@ -172,6 +172,65 @@ def large_run(size_mb: int) -> dict[str, float]:
     }
 
 
+RECEIVER = """
+import gc, hashlib, sys, emailmw
+config = sys.argv[1]
+def rss_mb(field="VmRSS"):
+    # (VmHWM, not ru_maxrss: that one counts the bench's own memory, forked before exec)
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith(field)) / 1000
+with emailmw.Context(config) as ctx:
+    sub = emailmw.Subscription("/bench/large", context=ctx)
+    ctx.start_receiving()
+    gc.collect()
+    print("ready", rss_mb(), flush=True)
+    got = emailmw.wait_for_message(sub, 600)
+    digest = hashlib.sha256()
+    for i in range(0, len(got or ""), 1 << 20):
+        digest.update(got[i : i + (1 << 20)].encode())
+    print("got", digest.hexdigest(), rss_mb("VmHWM"), flush=True)
+"""
+
+
+def large_rss_run(server: MailServer, size_mb: int, compress: bool) -> dict[str, float]:
+    """A ``size_mb`` MB message received by a process of its own: its peak RSS over its
+    RSS before the message came (``receiver_baseline_mb``), in MB."""
+    import hashlib
+    import os
+
+    sender, receiver = server.fresh_account(), server.fresh_account()
+    big = {"max-message-size": f"{2 * size_mb} MiB"}
+    config = Path(f"/tmp/emailmw-benchbatch-large-{receiver}.yml")
+    config.write_text(yaml.safe_dump({"email": server.config(receiver, **big)}))
+    config.chmod(0o600)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", RECEIVER, str(config)], stdout=subprocess.PIPE, text=True
+    )
+    assert reader.stdout is not None
+    baseline = float(reader.stdout.readline().split()[1])
+    # half random (does not compress), half repeated (compresses): a camera frame's mix
+    body = os.urandom(size_mb * 250_000).hex() + "0123456789abcdef" * (size_mb * 31_250)
+    with emailmw.Context({"email": server.config(sender, to=receiver, **big)}) as pub_ctx:
+        if compress:
+            pub_ctx.wait_for_readers("zstd", 30)
+        pub = emailmw.Publisher("/bench/large", context=pub_ctx,
+                                compress="zstd" if compress else None)  # fmt: skip
+        start = time.monotonic()
+        pub.publish(body)
+        _, digest, peak = reader.stdout.readline().split()
+        elapsed = time.monotonic() - start
+    reader.wait(60)
+    ok = digest == hashlib.sha256(body.encode()).hexdigest()
+    return {
+        "ok": 1 if ok else 0,
+        "seconds": elapsed,
+        "receiver_baseline_mb": baseline,
+        "receiver_peak_rss_mb": float(peak),
+        "extra_mb": float(peak) - baseline,
+        "ratio": (float(peak) - baseline) / size_mb,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0)

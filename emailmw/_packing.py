@@ -17,9 +17,10 @@ Guarantees (``tests/test_packing.py``): ``batch_parts(build_batch(raws, ...)) ==
 from __future__ import annotations
 
 import base64
+import codecs
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from ._exceptions import EmailMWError, MalformedEmailError
@@ -38,6 +39,8 @@ __all__ = [
     "build_batch",
     "compress_body",
     "decompress_body",
+    "decompress_pieces",
+    "grow",
     "is_batch",
     "join_parts",
     "part_of",
@@ -337,3 +340,78 @@ def decompress_body(text: str, encoding: str, max_size: int) -> str:
         return str(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise MalformedEmailError("zstd body is not UTF-8") from exc
+
+
+def grow(pieces: Iterable[str]) -> str:
+    """The pieces joined, without holding them all and the result at once: the text grows
+    in place as each piece comes (CPython resizes a string only this function holds
+    without copying it; a large one by ``mremap``), so joining a message from its parts
+    costs the message and one piece, not twice the message."""
+    text = ""
+    for piece in pieces:
+        text += piece
+    return text
+
+
+def _b64_chunks(pieces: Iterable[str]) -> Iterator[bytes]:
+    """Base64 text in pieces (line breaks anywhere) decoded piece by piece."""
+    rest = ""
+    for piece in pieces:
+        piece = rest + "".join(piece.split())
+        cut = len(piece) - len(piece) % 4
+        rest = piece[cut:]
+        if cut:
+            yield base64.b64decode(piece[:cut], validate=True)
+    if rest:
+        yield base64.b64decode(rest, validate=True)
+
+
+class _Chunks:
+    """A ``read(n)`` over byte chunks (what zstandard's streaming reader takes)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = b""
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self._buffer) < size:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._buffer += chunk
+        if size < 0:
+            size = len(self._buffer)
+        out, self._buffer = self._buffer[:size], self._buffer[size:]
+        return out
+
+
+def decompress_pieces(pieces: Iterable[str], encoding: str, max_size: int) -> str:
+    """:func:`decompress_body` of the text ``pieces`` make, streamed: base64 decoded,
+    decompressed a MiB at a time and decoded into a text that grows in place (the message
+    and a MiB in memory, not three copies of it). At most ``max_size`` bytes; the same
+    errors."""
+    if encoding.strip().lower() != ZSTD:
+        raise MalformedEmailError(f"unknown Body-Encoding {encoding[:40]!r}")
+    zstandard = _zstandard()
+    reader = zstandard.ZstdDecompressor().read_to_iter(
+        _Chunks(_b64_chunks(pieces)), read_size=1 << 16, write_size=1 << 20
+    )
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    text = ""
+    size = 0
+    try:
+        for data in reader:
+            size += len(data)
+            if size > max_size:
+                raise MalformedEmailError(
+                    f"zstd body of more than {max_size} bytes exceeds max-message-size"
+                )
+            text += decoder.decode(data)
+        text += decoder.decode(b"", final=True)
+    except MalformedEmailError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise MalformedEmailError("zstd body is not UTF-8") from exc
+    except (ValueError, zstandard.ZstdError) as exc:
+        raise MalformedEmailError(f"zstd body unreadable: {exc}") from exc
+    return text

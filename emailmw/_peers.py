@@ -429,6 +429,9 @@ class PeerSender(EmailSender):
     def max_email_bytes(self) -> int | None:
         return self._inner.max_email_bytes()
 
+    def learn_max_email_bytes(self, timeout: float) -> int | None:
+        return self._inner.learn_max_email_bytes(timeout)
+
     def close(self) -> None:
         self._peers.close()
         self._inner.close()

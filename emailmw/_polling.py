@@ -28,15 +28,27 @@ Guarantees:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
+import shutil
+import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any, Final
 
 from ._exceptions import ClosedError, EmailMWError, MalformedEmailError
 from ._log import RefusalLog, get_logger
-from ._packing import BODY_ENCODING_HEADER, Reassembly, decompress_body, join_parts, part_of
+from ._packing import (
+    BODY_ENCODING_HEADER,
+    Reassembly,
+    decompress_pieces,
+    grow,
+    join_parts,
+    part_of,
+)
 from ._protocol import PublishRoute, Route, Unroutable, classify
 from ._security import Security
 from ._transport.base import ClaimState, Done, EmailReceiver, IncomingEmail
@@ -265,6 +277,64 @@ def _described(email: Email) -> str:
     return f"email {email.message_id} (subject {email.subject[:80]!r}) from {email.from_[:80]}"
 
 
+class PartFiles:
+    """The bodies of parts waiting for the rest of their message, on disk (a private
+    directory, 0700, each file 0600: they may hold bodies in clear), so that a large
+    message costs the receiver its joined text, not its parts as well. Files are removed
+    once their message is joined or given up, and the directory at :meth:`close`. Not
+    thread-safe (the polling thread's)."""
+
+    _PIECE: Final = 1 << 20
+
+    def __init__(self) -> None:
+        self._dir: Path | None = None
+
+    def _path(self, message_id: str, origin: str, number: int) -> Path:
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="emailmw-parts-"))  # (0700)
+        key = hashlib.sha256(f"{message_id}\0{origin}".encode()).hexdigest()[:32]
+        return self._dir / f"{key}.{number}"
+
+    def put(self, message_id: str, origin: str, number: int, body: str) -> int:
+        """Write part ``number``'s body; its size in bytes (UTF-8)."""
+        path = self._path(message_id, origin, number)
+        data = body.encode("utf-8", "surrogatepass")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        return len(data)
+
+    def size(self, message_id: str, origin: str, numbers: range) -> int:
+        return sum(self._path(message_id, origin, n).stat().st_size for n in numbers)
+
+    def pieces(self, message_id: str, origin: str, numbers: range) -> Generator[str, None, None]:
+        """The bodies of parts ``numbers`` in order, as text pieces of about a MiB (each
+        file removed once read)."""
+        decoder = _utf8_decoder()
+        for number in numbers:
+            path = self._path(message_id, origin, number)
+            with open(path, "rb") as source:
+                while chunk := source.read(self._PIECE):
+                    yield decoder.decode(chunk)
+            path.unlink(missing_ok=True)
+        yield decoder.decode(b"", final=True)
+
+    def drop(self, message_id: str, origin: str, numbers: range) -> None:
+        for number in numbers:
+            self._path(message_id, origin, number).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def _utf8_decoder() -> Any:
+    import codecs
+
+    return codecs.getincrementaldecoder("utf-8")("surrogatepass")
+
+
 def _route_of_joined(email: Email, first: Route, parts: list[IncomingEmail]) -> Route:
     """The route of a message joined from parts: classified again (its Message-ID is the
     original's), with the identity the parts were verified as."""
@@ -320,6 +390,7 @@ class PollingManager:
         self._max_size = max_message_size
         #: messages sent as parts, waiting for the rest (``_packing``)
         self._reassembly: Reassembly[tuple[Email, Route, IncomingEmail]] = Reassembly(part_timeout)
+        self._part_files = PartFiles()
         self._told_missing: set[str] = set()
         self._drop_duplicates = drop_duplicates
         self._security = security
@@ -412,6 +483,7 @@ class PollingManager:
             self._give_up_parts(time.monotonic())
             self._refusals.flush(time.monotonic())
         self._refusals.flush(time.monotonic(), all_=True)
+        self._part_files.close()
 
     def dispatch(self, incoming: IncomingEmail) -> None:
         """Classify one email and hand it to every handler (the thread's loop body).
@@ -478,12 +550,15 @@ class PollingManager:
                     email.from_[:80],
                 )
             email, route = decision.email, decision.route
+            del decision  # (a large part's body: held by one name only, see _unpacked)
         if self._drop_duplicates and self._seen_before(email.message_id):
             self.duplicates += 1
             _log.info("dropped email %s: a copy was handed out already", email.message_id)
             incoming.ack()
             return
-        whole = self._unpacked(email, route, incoming)
+        held = [email]
+        del email  # (a large part's body is written to disk and let go before the join)
+        whole = self._unpacked(held, route, incoming)
         if whole is None:
             return
         email, route, incoming = whole
@@ -501,11 +576,13 @@ class PollingManager:
         ticket.release()
 
     def _unpacked(
-        self, email: Email, route: Route, incoming: IncomingEmail
+        self, held: list[Email], route: Route, incoming: IncomingEmail
     ) -> tuple[Email, Route, IncomingEmail] | None:
-        """The message an email carries: itself; for a part, once all parts are here, the
-        message joined (settling it settles every part), None meanwhile; its body
-        decompressed (``Body-Encoding``). None, the email settled, when it cannot be had."""
+        """The message an email carries (``held``: the email, its only reference: taken
+        out of it): itself; for a part, once all parts are here, the message joined
+        (settling it settles every part), None meanwhile; its body decompressed
+        (``Body-Encoding``). None, the email settled, when it cannot be had."""
+        email = held.pop()
         try:
             part = part_of(email)
         except MalformedEmailError as exc:
@@ -515,11 +592,10 @@ class PollingManager:
         if part is not None:
             info = getattr(route, "info", None)
             origin = getattr(info, "identity", None) or email.from_
+            stripped = email.replace(body="")  # (its body waits on disk)
             verdict, items = self._reassembly.offer(
-                part, origin, (email, route, incoming), time.monotonic()
+                part, origin, (stripped, route, incoming), time.monotonic()
             )
-            if verdict == "held":
-                return None
             if verdict == "duplicate":
                 incoming.ack()
                 return None
@@ -530,35 +606,73 @@ class PollingManager:
                 )  # fmt: skip
                 incoming.quarantine()
                 return None
+            files, numbers = self._part_files, range(1, part.total + 1)
+            try:
+                files.put(part.message_id, origin, part.number, email.body)
+            except OSError as exc:  # (a full disk: left for another process, or later)
+                _log.error("part %s could not be kept on disk (%s): left where it is",
+                           email.message_id, exc)  # fmt: skip
+                incoming.leave()
+                return None
+            incoming.email = stripped
+            del email
+            if verdict == "held":
+                return None
             parts = [item[2] for item in items]
-            email = join_parts([item[0] for item in items])
-            if len(email.body.encode("utf-8", "surrogatepass")) > self._max_size:
+            joined = join_parts([item[0] for item in items])
+            if files.size(part.message_id, origin, numbers) > self._max_size:
+                files.drop(part.message_id, origin, numbers)
                 _log.warning("message %s of %d parts is larger than max-message-size: not "
-                             "delivered", email.message_id, len(parts))  # fmt: skip
+                             "delivered", joined.message_id, len(parts))  # fmt: skip
                 for each in parts:
                     each.quarantine()
                 return None
-            route = _route_of_joined(email, items[0][1], parts)
-            incoming = _joined(email, parts)
+            route = _route_of_joined(joined, items[0][1], parts)
+            pieces = files.pieces(part.message_id, origin, numbers)
+            encoding = joined.headers.get(BODY_ENCODING_HEADER)
+            try:
+                if encoding is None:
+                    return joined.replace(body=grow(pieces)), route, _joined(joined, parts)
+                body = decompress_pieces(pieces, encoding, self._max_size)
+            except (MalformedEmailError, UnicodeDecodeError) as exc:
+                _log.warning("message %s not delivered: %s", joined.message_id, exc)
+                for each in parts:
+                    each.quarantine()
+                return None
+            except EmailMWError as exc:  # a package this process lacks: another may read it
+                self._missing(encoding or "", joined, exc)
+                for each in parts:
+                    each.leave()
+                return None
+            finally:
+                pieces.close()
+                files.drop(part.message_id, origin, numbers)
+            headers = Headers(
+                [(k, v) for k, v in joined.headers.items() if k.lower() != "body-encoding"]
+            )
+            return joined.replace(body=body, headers=headers), route, _joined(joined, parts)
         encoding = email.headers.get(BODY_ENCODING_HEADER)
         if encoding is None:
             return email, route, incoming
         try:
-            body = decompress_body(email.body, encoding, self._max_size)
+            body = decompress_pieces(_slices(email.body), encoding, self._max_size)
         except MalformedEmailError as exc:
             _log.warning("message %s not delivered: %s", email.message_id, exc)
             incoming.quarantine()
             return None
         except EmailMWError as exc:  # a package this process lacks: another may read it
-            if encoding not in self._told_missing:
-                self._told_missing.add(encoding)
-                _log.error("left message %s where it is: %s", email.message_id, exc)
+            self._missing(encoding, email, exc)
             incoming.leave()
             return None
         headers = Headers(
             [(k, v) for k, v in email.headers.items() if k.lower() != "body-encoding"]
         )
         return email.replace(body=body, headers=headers), route, incoming
+
+    def _missing(self, encoding: str, email: Email, exc: Exception) -> None:
+        if encoding not in self._told_missing:
+            self._told_missing.add(encoding)
+            _log.error("left message %s where it is: %s", email.message_id, exc)
 
     def _give_up_parts(self, now: float) -> None:
         """Messages whose parts did not all come within ``part-timeout``: said, and their
@@ -569,7 +683,10 @@ class PollingManager:
                 "message %s incomplete after part-timeout: parts %s of %d came; they are "
                 "left in the mailbox", message_id, ",".join(map(str, numbers)), total,
             )  # fmt: skip
-            for _, _, incoming in items:
+            for email, route, incoming in items:
+                info = getattr(route, "info", None)
+                origin = getattr(info, "identity", None) or email.from_
+                self._part_files.drop(message_id, origin, range(1, total + 1))
                 incoming.leave()
 
     def _on_done(self, email: Email, route: Route) -> Callable[[int], None] | None:
@@ -592,3 +709,9 @@ class PollingManager:
         if len(recent) > RECENT_MESSAGE_IDS:
             recent.popitem(last=False)
         return False
+
+
+def _slices(text: str, size: int = 1 << 20) -> Iterator[str]:
+    """``text`` in pieces of ``size`` characters."""
+    for start in range(0, len(text), size):
+        yield text[start : start + size]

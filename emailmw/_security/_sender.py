@@ -44,5 +44,8 @@ class SecureSender(EmailSender):
     def max_email_bytes(self) -> int | None:
         return self._inner.max_email_bytes()
 
+    def learn_max_email_bytes(self, timeout: float) -> int | None:
+        return self._inner.learn_max_email_bytes(timeout)
+
     def close(self) -> None:
         self._inner.close()

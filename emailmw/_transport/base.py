@@ -260,6 +260,12 @@ class EmailSender(Closeable):
         ``SIZE`` it advertised); None otherwise."""
         return None
 
+    def learn_max_email_bytes(self, timeout: float) -> int | None:
+        """:meth:`max_email_bytes`, connecting first when the sender has not yet (to read
+        the server's EHLO answer), waiting at most ``timeout`` seconds; None when the
+        server says nothing (or cannot be reached now: a send will say why)."""
+        return self.max_email_bytes()
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connection. Idempotent. Emails already sent are flushed first."""

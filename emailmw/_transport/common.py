@@ -55,9 +55,10 @@ _log = get_logger("transport")
 
 #: At most this many emails, and this many bytes of them, are fetched in one round: a
 #: backlog of any size is taken in bounded steps (and at most an eighth of a receive
-#: budget's bytes: a fetch holds its batch twice over while it is parsed).
+#: budget's bytes: a fetch holds its batch twice over while it is parsed). A larger email
+#: goes alone: a message in parts costs its receiver one part at a time, then the message.
 MAX_BATCH: Final = 256
-MAX_BATCH_BYTES: Final = 64 * 1024 * 1024
+MAX_BATCH_BYTES: Final = 8 * 1024 * 1024
 #: How many Message-IDs a receiver remembers having handed out (to tell mail it may have
 #: handed out before from new mail after a UIDVALIDITY change).
 KNOWN_MESSAGE_IDS: Final = 10_000

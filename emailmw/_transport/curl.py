@@ -86,6 +86,8 @@ def parse_status(data: bytes) -> dict[str, int]:
     return out
 
 
+#: the SIZE line of an EHLO answer (RFC 1870)
+_EHLO_SIZE: Final = re.compile(rb"^250[- ]SIZE[ \t]+(\d{1,15})", re.MULTILINE | re.IGNORECASE)
 _SIZE_LINE_RE: Final = re.compile(rb"^\* \d+ FETCH \((.*)\)\r?$", re.MULTILINE)
 _SIZE_RE: Final = re.compile(rb"RFC822\.SIZE (\d+)")
 _DATE_RE: Final = re.compile(
@@ -184,12 +186,23 @@ class CurlContext:
                 pycurl.USE_SSL, pycurl.USESSL_ALL if options.tls.starttls else pycurl.USESSL_NONE
             )
         self._authenticating = False
-        if os.environ.get("EMAILMW_CURL_VERBOSE", "").strip() not in ("", "0", "false"):
+        self._verbose = os.environ.get("EMAILMW_CURL_VERBOSE", "").strip() not in (
+            "", "0", "false",
+        )  # fmt: skip
+        #: the SMTP ``SIZE`` the server advertised in its EHLO answer (None: not yet)
+        self.size_limit: int | None = None
+        if self._verbose or endpoint.scheme in ("smtp", "smtps"):
+            # (what the server answers, read as it comes: SIZE, and the verbose log)
             handle.setopt(pycurl.VERBOSE, 1)
             handle.setopt(pycurl.DEBUGFUNCTION, self._debug)
         self.handle = handle
 
     def _debug(self, kind: int, data: bytes) -> None:
+        if kind == pycurl.INFOTYPE_HEADER_IN and (found := _EHLO_SIZE.search(data)):
+            size = int(found.group(1))
+            self.size_limit = size if size > 0 else None
+        if not self._verbose:
+            return
         if kind not in (
             pycurl.INFOTYPE_TEXT,
             pycurl.INFOTYPE_HEADER_IN,
@@ -278,6 +291,21 @@ class CurlExecutor:
 
         self._perform("sending", setup)
 
+    def smtp_command(self, command: str) -> None:
+        """One SMTP command without a transaction (``NOOP``, ``RSET``)."""
+
+        def setup(handle: pycurl.Curl) -> None:
+            handle.setopt(pycurl.URL, self._context.url())
+            handle.unsetopt(pycurl.MAIL_RCPT)  # (else libcurl would VRFY each recipient)
+            handle.setopt(pycurl.CUSTOMREQUEST, command)
+            handle.setopt(pycurl.UPLOAD, 0)
+            handle.setopt(pycurl.WRITEFUNCTION, lambda data: None)
+
+        try:
+            self._perform(command, setup)
+        finally:
+            self._context.handle.unsetopt(pycurl.CUSTOMREQUEST)
+
     def imap(self, command: str) -> bytes:
         """Run one IMAP command (no mailbox in the URL, so libcurl selects nothing itself);
         returns everything the server answered: untagged lines and literals."""
@@ -321,10 +349,19 @@ class CurlSubmitter(Submitter):
 
     def __init__(self, options: Options) -> None:
         assert options.user is not None
-        self._executor = CurlExecutor(
-            CurlContext(options.user.smtp, options.user, options), SendError
-        )
+        self._context = CurlContext(options.user.smtp, options.user, options)
+        self._executor = CurlExecutor(self._context, SendError)
         self.server = self._executor.server
+
+    @property  # (read from what libcurl saw: EHLO)
+    def size_limit(self) -> int | None:  # type: ignore[override]
+        """The ``SIZE`` the server advertised when libcurl last connected (EHLO)."""
+        return self._context.size_limit
+
+    def connect(self) -> None:
+        """A NOOP on the connection libcurl keeps (its EHLO answer gives the SIZE)."""
+        if self._context.size_limit is None:
+            self._executor.smtp_command("NOOP")
 
     def submit(self, envelope: Submission) -> None:
         try:

@@ -130,6 +130,13 @@ class AiosmtplibSubmitter(Submitter):
     def submit(self, envelope: Submission) -> None:
         self._call(self._submit(envelope))
 
+    def connect(self) -> None:
+        self._call(self._ensure_connected())
+
+    async def _ensure_connected(self) -> None:
+        if self._smtp is None or not self._smtp.is_connected:
+            await self._connect()
+
     async def _submit(self, envelope: Submission) -> None:
         if self._smtp is None or not self._smtp.is_connected:
             await self._connect()

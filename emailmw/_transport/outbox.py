@@ -98,6 +98,10 @@ class Submitter(abc.ABC):
     #: the SMTP ``SIZE`` the server advertised, once connected (None: not said, not yet)
     size_limit: int | None = None
 
+    def connect(self) -> None:  # noqa: B027 - optional
+        """Connect (and read the server's EHLO answer) when not connected; raises as
+        :meth:`submit` does."""
+
 
 class Spool:
     """A directory of emails waiting to be sent, each one file, oldest name first.
@@ -261,6 +265,8 @@ class Outbox(EmailSender):
         self._failures: list[str] = []
         self._closed = False
         self._stopping = threading.Event()
+        self._probe_wanted = False  # someone waits to know the server's SIZE
+        self._probed = threading.Event()
         self._spool: Spool | None = None
         if options.spool is not None:
             self._spool = Spool(options.spool)
@@ -354,6 +360,18 @@ class Outbox(EmailSender):
     def max_email_bytes(self) -> int | None:
         return self._submitter.size_limit
 
+    def learn_max_email_bytes(self, timeout: float) -> int | None:
+        """Asks the worker to connect (it alone uses the connection) when the server's
+        SIZE is not known yet, and waits for it at most ``timeout``."""
+        if self._submitter.size_limit is not None:
+            return self._submitter.size_limit
+        with self._cond:
+            self._probe_wanted = True
+            self._probed.clear()
+            self._cond.notify_all()
+        self._probed.wait(timeout)
+        return self._submitter.size_limit
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything sent so far was accepted or refused; False on timeout.
         Raises :class:`SendError` for refusals nobody else was told of since the last
@@ -397,10 +415,17 @@ class Outbox(EmailSender):
     def _work(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._queue or self._stopping.is_set())
+                self._cond.wait_for(
+                    lambda: self._queue or self._probe_wanted or self._stopping.is_set()
+                )
                 if self._stopping.is_set():
                     return
-                run = self._busy = self._take_run()
+                probe, self._probe_wanted = self._probe_wanted, False
+                run = self._busy = self._take_run() if self._queue else []
+            if probe:
+                self._probe()
+            if not run:
+                continue
             try:
                 if len(run) == 1:
                     self._deliver(run[0])
@@ -415,6 +440,15 @@ class Outbox(EmailSender):
                 self._busy = []
                 self._in_memory -= sum(1 for item in run if item.guarantee == "memory")
                 self._cond.notify_all()
+
+    def _probe(self) -> None:
+        """Connect, to learn what the server takes (its SIZE), for a sender that asked."""
+        try:
+            self._submitter.connect()
+        except TransportError as exc:  # (a send says why; the size stays unknown)
+            _log.debug("connecting to %s to learn its SIZE failed: %s", self._server, exc)
+        finally:
+            self._probed.set()
 
     def _take_run(self) -> list[_Item]:
         """The next email, and when it batches, the queued emails that join it (same

@@ -25,6 +25,8 @@ __all__ = ["DEFAULT_MAX_EMAIL_BYTES", "SplittingSender"]
 DEFAULT_MAX_EMAIL_BYTES: Final = 10_000_000
 #: room for a part's headers (signature, metadata, MIME)
 _HEADER_ROOM: Final = 64 * 1024
+#: a body this small fits any server (no need to ask it)
+_SURELY_FITS: Final = 256 * 1024
 
 
 class SplittingSender(EmailSender):
@@ -49,9 +51,12 @@ class SplittingSender(EmailSender):
     def max_email_bytes(self) -> int | None:
         return self._options.max_email_bytes or self._inner.max_email_bytes()
 
-    def chunk_bytes(self) -> int:
-        """The most body bytes a part carries."""
-        limit = self.max_email_bytes() or DEFAULT_MAX_EMAIL_BYTES
+    def learn_max_email_bytes(self, timeout: float) -> int | None:
+        return self._options.max_email_bytes or self._inner.learn_max_email_bytes(timeout)
+
+    def chunk_bytes(self, limit: int | None = None) -> int:
+        """The most body bytes a part carries (below ``limit``, else what is known)."""
+        limit = limit or self.max_email_bytes() or DEFAULT_MAX_EMAIL_BYTES
         # base64 (4/3), then encryption's base64 again (4/3): 9/16 of what is left
         return max(1024, (limit - _HEADER_ROOM) * 9 // 16)
 
@@ -63,7 +68,11 @@ class SplittingSender(EmailSender):
         on_failure: FailureCallback | None = None,
         batch: BatchPolicy | None = None,
     ) -> None:
-        chunk = self.chunk_bytes()
+        if len(email.body) * 4 <= _SURELY_FITS:
+            self._inner.send(email, guarantee=guarantee, on_failure=on_failure, batch=batch)
+            return
+        # (a large body: what the server takes, asked once when not known yet)
+        chunk = self.chunk_bytes(self.learn_max_email_bytes(self._options.timeout))
         if len(email.body) * 4 <= chunk or len(email.body.encode()) <= chunk:
             self._inner.send(email, guarantee=guarantee, on_failure=on_failure, batch=batch)
             return

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
 
 from ..helpers import deadline_loop
-from .helpers import folder_subjects, inject, transport_extra
+from .helpers import TRANSPORTS, folder_subjects, inject, transport_extra
 
 BIG = {"max-message-size": "64 MiB"}
 
@@ -135,3 +136,40 @@ def test_a_compressed_topic_arrives_as_it_was_published(
     )
     assert b"Body-Encoding: zstd" in stored
     assert len(stored) < len(text) // 10  # it crossed compressed
+
+
+@pytest.fixture(scope="module")
+def tiny_server(mailserver: MailServer) -> Iterator[MailServer]:
+    """A server that takes at most 1 MB (far below the 10 MB a sender assumes unasked)."""
+    del mailserver  # (started after the run's first server, which checks servers can run)
+    state = Path(tempfile.mkdtemp(prefix="emailmw-tiny-", dir="/tmp"))
+    server = MailServer(state_dir=state, message_size_limit=1_000_000, pool_size=10)
+    server.start(fresh=True)
+    yield server
+    server.stop()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_each_transport_learns_what_the_server_takes_before_a_large_message(
+    tiny_server: MailServer, transport: str
+) -> None:
+    """A 3 MB message as the first thing a sender sends, through a 1 MB server: each
+    transport reads the server's SIZE (EHLO) first and splits below it (was: curl never
+    learned it, and the server refused the message: 552)."""
+    sender, receiver = tiny_server.fresh_account(), tiny_server.fresh_account()
+    extra = {**transport_extra(transport), "max-message-size": "8 MiB"}
+    body = "".join(f"{i:07d} line\n" for i in range(230_000))  # 3.0 MB
+    with (
+        emailmw.Context({"email": tiny_server.config(receiver, transport=transport, **extra)})
+        as listener,
+        emailmw.Context({"email": tiny_server.config(sender, to=receiver, transport=transport,
+                                                     **extra)}) as talker,
+    ):  # fmt: skip
+        sub = emailmw.Subscription("/scan", context=listener)
+        listener.start_receiving()
+        emailmw.Publisher("/scan", context=talker, guarantee="server").publish(body)
+        assert talker.sender.max_email_bytes() == 1_000_000
+        got = emailmw.wait_for_message(sub, 120)
+    assert got == body
+    assert len(folder_subjects(tiny_server, receiver)) >= 4  # parts, each under 1 MB

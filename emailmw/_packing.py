@@ -357,11 +357,11 @@ def _b64_chunks(pieces: Iterable[str]) -> Iterator[bytes]:
     """Base64 text in pieces (line breaks anywhere) decoded piece by piece."""
     rest = ""
     for piece in pieces:
-        piece = rest + "".join(piece.split())
-        cut = len(piece) - len(piece) % 4
-        rest = piece[cut:]
+        text = rest + "".join(piece.split())
+        cut = len(text) - len(text) % 4
+        rest = text[cut:]
         if cut:
-            yield base64.b64decode(piece[:cut], validate=True)
+            yield base64.b64decode(text[:cut], validate=True)
     if rest:
         yield base64.b64decode(rest, validate=True)
 

@@ -34,6 +34,7 @@ __all__ = [
     "decode_body",
     "is_batch_head",
     "outer_fields",
+    "split",
     "unpack",
 ]
 
@@ -84,18 +85,28 @@ def _one(raw: bytes, index: int, count: int, max_size: int) -> Carried:
     return Carried(index, count, raw, email)
 
 
+def split(raw: bytes) -> tuple[list[bytes] | None, str]:
+    """The exact bytes of the messages ``raw`` carries when it is a batch email (None when
+    it is one message), and, when it says it is a batch and cannot be read as one, why
+    (``([], reason)``). Never raises. :func:`unpack` parses what this gives; a consumer that
+    reads only headers (the pipeline's landing) parses them its own way."""
+    try:
+        return batch_parts(raw), ""
+    except MalformedEmailError as exc:
+        return [], f"malformed batch: {exc}"
+    except Exception as exc:  # noqa: BLE001 - no email may stop a receiver
+        return [], f"unreadable batch (a bug): {exc!r}"
+
+
 def unpack(raw: bytes, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> list[Carried]:
     """The messages ``raw`` carries, in order (at least one). Never raises: a batch that
     cannot be read as one is one poison item (``count`` 0); a part of a batch that cannot
     be parsed is one poison item among the others."""
-    try:
-        parts = batch_parts(raw)
-    except MalformedEmailError as exc:
-        return [Carried(0, 0, raw, None, "poison", f"malformed batch: {exc}")]
-    except Exception as exc:  # noqa: BLE001 - no email may stop a receiver
-        return [Carried(0, 0, raw, None, "poison", f"unreadable batch (a bug): {exc!r}")]
+    parts, reason = split(raw)
     if parts is None:
         return [_one(raw, 0, 0, max_size)]
+    if reason:
+        return [Carried(0, 0, raw, None, "poison", reason)]
     return [_one(part, index, len(parts), max_size) for index, part in enumerate(parts)]
 
 

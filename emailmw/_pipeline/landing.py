@@ -29,11 +29,11 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._carried import outer_fields, split
 from .._exceptions import ConfigError, ForeignEmailError, MalformedEmailError
-from .._packing import batch_parts
 from .._protocol import Unroutable, read_metadata
 from .._types import Headers
-from .._wire import parse, parse_head, parse_header_block, split_message
+from .._wire import parse, parse_head
 
 __all__ = [
     "INTERNAL_TOPIC_PREFIX",
@@ -85,6 +85,10 @@ LANDING_SCHEMA: Final = pa.schema(
         # part of a message sent as several emails); null otherwise. Landed parts of earlier
         # versions lack it and read as null.
         ("packed", pa.string()),
+        # a part of a message sent as several emails: the whole's Message-ID (its Part-Of
+        # header), by which ``messages`` joins the parts into one row; null otherwise.
+        # Landed parts of earlier versions lack it and read as null.
+        ("part_of", pa.string()),
         # an mbox message's byte offset (its "From " line; ``key`` is the same number, in 16
         # digits), null for a Maildir file: Spark orders ties by it without parsing ``key``.
         # Landed parts of earlier versions lack it and read as null.
@@ -230,13 +234,15 @@ def _row(
         # its delivery time all the same (from the store, or its trace headers, read
         # leniently): a window keeps the rejects delivered in it
         stamp, res = delivered if delivered is not None else _stored_time(raw, name_ns)
-        return (status, str(exc), *_NONE_9, stamp, res, size, None, None, None, packed)
+        return (status, str(exc), *_NONE_9, stamp, res, size, None, None, None, packed, None)
     headers = parsed.headers
     if delivered is None:
         delivered = delivery_time(headers.get("received"), headers.get("date"), name_ns)
     stamp, res = delivered
+    part_of = None
     if packed is None and (part := headers.get("part")) is not None:
         packed = f"part {part.strip()[:20]}"
+        part_of = (headers.get("part-of") or "").strip()[:998] or None
     message_id = parsed.message_id
     to = ", ".join(parsed.to)
     metadata = read_metadata(headers)  # classify()'s reading, without its route objects
@@ -244,7 +250,7 @@ def _row(
         return (
             "malformed" if metadata.malformed else "foreign", metadata.reason, None,
             parsed.subject, message_id, None, None, None, None, None, None, stamp, res,
-            size, parsed.from_, to, None, packed,
+            size, parsed.from_, to, None, packed, None,
         )  # fmt: skip
     is_service, source_ns, gid, seq = metadata
     security = signature_status(raw, headers, source_ns, keystore)
@@ -252,35 +258,36 @@ def _row(
         return (
             "ok", None, "response" if parsed.in_reply_to else "request", parsed.subject,
             message_id, parsed.in_reply_to, None, None, gid, seq, source_ns, stamp, res,
-            size, parsed.from_, to, security, packed,
+            size, parsed.from_, to, security, packed, part_of,
         )  # fmt: skip
     return (
         "ok", None, "publish", parsed.subject, message_id, parsed.in_reply_to, gid, seq,
-        None, None, source_ns, stamp, res, size, parsed.from_, to, security, packed,
+        None, None, source_ns, stamp, res, size, parsed.from_, to, security, packed, part_of,
     )  # fmt: skip
 
 
 def _rows(raw: bytes, name_ns: int | None, keystore: str | None) -> list[tuple[str, _Row]]:
-    """The rows of one stored email, each with what its key gets after the email's: one
-    row (""), or one a part of a batch email ("#1", "#2", ...) with the batch's delivery
-    time. A batch that cannot be unpacked is one malformed row."""
-    try:
-        parts = batch_parts(raw)
-    except MalformedEmailError as exc:
-        return [("", ("malformed", str(exc), *_NONE_11, len(raw), None, None, None, None))]
+    """The rows of one stored email (what it carries: ``_carried.split``, the one stage
+    every consumer of mail reads through), each with what its key gets after the email's:
+    one row (""), or one a message of a batch email ("#1", "#2", ...) with the batch
+    email's own delivery time (its topmost ``Received:``: the delivery, not the
+    submission at the bottom). A batch that cannot be unpacked is one malformed row; a
+    message of a batch that is not emailmw's is malformed (a batch carries emailmw's only)."""
+    parts, broken = split(raw)
+    if broken:
+        return [("", ("malformed", broken, *_NONE_11, len(raw), None, None, None, None, None))]
     if parts is None:
         return [("", _row(raw, name_ns, keystore))]
-    try:
-        outer = parse_header_block(split_message(raw)[0])
-    except MalformedEmailError:
-        outer = []
-    fields = {name.lower(): value for name, value in outer}
+    fields = outer_fields(raw)
     delivered = delivery_time(fields.get("received"), fields.get("date"), name_ns)
     total = len(parts)
-    return [
-        (f"#{i}", _row(part, name_ns, keystore, delivered, f"batch {i}/{total}"))
-        for i, part in enumerate(parts, 1)
-    ]
+    out = []
+    for i, part in enumerate(parts, 1):
+        row = _row(part, name_ns, keystore, delivered, f"batch {i}/{total}")
+        if row[0] == "foreign":
+            row = ("malformed", f"not emailmw's, inside a batch: {row[1]}", *row[2:])
+        out.append((f"#{i}", row))
+    return out
 
 
 class _Columns:
@@ -534,7 +541,7 @@ def _land_files(source: str, groups: list[dict[str, Any]], keystore: str | None)
         for mailbox, key, name_ns, reason in unreadable:  # a reject each, counted
             stamp, res = (name_ns, MICROSECOND_NS) if name_ns is not None else (None, None)
             columns.add(mailbox, key, ("unreadable", reason, *_NONE_9, stamp, res, 0,
-                                       None, None, None, None))  # fmt: skip
+                                       None, None, None, None, None))  # fmt: skip
         return columns.table()
 
 
@@ -630,7 +637,7 @@ def _land_mbox_range(
             offsets.append(offset)
             suffixes.append("")
             rows.append(("malformed", "truncated: the mbox ends inside this message",
-                         *_NONE_11, len(last), None, None, None, None))  # fmt: skip
+                         *_NONE_11, len(last), None, None, None, None, None))  # fmt: skip
         return columns.table()
 
 

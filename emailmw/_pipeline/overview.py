@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from .landing import QUARANTINE_SQL
-from .tables import GROUP_STREAM_SQL, RTT_BINS, Tables
+from .tables import EMAIL_KEY_SQL, GROUP_STREAM_SQL, INNER_NUMBER_SQL, RTT_BINS, Tables
 
 __all__ = [
     "BINS_NS",
@@ -100,16 +100,18 @@ def health_rows(table: pa.Table) -> list[dict[str, Any]]:
 # and reason, and both by whether they lie in a quarantine folder (a test of each mailbox's
 # name, made once per mailbox rather than per message).
 _COUNTS_SQL = """
-SELECT status, reason, kind, security, packing, QUARANTINE AS quarantined, sum(n) AS n FROM (
+SELECT status, reason, kind, security, packing, QUARANTINE AS quarantined, sum(n) AS n,
+  sum(parts) AS parts
+FROM (
   SELECT 'ok' AS status, CAST(NULL AS STRING) AS reason, kind, security,
     CASE WHEN packed LIKE 'batch 1/%' THEN 'batch_first' WHEN packed LIKE 'batch %'
-      THEN 'batch' WHEN packed LIKE 'part 1/%' THEN 'part_first' WHEN packed LIKE 'part %'
-      THEN 'part' END AS packing,
-    mailbox, count(1) AS n
+      THEN 'batch' WHEN packed LIKE 'parts %' THEN 'split' END AS packing,
+    mailbox, count(1) AS n,
+    coalesce(sum(CAST(regexp_extract(packed, '^parts ([0-9]+)/', 1) AS INT)), 0) AS parts
   FROM {messages} GROUP BY ALL
   UNION ALL
   SELECT status, reason, CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS STRING),
-    mailbox, count(1)
+    mailbox, count(1), 0
   FROM {rejects} GROUP BY ALL)
 GROUP BY ALL
 """.replace("QUARANTINE", QUARANTINE_SQL)
@@ -176,7 +178,10 @@ def overview(
             reasons[where] = reasons.get(where, 0) + row["n"]
             continue
         kinds[row["kind"]] = kinds.get(row["kind"], 0) + row["n"]
-        if row["packing"]:
+        if row["packing"] == "split":  # messages sent as parts (each landed as one row)
+            packing["part_first"] = packing.get("part_first", 0) + row["n"]
+            packing["part"] = packing.get("part", 0) + row["parts"] - row["n"]
+        elif row["packing"]:
             packing[row["packing"]] = packing.get(row["packing"], 0) + row["n"]
         if row["security"]:
             security[row["security"]] = security.get(row["security"], 0) + row["n"]
@@ -294,11 +299,13 @@ GROUP BY ALL
 # text they sort as publisher_health's numbers do), and in a ``:windowed`` run
 # (--since/--until) nothing before the window's first sequence number is lost: the bins add
 # up to publisher_health's figures.
-_PUBLISHER_BINS_SQL = """
+_PUBLISHER_BINS_SQL = (
+    """
 WITH arrivals AS (
   SELECT publisher_gid, topic, mailbox, publisher_seq, delivered_ns,
     CAST(publisher_seq < max(publisher_seq) OVER (
-      PARTITION BY publisher_gid, topic, mailbox ORDER BY delivered_ns, key
+      PARTITION BY publisher_gid, topic, mailbox
+      ORDER BY delivered_ns, EMAIL_KEY, INNER_NUMBER NULLS FIRST
       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS INT) AS late
   FROM (SELECT publisher_gid, topic, GROUP_STREAM AS mailbox, publisher_seq, delivered_ns, key
     FROM {messages}
@@ -322,6 +329,9 @@ FROM (
     0, lost, 0 FROM gaps WHERE lost > 0)
 GROUP BY ALL
 """.replace("GROUP_STREAM", GROUP_STREAM_SQL)
+    .replace("EMAIL_KEY", EMAIL_KEY_SQL)
+    .replace("INNER_NUMBER", INNER_NUMBER_SQL)
+)
 
 _SLOWEST_SQL = """
 SELECT topic, publisher_gid, publisher_seq, message_id, latency_ms, delivered_ns FROM (

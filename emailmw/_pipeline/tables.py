@@ -57,6 +57,8 @@ __all__ = [
     "GROUP_STATS_SCHEMA",
     "GROUP_STREAM_SQL",
     "LANDED_DDL",
+    "EMAIL_KEY_SQL",
+    "INNER_NUMBER_SQL",
     "LANDING_DDL",
     "RTT_BINS",
     "JobOptions",
@@ -212,13 +214,50 @@ def _landed(
 def _messages(landed: DataFrame, options: JobOptions) -> DataFrame:
     """The ``messages`` rows of ``landed`` (emailmw's mail, of the run's topics), with the
     landing's ``offset`` (not a column of the table), by which ``publisher_health`` orders
-    mbox messages delivered at the same instant."""
+    mbox messages delivered at the same instant. A message sent as parts is one row
+    (:data:`_JOINED_PARTS_SQL`)."""
     ok = landed.filter("status = 'ok'")
     if options.topic_glob:  # anchored: a glob matches the whole topic
         ok = ok.filter(F.col("topic").rlike("^" + fnmatch.translate(options.topic_glob)))
     if not options.include_internal:  # emailmw's own topics stay out unless asked for
         ok = ok.filter(f"topic IS NULL OR NOT startswith(topic, '{INTERNAL_TOPIC_PREFIX}')")
-    return ok.selectExpr(*_MESSAGE_COLUMNS, "offset")
+    rows = ok.selectExpr(*_MESSAGE_COLUMNS, "offset", "part_of")
+    return ok.sparkSession.sql(_JOINED_PARTS_SQL, rows=rows).drop("part_of")
+
+
+# A message sent as several emails (``Part: i/N``, ``Part-Of``) is one message: its parts
+# (those of one mailbox) joined into one row: the whole's Message-ID, its metadata (every
+# part carries the message's), delivered when its last part was, the parts' sizes added up,
+# ``packed`` "parts n/N" (n of its N parts in the archive), the worst of their signature
+# marks, the first part's key. The summary counts them by ``packed``.
+_JOINED_PARTS_SQL = """
+SELECT * FROM {rows} WHERE part_of IS NULL
+UNION ALL
+SELECT kind, topic, part_of AS message_id, in_reply_to, publisher_gid, publisher_seq,
+  client_gid, request_seq, source_ns, delivered_ns, delivered_res_ns,
+  IF(delivered_res_ns <= RESOLUTION, CAST(delivered_ns - source_ns AS DOUBLE) / 1.0E6D, NULL)
+    AS latency_ms,
+  size, from_addr, to_addr, security,
+  concat('parts ', parts, '/', total) AS packed, mailbox, source, key,
+  to_date(timestamp_micros((delivered_ns - pmod(delivered_ns, 1000)) DIV 1000)) AS day,
+  offset, part_of
+FROM (
+  SELECT part_of, mailbox, source, first(kind) AS kind, first(topic) AS topic,
+    first(in_reply_to) AS in_reply_to, first(publisher_gid) AS publisher_gid,
+    first(publisher_seq) AS publisher_seq, first(client_gid) AS client_gid,
+    first(request_seq) AS request_seq, first(source_ns) AS source_ns,
+    max(delivered_ns) AS delivered_ns,
+    max_by(delivered_res_ns, delivered_ns) AS delivered_res_ns,
+    sum(size) AS size, first(from_addr) AS from_addr, first(to_addr) AS to_addr,
+    max_by(security, CASE security WHEN 'invalid' THEN 5 WHEN 'untrusted' THEN 4
+      WHEN 'unsigned' THEN 3 WHEN 'signed' THEN 2 ELSE 1 END) AS security,
+    count(1) AS parts,
+    max(CAST(regexp_extract(packed, '/([0-9]+)$', 1) AS INT)) AS total,
+    min_by(key, CAST(regexp_extract(packed, ' ([0-9]+)/', 1) AS INT)) AS key,
+    min(offset) AS offset
+  FROM {rows} WHERE part_of IS NOT NULL
+  GROUP BY part_of, mailbox, source)
+""".replace("RESOLUTION", str(LATENCY_RESOLUTION_NS))
 
 
 def _rejects(landed: DataFrame) -> DataFrame:
@@ -296,6 +335,10 @@ FROM requests LEFT JOIN responses ON requests.message_id = responses.in_reply_to
 # window's exchange for an mbox.
 # (The query's text goes through PySpark's formatter: "{{16}}" reaches Spark as "{16}".)
 _KEY_NUMBER = "coalesce(offset, IF(key RLIKE '^[0-9]{{16}}$', CAST(key AS BIGINT), NULL))"
+# The messages of one batch email share its delivery time and its key (plus "#i"): they
+# count in the order the batch carries them, by number (#2 before #10), not as text.
+EMAIL_KEY_SQL: Final = "regexp_replace(key, '#[0-9]+$', '')"
+INNER_NUMBER_SQL: Final = "CAST(nullif(regexp_extract(key, '#([0-9]+)$', 1), '') AS INT)"
 
 # late: a sequence number below one that arrived earlier in its stream. Copies are counted
 # per sequence number first, then per stream: the second grouping needs no new exchange (the
@@ -316,13 +359,14 @@ GROUP_STREAM_SQL: Final = (
 _PUBLISHER_HEALTH_SQL = """
 WITH arrivals AS (
   SELECT publisher_gid, topic, GROUP_STREAM AS mailbox, publisher_seq, delivered_ns,
-    KEY_NUMBER AS key_number, IF(KEY_NUMBER IS NULL, key, NULL) AS key_text
+    KEY_NUMBER AS key_number, IF(KEY_NUMBER IS NULL, EMAIL_KEY, NULL) AS key_text,
+    INNER_NUMBER AS inner_number
   FROM {messages} WHERE kind = 'publish' AND publisher_seq IS NOT NULL),
 sequenced AS (
   SELECT publisher_gid, topic, mailbox, publisher_seq,
     CAST(publisher_seq < max(publisher_seq) OVER (
       PARTITION BY publisher_gid, topic, mailbox
-      ORDER BY delivered_ns, key_number NULLS LAST, key_text
+      ORDER BY delivered_ns, key_number NULLS LAST, key_text, inner_number NULLS FIRST
       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS INT) AS late
   FROM arrivals),
 per_seq AS (
@@ -338,6 +382,9 @@ SELECT publisher_gid, topic, mailbox, sent, received, sent - received AS lost,
   copies - received AS duplicated, out_of_order
 FROM streams
 """.replace("KEY_NUMBER", _KEY_NUMBER).replace("GROUP_STREAM", GROUP_STREAM_SQL)
+_PUBLISHER_HEALTH_SQL = _PUBLISHER_HEALTH_SQL.replace("EMAIL_KEY", EMAIL_KEY_SQL).replace(
+    "INNER_NUMBER", INNER_NUMBER_SQL
+)
 
 
 def _topic_stats(messages: DataFrame) -> DataFrame:

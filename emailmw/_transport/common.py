@@ -115,7 +115,7 @@ def _with_message_id(parsed: Email, uid: int, where: str) -> Email:
 
 def _poison(log: RefusalLog, uid: int, where: str, reason: str) -> None:
     log.refused(
-        "poison", f"UID {uid} in {where} is unusable (quarantined): {reason}", reason,
+        "poison", f"UID {uid} in {where} is malformed: {reason}", reason,
         time.monotonic(),
     )  # fmt: skip
 

@@ -77,8 +77,11 @@ def test_poison_mail_stops_no_receiver_and_is_quarantined_never_deleted(
     quarantined = folder_subjects(mailserver, address, "Quarantine")
     assert len(quarantined) == len(POISON)  # moved aside, none deleted
     assert folder_subjects(mailserver, address) == []  # ours: deleted as configured
-    complaints = [r for r in caplog.records if "malformed" in r.getMessage()]
-    assert len(complaints) == len(POISON)  # logged once each
+    complaints = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    # logged once each, with its reason; two say the same (an unknown charset 'undefined',
+    # in the body and in the Subject): repeats of a reason are counted, not said again
+    assert len(complaints) == len(POISON) - 1
+    assert sum("'undefined'" in line for line in complaints) == 1
 
     # a restart from the state file does not meet the poison again
     caplog.clear()

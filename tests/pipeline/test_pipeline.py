@@ -711,9 +711,11 @@ def test_a_topic_glob_that_matches_nothing_says_so(tmp_path: Path) -> None:
 def test_batches_and_parts_are_one_row_a_message_and_counted(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """A batch email of three publishes and a message sent as two parts, in a Maildir and
-    an mbox: a row per message (a batch's parts keyed email#i, with the batch's delivery
-    time), the batch and the parts counted in the summary."""
+    """A batch email of twelve publishes and a message sent as two parts, in a Maildir and
+    an mbox: a row per message (a batch's messages keyed email#i, with the batch email's
+    own delivery time: its topmost Received, not the submission at the bottom), in the
+    batch's order (#2 before #10: none counted out of order), the split message one row
+    (was: a row a part), the batch and the parts counted in the summary."""
     from emailmw._packing import build_batch, split_email
     from emailmw._protocol import Recipients, publish_email
     from emailmw._types import Gid
@@ -724,17 +726,21 @@ def test_batches_and_parts_are_one_row_a_message_and_counted(
     def message(seq: int, body: str) -> Any:
         email = publish_email(
             "/packed", body, recipients=recipients, gid=Gid(11), sequence_number=seq,
-            timestamp_ns=1_800_000_000 * 10**9 + seq,
+            timestamp_ns=1_800_000_000 * 10**9 - 10**6 + seq,
         )  # fmt: skip
         return email.with_message_id(f"<{seq}@example.test>")
 
-    received = "Received: by mx; Fri, 15 Jan 2027 08:00:00 +0000\r\n"
+    received = (
+        "Received: by mx; Fri, 15 Jan 2027 08:00:00 +0000\r\n"  # the delivery, on top
+        "Received: from submission; Fri, 15 Jan 2027 07:59:57 +0000\r\n"
+    )
     batch = received.encode() + build_batch(
-        [build(message(i, f"m{i}")) for i in range(3)], from_="a@example.test",
+        [build(message(i, f"m{i}")) for i in range(12)], from_="a@example.test",
         to=["b@example.test"], message_id="<batch@example.test>",
         timestamp_ns=1_800_000_000 * 10**9, subjects=["/packed"],
     )  # fmt: skip
-    parts = [build(p) for p in split_email(message(3, "y" * 30), 16)]
+    whole = message(12, "y" * 30)
+    parts = [build(p) for p in split_email(whole, 16)]
     assert len(parts) == 2
     root = tmp_path / "Maildir"
     for sub in ("cur", "new", "tmp"):
@@ -750,17 +756,22 @@ def test_batches_and_parts_are_one_row_a_message_and_counted(
         out = tmp_path / f"out-{source.name}"
         summary = _run(spark, [source], out, report=False)
         assert (summary["publish"], summary["batch_emails"], summary["batched_messages"]) == (
-            5, 1, 3,
+            13, 1, 12,
         )  # fmt: skip
         assert (summary["split_messages"], summary["message_parts"]) == (1, 2)
-        rows = sorted(_table(spark, out, "messages"), key=lambda r: (r["packed"] or "", r["key"]))
+        assert summary["out_of_order"] == 0  # the batch's own order, by number
+        rows = sorted(_table(spark, out, "messages"), key=lambda r: r["publisher_seq"])
         packed = [(r["packed"], r["publisher_seq"]) for r in rows]
-        assert packed == [("batch 1/3", 0), ("batch 2/3", 1), ("batch 3/3", 2),
-                          ("part 1/2", 3), ("part 2/2", 3)]  # fmt: skip
-        batch_rows = rows[:3]
-        assert [r["key"][-2:] for r in batch_rows] == ["#1", "#2", "#3"]
-        assert len({r["key"][:-2] for r in batch_rows}) == 1
+        assert packed == [(f"batch {i + 1}/12", i) for i in range(12)] + [("parts 2/2", 12)]
+        batch_rows = rows[:12]
+        assert [r["key"].rpartition("#")[2] for r in batch_rows] == [str(i) for i in range(1, 13)]
+        assert len({r["key"].rpartition("#")[0] for r in batch_rows}) == 1
         assert {r["delivered_ns"] // 10**9 for r in batch_rows} == {1_800_000_000}
+        joined = rows[12]
+        assert joined["message_id"] == whole.message_id
+        assert joined["size"] == sum(len(p) for p in parts) or source == mbox
+        if source == root:  # delivered at the Maildir name's microsecond: latency known
+            assert all(r["latency_ms"] is not None for r in batch_rows)
 
 
 def _maildir_of(root: Path, mails: list[tuple[int, bytes]]) -> Path:

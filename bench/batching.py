@@ -18,8 +18,20 @@ verified, as ``bench/email_latency.py``. In one run:
 * ``large_message_ok`` and ``large_message_s``: a 50 MB message through a server whose
   ``message_size_limit`` is 10 MB (split into parts and reassembled).
 
-Targets (issue #39): batched_throughput >= 10x floor_throughput; batched_p50 <= linger +
-2x floor_p50; lost = 0; large_message_ok = 1. Prints a table, writes JSON, exits 0.
+* paced at 5 msg/s, batched and not, side by side (two 20 s rounds each, interleaved):
+  ``paced_batched_p50_ms`` and ``paced_unbatched_p50_ms``;
+* a stateless group of three member processes, ``--group-count`` messages unbatched and
+  five times that batched, published as fast as one process can:
+  ``group_throughput_msgs_per_s`` and ``group_batched_throughput_msgs_per_s``;
+* ``large_receiver_peak_rss_mb`` (and ``_zstd``): the peak memory of a receiver process
+  that gets one 50 MB message (half random, half repeated) through a 10 MB server, against
+  its memory before (``large_receiver_baseline_mb``).
+
+Targets (issues #39, #45): batched_throughput >= 10x floor_throughput; batched_p50 <=
+linger + 2x floor_p50; paced_batched_p50 <= 1.1x paced_unbatched_p50;
+group_batched_throughput >= 5x group_throughput; large_receiver_peak_rss <= baseline + 1.5x
+the message; lost = 0 in every run; large_message_ok = 1. Prints a table, writes JSON,
+exits 0.
 """
 
 from __future__ import annotations
@@ -43,8 +55,11 @@ from emailmw.testing.mailserver import MailServer
 PUBLISHER = """
 import sys, time, emailmw
 config, rate, seconds, size = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+topic = sys.argv[5] if len(sys.argv) > 5 else "/bench/batched"
 with emailmw.Context(config) as ctx:
-    pub = emailmw.Publisher("/bench/batched", context=ctx, guarantee="memory")
+    pub = emailmw.Publisher(topic, context=ctx, guarantee="memory")
+    if ctx.options.batch.enabled:
+        ctx.wait_for_readers("batch", 60)  # (its readers said they read batches)
     print("ready", flush=True)
     sys.stdin.readline()
     start = time.monotonic()
@@ -64,12 +79,15 @@ with emailmw.Context(config) as ctx:
 
 
 def batched_run(
-    server: MailServer, rate: float, seconds: float, linger_ms: float, size: int
+    server: MailServer, rate: float, seconds: float, linger_ms: float | None, size: int
 ) -> dict[str, float]:
+    """``linger_ms`` None: not batched (the same run, one email a message)."""
     sender, receiver = server.fresh_account(), server.fresh_account()
-    batch = {"linger-ms": linger_ms, "max-messages": 500, "max-bytes": "4 MiB"}
+    extra: dict[str, object] = {}
+    if linger_ms is not None:
+        extra["batch"] = {"linger-ms": linger_ms, "max-messages": 500, "max-bytes": "4 MiB"}
     config = Path(f"/tmp/emailmw-benchbatch-pub-{sender}.yml")
-    config.write_text(yaml.safe_dump({"email": server.config(sender, to=receiver, batch=batch)}))
+    config.write_text(yaml.safe_dump({"email": server.config(sender, to=receiver, **extra)}))
     config.chmod(0o600)
     sub_ctx = emailmw.Context({"email": server.config(receiver)})
     sub = emailmw.Subscription("/bench/batched", context=sub_ctx)
@@ -129,6 +147,80 @@ def batched_run(
         "emails": stored,
         "server_cpu_ms_per_msg": 1000 * server_cpu / max(1, len(seen)),
     }
+
+
+MEMBER = """
+import sys, emailmw
+with emailmw.Context(sys.argv[1]) as ctx:
+    sub = emailmw.Subscription("/bench/group", context=ctx, mode="stateless", group="bench")
+    ctx.start_receiving()
+    print("ready", flush=True)
+    while True:
+        got = emailmw.wait_for_message_with_info(sub, 5)
+        if got is not None:
+            print(got[1].sequence_number, flush=True)
+"""
+
+
+def group_run(server: MailServer, count: int, batched: bool) -> dict[str, float]:
+    """``count`` messages published as fast as one process can to a stateless group of
+    three member processes: messages processed per second, from the first publish to the
+    last processing; ``lost``."""
+    sender, group = server.fresh_account(), server.fresh_account()
+    member_config = Path(f"/tmp/emailmw-benchbatch-member-{group}.yml")
+    member_config.write_text(yaml.safe_dump({"email": server.config(group)}))
+    member_config.chmod(0o600)
+    members = [
+        subprocess.Popen([sys.executable, "-c", MEMBER, str(member_config)],
+                         stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]  # fmt: skip
+    seen: set[int] = set()
+    lock = threading.Lock()
+    done = threading.Event()
+    last = [0.0]
+
+    def read(member: subprocess.Popen[str]) -> None:
+        assert member.stdout is not None
+        for line in member.stdout:
+            if line.strip().isdigit():
+                with lock:
+                    seen.add(int(line))
+                    last[0] = time.monotonic()
+                    if len(seen) >= count:
+                        done.set()
+
+    for member in members:
+        assert member.stdout is not None
+        assert member.stdout.readline().strip() == "ready"
+        threading.Thread(target=read, args=(member,), daemon=True).start()
+    extra: dict[str, object] = {}
+    if batched:
+        extra["batch"] = {"linger-ms": 20, "max-messages": 100}
+    config = Path(f"/tmp/emailmw-benchbatch-gpub-{sender}.yml")
+    config.write_text(yaml.safe_dump({"email": server.config(sender, to=group, **extra)}))
+    config.chmod(0o600)
+    publisher = subprocess.Popen(
+        [sys.executable, "-c", PUBLISHER, str(config), "1e9", str(count / 1e9), "20",
+         "/bench/group"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert publisher.stdout is not None
+    assert publisher.stdin is not None
+    assert publisher.stdout.readline().strip() == "ready"
+    start = time.monotonic()
+    publisher.stdin.write("go\n")
+    publisher.stdin.flush()
+    done.wait(600)
+    elapsed = last[0] - start
+    publisher.stdin.close()
+    publisher.wait(60)
+    for member in members:
+        member.kill()
+    for path in (config, member_config):
+        path.unlink()
+    return {"throughput_msgs_per_s": min(len(seen), count) / elapsed,
+            "lost": count - min(len(seen), count)}  # fmt: skip
 
 
 def large_run(size_mb: int) -> dict[str, float]:
@@ -237,10 +329,13 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=None, help="default: 12x the floor")
     parser.add_argument("--linger-ms", type=float, default=20.0)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--paced-seconds", type=float, default=20.0)
+    parser.add_argument("--group-count", type=int, default=400,
+                        help="messages for the unbatched group (5x that batched)")  # fmt: skip
     parser.add_argument("--large-mb", type=int, default=50, help="0: skip the large message")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    server = MailServer(state_dir=Path("/tmp/emailmw-benchbatch"), pool_size=20)
+    server = MailServer(state_dir=Path("/tmp/emailmw-benchbatch"), pool_size=40)
     server.start(fresh=True)
     try:
         print("floor: 200 messages at 5 msg/s, then a burst of 1000 ...", flush=True)
@@ -249,17 +344,49 @@ def main() -> int:
         rate = args.rate or 12 * floor_burst["msgs_per_s"]
         print(f"batched: {rate:.0f} msg/s for {args.seconds:g} s ...", flush=True)
         batched = batched_run(server, rate, args.seconds, args.linger_ms, args.size)
+        # paced at 5 msg/s, batched and not, side by side (two rounds each, interleaved)
+        paced: dict[str, list[float]] = {"batched": [], "unbatched": []}
+        lost = batched["lost"]
+        for _ in range(2):
+            for kind, linger in (("unbatched", None), ("batched", args.linger_ms)):
+                print(f"paced {kind}: 5 msg/s for {args.paced_seconds:g} s ...", flush=True)
+                run = batched_run(server, 5.0, args.paced_seconds, linger, args.size)
+                paced[kind].append(run["batched_p50_ms"])
+                lost += run["lost"]
+        groups = {}
+        for kind, count in (("unbatched", args.group_count), ("batched", 5 * args.group_count)):
+            print(f"stateless group of 3, {kind}: {count} messages ...", flush=True)
+            groups[kind] = group_run(server, count, kind == "batched")
+            lost += groups[kind]["lost"]
     finally:
         server.stop()
-    if args.large_mb:
-        print(f"a {args.large_mb} MB message through a 10 MB server ...", flush=True)
-        batched.update(large_run(args.large_mb))
-    results = {
+    results: dict[str, float] = {
         "floor_p50_ms": floor["p50_ms"],
         "floor_throughput_msgs_per_s": floor_burst["msgs_per_s"],
         "linger_ms": args.linger_ms,
         **batched,
+        "paced_unbatched_p50_ms": statistics.median(paced["unbatched"]),
+        "paced_batched_p50_ms": statistics.median(paced["batched"]),
+        "group_throughput_msgs_per_s": groups["unbatched"]["throughput_msgs_per_s"],
+        "group_batched_throughput_msgs_per_s": groups["batched"]["throughput_msgs_per_s"],
     }
+    if args.large_mb:
+        print(f"a {args.large_mb} MB message through a 10 MB server ...", flush=True)
+        results.update(large_run(args.large_mb))
+        large_server = MailServer(state_dir=Path("/tmp/emailmw-benchsize"),
+                                  message_size_limit=10_240_000, pool_size=8)  # fmt: skip
+        large_server.start(fresh=True)
+        try:
+            for compress in (False, True):
+                print(f"its receiver's memory{' (zstd)' if compress else ''} ...", flush=True)
+                found = large_rss_run(large_server, args.large_mb, compress)
+                suffix = "_zstd" if compress else ""
+                results[f"large_receiver_baseline_mb{suffix}"] = found["receiver_baseline_mb"]
+                results[f"large_receiver_peak_rss_mb{suffix}"] = found["receiver_peak_rss_mb"]
+                results["large_message_ok"] = min(results.get("large_message_ok", 1), found["ok"])
+        finally:
+            large_server.stop()
+    results["lost"] = lost
     r = results
     rows = [
         ("floor_throughput_msgs_per_s", r["floor_throughput_msgs_per_s"], ""),
@@ -270,7 +397,13 @@ def main() -> int:
         ("batched_p50_ms", r["batched_p50_ms"],
          f"<= {r['linger_ms'] + 2 * r['floor_p50_ms']:.1f} (linger + 2x floor p50)"),
         ("batched_p99_ms", r["batched_p99_ms"], ""),
-        ("lost", r["lost"], "0"),
+        ("paced_unbatched_p50_ms", r["paced_unbatched_p50_ms"], ""),
+        ("paced_batched_p50_ms", r["paced_batched_p50_ms"],
+         f"<= {1.1 * r['paced_unbatched_p50_ms']:.1f} (1.1x unbatched, 5 msg/s)"),
+        ("group_throughput_msgs_per_s", r["group_throughput_msgs_per_s"], ""),
+        ("group_batched_throughput_msgs_per_s", r["group_batched_throughput_msgs_per_s"],
+         f">= {5 * r['group_throughput_msgs_per_s']:.0f} (5x unbatched group)"),
+        ("lost", r["lost"], "0 (every run)"),
         ("emails", r["emails"], ""),
         ("server_cpu_ms_per_msg", r["server_cpu_ms_per_msg"], ""),
     ]  # fmt: skip
@@ -280,9 +413,16 @@ def main() -> int:
             ("large_message_s", r["large_message_s"], ""),
             ("large_message_emails", r["large_message_emails"], ""),
         ]
-    print(f"{'figure':<32} {'value':>12}  target")
+        for suffix in ("", "_zstd"):
+            base = r[f"large_receiver_baseline_mb{suffix}"]
+            rows += [
+                (f"large_receiver_baseline_mb{suffix}", base, ""),
+                (f"large_receiver_peak_rss_mb{suffix}", r[f"large_receiver_peak_rss_mb{suffix}"],
+                 f"<= {base + 1.5 * args.large_mb:.0f} (baseline + 1.5x the message)"),
+            ]  # fmt: skip
+    print(f"{'figure':<40} {'value':>12}  target")
     for name, value, target in rows:
-        print(f"{name:<32} {value:>12,.2f}  {target}")
+        print(f"{name:<40} {value:>12,.2f}  {target}")
     machine = {"python": sys.version.split()[0], "platform": platform.platform()}
     if args.json:
         args.json.write_text(json.dumps({"results": results, "machine": machine}, indent=2))

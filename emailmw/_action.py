@@ -29,7 +29,7 @@ from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
 from ._exceptions import TypeMismatchError
 from ._future import Future
 from ._graph import graph_of
-from ._interfaces import ActionType, deserialize, serialize
+from ._interfaces import HEADER_MESSAGE_TYPE, ActionType, deserialize, serialize, type_name
 from ._log import get_logger
 from ._node import Executable, Node, Work
 from ._types import RequestId
@@ -192,7 +192,9 @@ class ServerGoalHandle:
         if not isinstance(feedback, kind.Feedback):
             raise TypeError(f"{kind.name} feedback expected, got {feedback!r}")
         message = kind.Impl.FeedbackMessage(goal_id=self.goal_id, feedback=feedback)
-        self._server._feedback.publish(serialize(message))
+        self._server._feedback.publish(
+            serialize(message), {HEADER_MESSAGE_TYPE: type_name(kind.Impl.FeedbackMessage)}
+        )
 
     def succeed(self) -> None:
         self._set(GoalStatus.STATUS_SUCCEEDED, (GoalStatus.STATUS_EXECUTING,
@@ -479,7 +481,10 @@ class ActionServer(Executable):
                 for k, h in self._goals.items()
                 if h.is_active or k in changed
             ]
-        self._status.publish(serialize(GoalStatusArray(status_list=statuses)))
+        self._status.publish(
+            serialize(GoalStatusArray(status_list=statuses)),
+            {HEADER_MESSAGE_TYPE: type_name(GoalStatusArray)},
+        )
 
     def destroy(self) -> None:
         self._node.remove_waitable(self)

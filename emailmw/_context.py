@@ -48,7 +48,7 @@ from ._security import SecureSender, Security
 from ._transport.base import EmailReceiver, EmailSender
 from ._transport.budget import ReceiveBudget
 from ._transport.factory import make_transport
-from ._transport.group import GroupStore
+from ._transport.group import GroupStore, Head
 from ._transport.intraprocess import IntraprocessNetwork as _Network
 from ._transport.split import SplittingSender
 from ._transport.transport import Transport
@@ -141,6 +141,7 @@ class Context(Closeable):
         self._group_store = transport.group_store
         sender, receiver = transport.sender, transport.receiver
         self._receiving = False
+        self._group_wants: tuple[Callable[[Head], bool], ...] = ()
         if self._security.transforms_outgoing:
             sender = SecureSender(sender, self._security)
         self._peers: Peers | None = None
@@ -174,6 +175,8 @@ class Context(Closeable):
             acknowledge=self.acknowledge,
             max_message_size=self.options.max_message_size,
             part_timeout=self.options.part_timeout,
+            passes=lambda route: self._router.forwards(route),  # noqa: PLW0108 - (made below)
+            others=self._claimed_by_a_group,
         )
         self._polling.register_handler(self._ack_handler)
         self._polling.register_handler(self._subscription_handler)
@@ -243,6 +246,23 @@ class Context(Closeable):
         found = recipients if recipients is not None else (*own.to, *own.cc, *own.bcc)
         wait = self.options.timeout if timeout is None else timeout
         return self._peers.accept(list(found), feature, wait=wait)
+
+    def claims(self, wants: Callable[[Head], bool], *, add: bool = True) -> None:
+        """A delivery group of this context claims the inbox mail ``wants`` says yes to
+        (``add``), or no longer does: this context's own polling thread leaves that mail to
+        the group's (which decides on it, its signature and replay check included)."""
+        with self._lock:
+            if add:
+                self._group_wants = (*self._group_wants, wants)
+            else:
+                self._group_wants = tuple(w for w in self._group_wants if w is not wants)
+
+    def _claimed_by_a_group(self, email: Email) -> bool:
+        wants = self._group_wants
+        if not wants:
+            return False
+        head = Head(email.subject, route_to=email.headers.get("Route-To", ""))
+        return any(want(head) for want in wants)
 
     @property
     def peer_observer(self) -> Handler | None:

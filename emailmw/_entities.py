@@ -421,8 +421,9 @@ class Subscription(_Entity, Waitable):
         if got is None:
             return None
         (body, info), ticket, count = got
-        if ticket.claimed and (info.delivery_count, info.redelivered) != (count, count > 1):
-            info = dataclasses.replace(info, delivery_count=count, redelivered=count > 1)
+        again = count > 1 or info.redelivered  # (a sender's resent copy is flagged too)
+        if ticket.claimed and (info.delivery_count, info.redelivered) != (count, again):
+            info = dataclasses.replace(info, delivery_count=count, redelivered=again)
         return body, info, ticket
 
 

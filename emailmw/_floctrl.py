@@ -18,6 +18,7 @@ group protocol every subscription uses.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from ._log import get_logger
 from ._payloads import Message, read_message
 from ._polling import NO_TICKET, Ticket
 from ._protocol import Route, RoutedRoute
-from ._routing import FaceEndpoint, Refused, Routed, forwarded_message_id
+from ._routing import CallbackFailed, FaceEndpoint, Refused, Routed, forwarded_message_id
 from ._types import Email
 
 __all__ = ["Message", "Node", "Subscriber", "Supernode"]
@@ -178,6 +179,8 @@ class _Participant(FaceEndpoint[_Local | _Incoming]):
             why = msg if isinstance(msg, str) else f"topic {msg.topic!r}, not {key[0]!r}"
             self._refuse(email.message_id, route.envelope, f"bad floctrl message: {why}", ticket)
             return
+        if route.info.redelivered:
+            msg = dataclasses.replace(msg, redelivered=True)
         self._delivery.put(_Local(msg, key), ticket.hold())
 
     def _deliver(self, item: _Local | _Incoming) -> bool:
@@ -200,14 +203,22 @@ class _Participant(FaceEndpoint[_Local | _Incoming]):
         self._call(subscribers, item.message)
 
     def _call(self, subscribers: tuple[SubscriberLike, ...], message: Message) -> None:
+        """Every subscriber gets the message; one that raises stops none of the others,
+        and the first failure is raised once all had it (the message was not processed: a
+        negative acknowledgement, ``docs/reliability.md``)."""
+        failed: Exception | None = None
         for subscriber in subscribers:
             receive: Callable[[Message], None] = (
                 subscriber.receive_message if hasattr(subscriber, "receive_message") else subscriber
             )
             try:
                 receive(message)
-            except Exception:  # noqa: BLE001 - one subscriber cannot stop the others
+            except Exception as exc:  # noqa: BLE001 - one subscriber cannot stop the others
                 _log.exception("%s: a subscriber of %r failed", self.path, message.topic)
+                failed = failed or exc
+        if failed is not None:
+            summary = " ".join(f"{type(failed).__name__}: {failed}".split())[:200]
+            raise CallbackFailed(summary) from failed
 
     def _steps(self, message: Message, originator: str, first: bool) -> list[Send] | str:
         raise NotImplementedError
@@ -259,6 +270,8 @@ class _Participant(FaceEndpoint[_Local | _Incoming]):
         if isinstance(steps, str) or isinstance(msg, str):
             reason = steps if isinstance(steps, str) else str(msg)
             return Refused(f"bad floctrl message: {reason}")
+        if message.info.redelivered:
+            msg = dataclasses.replace(msg, redelivered=True)
         return _Incoming(msg, steps, originator, message.message_id, message.envelope)
 
     def _closed_hook(self) -> None:

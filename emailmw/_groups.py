@@ -59,6 +59,10 @@ class GroupHost(Protocol):
     def peer_observer(self) -> Handler | None:
         """A polling handler that tells senders what this member reads (``_peers``)."""
 
+    def claims(self, wants: Wants, *, add: bool = True) -> None:
+        """This member claims what ``wants`` says yes to (``add``), or no longer does: the
+        host's own receiving leaves that mail to it."""
+
 
 class GroupConsumer:
     """A group member's own receiving: a ``GroupReceiver`` on two new connections of the
@@ -129,6 +133,8 @@ class GroupConsumer:
             drop_duplicates=False,
         )
         self._polling.register_handler(handler)
+        self._host, self._wants = host, wants
+        host.claims(wants)
         observer = host.peer_observer
         if observer is not None:
             self._polling.register_handler(observer)
@@ -139,5 +145,6 @@ class GroupConsumer:
         return self.receiver.member
 
     def close(self, timeout: float = 5.0) -> None:
+        self._host.claims(self._wants, add=False)
         self._polling.stop(timeout)
         self.receiver.close()

@@ -39,6 +39,7 @@ from ._exceptions import (
 )
 from ._future import Future
 from ._graph import Graph, announcer_of, graph_of
+from ._groups import GroupSettings
 from ._interfaces import (
     HEADER_MESSAGE_TYPE,
     ServiceType,
@@ -221,6 +222,7 @@ class NodeSubscription(Executable, Generic[T]):
         mode: str = "topic",
         group: str | None = None,
         callback_group: CallbackGroup | None = None,
+        group_settings: GroupSettings | None = None,
     ) -> None:
         self.msg_type = msg_type
         self.topic = topic
@@ -238,8 +240,9 @@ class NodeSubscription(Executable, Generic[T]):
         self._type_name = type_name(msg_type)
         self._delivery: Delivery[tuple[str, Ticket]] = Delivery(qos, time.time_ns())
         self._core = Subscription(
-            topic, qos.queue_depth, context=node.context, mode=mode, group=group
-        )
+            topic, qos.queue_depth, context=node.context, mode=mode, group=group,
+            group_settings=group_settings,
+        )  # fmt: skip
         if qos.durability is DurabilityPolicy.TRANSIENT_LOCAL:
             self._replay_history(node.context)
 
@@ -1020,12 +1023,15 @@ class Node:
         raw: bool = False,
         mode: str = "topic",
         group: str | None = None,
+        group_settings: GroupSettings | None = None,
     ) -> NodeSubscription[T]:
         """A subscription whose ``callback`` (the message, or the message and its
         :class:`~emailmw.MessageInfo`) runs in the executor. ``qos_profile``: a
         :class:`~emailmw.qos.QoSProfile`, or a keep-last depth. ``mode``/``group``: a
         delivery mode (``docs/delivery-modes.md``); with ``stateful`` or ``stateless`` a
-        message is acknowledged once its callback returned."""
+        message is acknowledged once its callback returned, and one whose callback raised
+        is offered again, up to ``group_settings.max_deliveries`` (default 5), then
+        quarantined."""
         del qos_overriding_options
         if raw:
             raise ValueError("raw subscriptions are not supported: messages are typed YAML")
@@ -1043,6 +1049,7 @@ class Node:
             mode,
             group,
             callback_group,
+            group_settings,
         )
         return self._add(self.subscriptions, subscription)
 

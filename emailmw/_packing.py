@@ -290,6 +290,18 @@ class Reassembly(Generic[T]):
         del self._waiting[key]
         return "complete", [held[number] for number in range(1, total + 1)]
 
+    def held(self, part: PartOf, origin: str) -> T | None:
+        """The item held for ``part`` (of ``origin``'s message), if any."""
+        found = self._waiting.get((part.message_id, origin))
+        return None if found is None else found[2].get(part.number)
+
+    def replace(self, part: PartOf, origin: str, item: T) -> None:
+        """Hold ``item`` for ``part`` instead of what was (a copy whose claim was lost:
+        the part came again, to this receiver)."""
+        found = self._waiting.get((part.message_id, origin))
+        if found is not None:
+            found[2][part.number] = item
+
     def expired(self, now: float) -> list[tuple[str, int, list[int], list[T]]]:
         """Messages given up: (Message-ID, total, the numbers that came, their items)."""
         out = []

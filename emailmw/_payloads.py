@@ -135,12 +135,16 @@ def read_stem(
 @dataclass(frozen=True, slots=True)
 class Message:
     """An immutable floctrl message: ``timestamp`` (ms since the epoch, unless a topic
-    says otherwise), ``address``, ``topic`` and ``body`` (plain strings)."""
+    says otherwise), ``address``, ``topic`` and ``body`` (plain strings). A message a
+    subscriber is handed may have reached one before (``redelivered``: a group member that
+    died held it, or its callback raised, or its sender sent it again after a crash): not
+    part of the message itself (never sent, not compared)."""
 
     timestamp: int
     address: str
     topic: str
     body: str
+    redelivered: bool = field(default=False, compare=False)
 
     def with_address(self, address: str) -> Message:
         return replace(self, address=address)

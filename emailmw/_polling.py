@@ -51,7 +51,7 @@ from ._packing import (
 )
 from ._protocol import PublishRoute, Route, Unroutable, classify
 from ._security import Security
-from ._transport.base import ClaimState, Done, EmailReceiver, IncomingEmail
+from ._transport.base import Claim, ClaimState, Done, EmailReceiver, IncomingEmail
 from ._types import Email, Headers
 from ._wire import DEFAULT_MAX_MESSAGE_SIZE
 
@@ -362,12 +362,36 @@ def _joined(email: Email, parts: list[IncomingEmail]) -> IncomingEmail:
             else:
                 part.leave()
 
+    claims = [p.claim for p in parts if p.claim is not None]
     return IncomingEmail(
         email,
         redelivered=any(p.redelivered for p in parts),
         settle=settle,
+        delivery_count=max(p.delivery_count for p in parts),
+        claim=_JoinedClaim(claims) if claims else None,
         arrival_ns=max((p.arrival_ns or 0 for p in parts), default=None) or None,
     )
+
+
+class _JoinedClaim:
+    """The fence of a message joined from parts a group member claimed: it passes when
+    every part's does (each part's delivery recorded in the store), its delivery count the
+    highest of theirs."""
+
+    __slots__ = ("_claims",)
+
+    def __init__(self, claims: list[Claim]) -> None:
+        self._claims = claims
+
+    def state(self) -> ClaimState:
+        states = {claim.state() for claim in self._claims}
+        return "lost" if "lost" in states else "wait" if "wait" in states else "ready"
+
+    def deliver(self) -> int | None:
+        counts = [claim.deliver() for claim in self._claims]
+        if any(count is None for count in counts):
+            return None
+        return max(count for count in counts if count is not None)
 
 
 class PollingManager:
@@ -385,12 +409,19 @@ class PollingManager:
         drop_duplicates: bool = True,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         part_timeout: float = 600.0,
+        passes: Callable[[Route], bool] | None = None,
+        others: Callable[[Email], bool] | None = None,
     ) -> None:
         self._receiver = receiver
         self._max_size = max_message_size
         #: messages sent as parts, waiting for the rest (``_packing``)
         self._reassembly: Reassembly[tuple[Email, Route, IncomingEmail]] = Reassembly(part_timeout)
         self._part_files = PartFiles()
+        # routes whose parts are not joined here (a relay forwards them as they came)
+        self._passes = passes
+        # mail another consumer of this context claims (its delivery groups'): left alone
+        # here, before any decision (the group's own polling thread decides on it)
+        self._others = others
         self._told_missing: set[str] = set()
         self._drop_duplicates = drop_duplicates
         self._security = security
@@ -500,6 +531,9 @@ class PollingManager:
             _log.exception("classifying email %s failed (a bug in emailmw)", email.message_id)
             incoming.quarantine()
             return
+        if self._others is not None and not isinstance(route, Unroutable) and self._others(email):
+            incoming.leave()
+            return
         if isinstance(route, Unroutable):
             if route.malformed or incoming.in_batch:  # (a batch carries emailmw's only)
                 _log.warning(
@@ -589,6 +623,8 @@ class PollingManager:
             _log.warning("malformed part %s not delivered: %s", email.message_id, exc)
             incoming.quarantine()
             return None
+        if part is not None and self._passes is not None and self._passes(route):
+            return email, route, incoming  # (relayed on as it came: joined where it goes)
         if part is not None:
             info = getattr(route, "info", None)
             origin = getattr(info, "identity", None) or email.from_
@@ -597,8 +633,17 @@ class PollingManager:
                 part, origin, (stripped, route, incoming), time.monotonic()
             )
             if verdict == "duplicate":
-                incoming.ack()
-                return None
+                stale = self._reassembly.held(part, origin)
+                claim = None if stale is None else stale[2].claim
+                if claim is None or claim.state() != "lost":
+                    incoming.ack()  # a copy of a part held already
+                    return None
+                # the part came again (a group member gave it back, or another took it
+                # over, and it is this member's again): the new copy replaces the lost one
+                assert stale is not None
+                stale[2].withdraw()
+                self._reassembly.replace(part, origin, (stripped, route, incoming))
+                verdict = "held"
             if verdict == "refused":
                 _log.warning(
                     "part %s says %d parts, others of %s said otherwise: not delivered",

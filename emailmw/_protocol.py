@@ -312,6 +312,12 @@ def outside_domains(addresses: tuple[str, ...], allowed: frozenset[str] | None) 
     return [a for a in addresses if address_domain(a) not in allowed]
 
 
+#: set (unsigned, on the way) on an email a sender sends again not knowing whether the server
+#: took it before (its spool, after a crash): a receiver flags it ``redelivered``, so that a
+#: second copy is never a silent repeat
+HEADER_RESENT: Final = "Emailmw-Resent"
+
+
 def classify(
     email: Email, received_timestamp: int, *, redelivered: bool = False, delivery_count: int = 1
 ) -> Route:
@@ -324,6 +330,8 @@ def classify(
     answer it.
     """
     metadata = read_metadata(email.headers)
+    if email.headers.item(HEADER_RESENT) is not None:
+        redelivered = True  # a copy its sender may have sent before (a spool after a crash)
     if isinstance(metadata, Unroutable):
         if not metadata.malformed and email.headers.item("route-to") is not None:
             return _routed(email, received_timestamp, redelivered)

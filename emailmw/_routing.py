@@ -65,6 +65,9 @@ _log = get_logger("routing")
 W = TypeVar("W")
 #: what a relay carries over: the originator's signature, the relays so far
 _CUSTODY: Final = frozenset({ORIGIN_HEADER.lower(), VIA_HEADER.lower()})
+#: what a relayed part of a message keeps (a relay passes parts on as they came: the hub
+#: they are for joins them, each verified on its own)
+_CARRIED: Final = frozenset({"part", "part-of", "body-encoding"})
 #: distinct drop reasons a router counts one by one (the rest as "other reasons")
 _DISTINCT_REASONS: Final = 100
 
@@ -155,6 +158,11 @@ class Router:
 
     def unregister(self, face: str, name: str, target: str, sink: RoutedSink) -> None:
         self._sinks.remove((face, name, target), sink)
+
+    def forwards(self, route: Route) -> bool:
+        """Whether routed mail on ``route`` goes on to another hub (its parts then pass
+        through this hub as they came, not joined)."""
+        return isinstance(route, RoutedRoute) and isinstance(self._decide(route.envelope), Forward)
 
     def _decide(self, envelope: Envelope) -> Deliver | Forward | Drop:
         routes = self._routes
@@ -268,7 +276,7 @@ class Router:
             from_=hop.outlet.from_,
             timestamp_ns=route.info.source_timestamp,
         ).with_message_id(forwarded_message_id(email.message_id, envelope))
-        custody = [(k, v) for k, v in email.headers.items() if k.lower() in _CUSTODY]
+        custody = [(k, v) for k, v in email.headers.items() if k.lower() in _CUSTODY | _CARRIED]
         if custody:  # the originator's signature and the relays so far go on with it
             copy = copy.replace(headers=[*copy.headers.items(), *custody])
         try:
@@ -307,12 +315,18 @@ def parse_address(text: str | Address) -> Address:
     return found
 
 
+class CallbackFailed(Exception):
+    """A face's callback failed, and the face logged it already: the item was not
+    processed (its one-line summary is the message)."""
+
+
 class DeliveryThread:
     """One thread that runs a face's callbacks one at a time, in arrival order, off the
     polling thread (Stem: "delivered only after the current callback is finished").
     Each item carries its ticket, released once its callback returned (or raised: the
-    callback's exception is logged, never kills the thread); a callback that returns
-    False could not use the item, whose email is then left where it is. An item a group
+    callback's exception is logged, never kills the thread, and is a negative
+    acknowledgement: ``Ticket.nack``); a callback that returns False could not use the
+    item, whose email is then left where it is. An item a group
     member claimed passes its claim's fence first (``docs/delivery-modes.md``): one whose
     claim is lost is dropped unsettled, and while the member must confirm its claims the
     thread waits (:meth:`notify` wakes it). ``close`` stops it after the queued items;
@@ -359,8 +373,11 @@ class DeliveryThread:
             try:
                 if self._run(item) is False:
                     ticket.leave_alone()
-            except Exception:  # noqa: BLE001 - a callback must never kill the thread
+            except CallbackFailed as exc:  # (said already, by the face)
+                ticket.nack(str(exc))
+            except Exception as exc:  # noqa: BLE001 - a callback must never kill the thread
                 _log.exception("%s: a callback failed", self._thread.name)
+                ticket.nack(" ".join(f"{type(exc).__name__}: {exc}".split())[:200])
             finally:
                 ticket.release()
 

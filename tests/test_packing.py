@@ -266,6 +266,7 @@ def test_server_guarantee_returns_when_the_batch_is_accepted(
     closing: Callable[[Outbox], Outbox],
 ) -> None:
     submitter = Recording()
+    submitter.gate.clear()  # the first email in flight while the others are sent
     outbox = closing(_outbox(submitter, batch={"linger-ms": 300, "max-messages": 10}))
     done: list[float] = []
     started = time.monotonic()
@@ -275,8 +276,14 @@ def test_server_guarantee_returns_when_the_batch_is_accepted(
         done.append(time.monotonic() - started)
 
     threads = [threading.Thread(target=send, args=(n,)) for n in range(4)]
-    for thread in threads:
+    threads[0].start()
+    assert submitter.entered.wait(5)
+    for thread in threads[1:]:
         thread.start()
+    deadline = time.monotonic() + 5
+    while len(outbox._queue) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    submitter.gate.set()
     for thread in threads:
         thread.join(10)
     assert len(done) == 4
@@ -482,3 +489,43 @@ def test_the_polling_thread_delivers_a_message_once_every_part_is_there() -> Non
     polling._give_up_parts(time.monotonic() + 60)
     assert left == ["leave"]
     assert len(got) == 1
+
+
+class _Fence:
+    """A claim whose state the test sets (``emailmw._transport.base.Claim``)."""
+
+    def __init__(self, state: str = "ready") -> None:
+        self.now = state
+
+    def state(self) -> str:
+        return self.now
+
+    def deliver(self) -> int | None:
+        return 1 if self.now == "ready" else None
+
+
+def test_a_part_that_comes_again_replaces_its_lost_copy() -> None:
+    """A group member gave a part back (its claim lost here) and it came again: the new
+    copy takes the part's place and the message is delivered (was: the new copy was
+    acknowledged as a duplicate, the lost one withdrawn at the end: the message lost)."""
+    polling = PollingManager(_Nothing(), part_timeout=30, drop_duplicates=False)  # (a group's)
+    got: list[str] = []
+    polling.register_handler(lambda email_, route, ticket: got.append(email_.body))
+    recipients = Recipients("me@example.test", ("you@example.test",))
+    message = publish_email(
+        "/big", "0123456789" * 3, recipients=recipients, gid=Gid(3), sequence_number=7,
+        timestamp_ns=10**18,
+    ).with_message_id("<r@x>")  # fmt: skip
+    first, second, third = split_email(message, 12)
+    outcomes: list[str] = []
+    lost = _Fence()
+    polling.dispatch(IncomingEmail(first, settle=lambda o, t: outcomes.append(o), claim=lost))
+    polling.dispatch(IncomingEmail(second, settle=lambda o, t: outcomes.append(o),
+                                   claim=_Fence()))  # fmt: skip
+    lost.now = "lost"  # given back: another copy of it comes
+    polling.dispatch(IncomingEmail(first, settle=lambda o, t: outcomes.append(o),
+                                   claim=_Fence()))  # fmt: skip
+    assert outcomes == []  # not taken for a duplicate and acknowledged
+    polling.dispatch(IncomingEmail(third, settle=lambda o, t: outcomes.append(o),
+                                   claim=_Fence()))  # fmt: skip
+    assert got == ["0123456789" * 3]

@@ -26,16 +26,16 @@ from typing import Any, Final
 import yaml
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 
+from .._carried import unpack
 from .._context import Context
 from .._entities import Publisher, Subscription
-from .._exceptions import ConfigError, EmailMWError, MalformedEmailError
+from .._exceptions import ConfigError, EmailMWError
 from .._graph import GRAPH_TOPIC, graph_of
 from .._interfaces import HEADER_MESSAGE_TYPE, from_data, get_interface, serialize, to_data
 from .._log import get_logger
 from .._packing import (
     BODY_ENCODING_HEADER,
     Reassembly,
-    batch_parts,
     decompress_body,
     join_parts,
     part_of,
@@ -44,7 +44,6 @@ from .._pipeline.landing import unit_emails
 from .._protocol import PublishRoute, classify
 from .._types import Email, MessageInfo
 from .._waitable import wait_any
-from .._wire import parse
 from .convert import BagTypes
 
 __all__ = ["BagInfo", "BagWriter", "bag_info", "export", "play", "read_bag", "record"]
@@ -518,25 +517,24 @@ def encode_chunk(chunk: dict[str, Any], include_internal: bool) -> Chunk:
     left = 0
     unreadable: list[Any] = []
     for _, _, delivered_ns, stored in unit_emails(chunk, unreadable):
-        try:
-            raws = batch_parts(stored) or [stored]
-        except MalformedEmailError:
-            left += 1
-            continue
-        for raw in raws:
+        # what the email carries, through the one stage every consumer of mail reads
+        for item in unpack(stored, max_size=1 << 31):
+            email = item.email
+            if email is None:
+                left += 1
+                continue
             try:
-                email = parse(raw)
                 if part_of(email) is not None:
                     parts.append((email, delivered_ns))
                     continue
             except Exception:  # noqa: BLE001 - no stored email stops the export
                 left += 1
                 continue
-            item = _encoded_message(types, email, delivered_ns, include_internal)
-            if item is None:
+            found = _encoded_message(types, email, delivered_ns, include_internal)
+            if found is None:
                 left += 1
             else:
-                encoded.append(item)
+                encoded.append(found)
     return encoded, parts, left + len(unreadable)
 
 

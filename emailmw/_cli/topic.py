@@ -11,6 +11,7 @@ newest ``--qos-depth`` messages of the mailbox first); ``--count`` makes ``hz``/
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import statistics
 import sys
@@ -333,57 +334,93 @@ def _data(body: str, message_type: str | None) -> Any:
     return loaded if isinstance(loaded, dict | list) else body.rstrip("\n")
 
 
+class RateWindow:
+    """The last ``size`` messages of a topic, by when they were **sent** (their
+    Source-Timestamp), not when they arrived: mail arrives in bursts (a batch email brings
+    many at once, a server delivers in parallel), so arrival times say how the mail
+    travelled, not how often the topic is published. Kept in send order. Pure."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(2, size)
+        self.stamps: list[float] = []  # seconds, sorted
+        self.sizes: list[int] = []  # in the same order
+        self.delays: list[float] = []  # arrival - send, seconds (arrival order)
+
+    def add(self, sent_s: float, size: int, delay_s: float) -> None:
+        at = bisect.bisect_right(self.stamps, sent_s)
+        self.stamps.insert(at, sent_s)
+        self.sizes.insert(at, size)
+        self.delays.append(delay_s)
+        del self.stamps[: -self.size], self.sizes[: -self.size], self.delays[: -self.size]
+
+    def gaps(self) -> list[float]:
+        return [b - a for a, b in itertools.pairwise(self.stamps)]
+
+    def span(self) -> float:
+        return self.stamps[-1] - self.stamps[0] if len(self.stamps) > 1 else 0.0
+
+
 def _rate(context: Context, args: argparse.Namespace, say: Any) -> int:
+    """Read the topic and print ``say(window)`` once a second (as ros2 does), the first
+    time once the window holds two messages."""
     topic = resolve(args.name)
     sub = Subscription(topic, context=context)
     _warn_if_unpublished(context, topic)
-    stamps: list[float] = []
-    sizes: list[int] = []
-    delays: list[float] = []
+    window = RateWindow(args.window)
     received = 0
+    said = 0.0
     while not args.count or received < args.count:
-        got = wait_for_message_with_info(sub, -1)
-        if got is None:
+        got = wait_for_message_with_info(sub, 1.0)
+        if got is not None:
+            received += 1
+            info = got[1]
+            window.add(info.source_timestamp / 1e9, len(got[0].encode()),
+                       (time.time_ns() - info.source_timestamp) / 1e9)  # fmt: skip
+        if time.monotonic() - said < 1.0 and not (args.count and received >= args.count):
             continue
-        received += 1
-        stamps = [*stamps[-args.window :], time.monotonic()]
-        sizes = [*sizes[-args.window :], len(got[0].encode())]
-        delays = [*delays[-args.window :], (time.time_ns() - got[1].source_timestamp) / 1e9]
-        line = say(stamps, sizes, delays)
+        line = say(window)
         if line:
             print(line, flush=True)
+            said = time.monotonic()
     return 0
 
 
 @with_account
 def hz(context: Context, args: argparse.Namespace) -> int:
-    def say(stamps: list[float], _: list[int], __: list[float]) -> str:
-        if len(stamps) < 2:
-            return ""
-        gaps = [b - a for a, b in itertools.pairwise(stamps)]
-        return (
-            f"average rate: {1 / statistics.mean(gaps):.3f}\n"
-            f"\tmin: {min(gaps):.3f}s max: {max(gaps):.3f}s "
-            f"std dev: {statistics.pstdev(gaps):.5f}s window: {len(stamps)}"
-        )
+    return _rate(context, args, hz_line)
 
-    return _rate(context, args, say)
+
+def hz_line(window: RateWindow) -> str:
+    """What ``topic hz`` says of ``window`` ('' before two messages)."""
+    gaps = window.gaps()
+    if not gaps or window.span() <= 0:
+        return ""
+    return (
+        f"average rate: {(len(gaps)) / window.span():.3f}\n"
+        f"\tmin: {min(gaps):.3f}s max: {max(gaps):.3f}s "
+        f"std dev: {statistics.pstdev(gaps):.5f}s window: {len(window.stamps)}"
+    )
 
 
 @with_account
 def bw(context: Context, args: argparse.Namespace) -> int:
-    def say(stamps: list[float], sizes: list[int], _: list[float]) -> str:
-        if len(stamps) < 2:
-            return ""
-        span = stamps[-1] - stamps[0]
-        return f"{sum(sizes[1:]) / span:.2f} B/s from {len(stamps)} messages"
+    return _rate(context, args, bw_line)
 
-    return _rate(context, args, say)
+
+def bw_line(window: RateWindow) -> str:
+    """What ``topic bw`` says of ``window`` ('' before two messages)."""
+    span = window.span()
+    if span <= 0:
+        return ""
+    return f"{sum(window.sizes[1:]) / span:.2f} B/s from {len(window.stamps)} messages"
 
 
 @with_account
 def delay(context: Context, args: argparse.Namespace) -> int:
-    def say(_: list[float], __: list[int], delays: list[float]) -> str:
+    def say(window: RateWindow) -> str:
+        delays = window.delays
+        if not delays:
+            return ""
         return (
             f"average delay: {statistics.mean(delays):.3f}\n"
             f"\tmin: {min(delays):.3f}s max: {max(delays):.3f}s "

@@ -107,7 +107,8 @@ FROM (
     CASE WHEN packed LIKE 'batch 1/%' THEN 'batch_first' WHEN packed LIKE 'batch %'
       THEN 'batch' WHEN packed LIKE 'parts %' THEN 'split' END AS packing,
     mailbox, count(1) AS n,
-    coalesce(sum(CAST(regexp_extract(packed, '^parts ([0-9]+)/', 1) AS INT)), 0) AS parts
+    coalesce(sum(CAST(nullif(regexp_extract(packed, '^parts ([0-9]+)/', 1), '') AS INT)), 0)
+      AS parts
   FROM {messages} GROUP BY ALL
   UNION ALL
   SELECT status, reason, CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS STRING),

@@ -252,8 +252,8 @@ FROM (
     max_by(security, CASE security WHEN 'invalid' THEN 5 WHEN 'untrusted' THEN 4
       WHEN 'unsigned' THEN 3 WHEN 'signed' THEN 2 ELSE 1 END) AS security,
     count(1) AS parts,
-    max(CAST(regexp_extract(packed, '/([0-9]+)$', 1) AS INT)) AS total,
-    min_by(key, CAST(regexp_extract(packed, ' ([0-9]+)/', 1) AS INT)) AS key,
+    max(CAST(nullif(regexp_extract(packed, '/([0-9]+)$', 1), '') AS INT)) AS total,
+    min_by(key, CAST(nullif(regexp_extract(packed, ' ([0-9]+)/', 1), '') AS INT)) AS key,
     min(offset) AS offset
   FROM {rows} WHERE part_of IS NOT NULL
   GROUP BY part_of, mailbox, source)

@@ -91,7 +91,7 @@ _ALWAYS: Final = frozenset(ALWAYS_SIGNED)
 #: what servers add or rewrite on the way; never signed as an application header
 TRANSIT_HEADERS: Final = frozenset(
     {"received", "return-path", "delivered-to", "x-original-to", "to", "cc", "bcc", "sender",
-     _SIGNATURE_LOWER}
+     "emailmw-resent", _SIGNATURE_LOWER}
 )  # fmt: skip
 _MAGIC: Final = b"emailmw-signature/1"
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import fcntl
 import itertools
 import json
@@ -52,6 +53,7 @@ from .._exceptions import (
 )
 from .._log import get_logger
 from .._packing import build_batch
+from .._protocol import HEADER_RESENT
 from .._types import Email
 from .._wire import build, envelope_recipients, new_message_id, prepare_outgoing
 from .base import EmailSender, FailureCallback
@@ -192,6 +194,7 @@ class _Item:
     batch: BatchPolicy = NO_BATCH
     queued_at: float = 0.0
     idle: bool = False  # queued while the outbox had nothing in hand or queued
+    email_limit: int = 10_000_000  # the largest email the server takes (a batch's too)
     done: threading.Event = field(default_factory=threading.Event)
     error: TransportError | None = None
     cancelled: bool = False
@@ -210,7 +213,7 @@ class _Item:
             and mine.recipients == theirs.recipients
             and _batch_key(self.email) == _batch_key(head.email)
             and count < head.batch.max_messages
-            and size + len(mine.raw) <= head.batch.max_bytes
+            and size + len(mine.raw) <= min(head.batch.max_bytes, head.email_limit)
         )
 
     def same_stream(self, head: _Item) -> bool:
@@ -337,6 +340,9 @@ class Outbox(EmailSender):
         return parseaddr(email.from_)[1] or self.address
 
     def _enqueue(self, item: _Item) -> None:
+        item.email_limit = (
+            self._options.max_email_bytes or self._submitter.size_limit or item.email_limit
+        ) - 65536  # (room for the batch email's own header and delimiters)
         with self._cond:
             if self._closed:
                 raise ClosedError(f"{self!r} is closed")
@@ -540,6 +546,11 @@ class Outbox(EmailSender):
                 _log.error("spool file %s unreadable (%s): moved to failed/", item.path, exc)
                 self._spool.refused(item.path)
                 return
+            # a process that died may have had it accepted already: a second copy is
+            # marked, so that its receiver flags it redelivered (never a silent repeat)
+            envelope = dataclasses.replace(
+                envelope, raw=f"{HEADER_RESENT}: spool\r\n".encode() + envelope.raw
+            )
         error = self._attempts(
             envelope,
             deadline=item.deadline,

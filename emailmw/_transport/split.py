@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .._config import BatchPolicy, Options
+from .._config import NO_BATCH, BatchPolicy, Options
 from .._exceptions import MessageTooLargeError
 from .._packing import split_email
 from .._types import Email
@@ -96,7 +96,9 @@ class SplittingSender(EmailSender):
         if email.message_id is None:
             email = email.with_message_id(new_message_id(self.address))
         for part in split_email(email, chunk):
-            self._inner.send(part, guarantee=guarantee, on_failure=on_failure, batch=batch)
+            # (never batched: a part fills an email, and a reader that claims mail, a group
+            # member, claims each part of one message itself, to join them)
+            self._inner.send(part, guarantee=guarantee, on_failure=on_failure, batch=NO_BATCH)
 
     def flush(self, timeout: float | None = None) -> bool:
         return self._inner.flush(timeout)

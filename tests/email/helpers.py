@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +73,17 @@ class Peer:
     """A ``tests.email.peer`` process; its stdout lines are collected as they come."""
 
     def __init__(
-        self, role: str, config: Path, name: str, *options: str, env: dict[str, str] | None = None
+        self,
+        role: str,
+        config: Path,
+        name: str,
+        *options: str,
+        env: dict[str, str] | None = None,
+        module: str = "tests.email.peer",
     ) -> None:
+        named = [name] if name else []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.email.peer", role, str(config), name, *options],
+            [sys.executable, "-m", module, role, str(config), *named, *options],
             cwd=ROOT,
             env=None if env is None else {**os.environ, **env},
             stdin=subprocess.PIPE,
@@ -91,10 +99,17 @@ class Peer:
         threading.Thread(
             target=lambda: [self.lines(x.rstrip("\n")) for x in out], daemon=True
         ).start()
-        threading.Thread(target=lambda: self.stderr.extend(err), daemon=True).start()
+        self._err_reader = threading.Thread(target=lambda: self.stderr.extend(err), daemon=True)
+        self._err_reader.start()
 
     def wait_ready(self, timeout: float = 30) -> None:
-        ok = self.lines.wait_for(lambda lines: "ready" in lines, timeout)
+        deadline = time.monotonic() + timeout
+        ok = False
+        while not ok and time.monotonic() < deadline:
+            ok = self.lines.wait_for(lambda lines: "ready" in lines, 0.2)
+            if not ok and self.process.poll() is not None:  # it died: say why, now
+                self._err_reader.join(5)  # (its stderr read to the end)
+                break
         assert ok, f"peer not ready: {''.join(self.stderr)[-2000:]}"
 
     def messages(self, count: int, timeout: float = 60) -> list[dict[str, Any]]:

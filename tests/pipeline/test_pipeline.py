@@ -740,7 +740,8 @@ def test_batches_and_parts_are_one_row_a_message_and_counted(
         timestamp_ns=1_800_000_000 * 10**9, subjects=["/packed"],
     )  # fmt: skip
     whole = message(12, "y" * 30)
-    parts = [build(p) for p in split_email(whole, 16)]
+    delivered = b"Received: by mx; Fri, 15 Jan 2027 08:00:00 +0000\r\n"
+    parts = [delivered + build(p) for p in split_email(whole, 16)]
     assert len(parts) == 2
     root = tmp_path / "Maildir"
     for sub in ("cur", "new", "tmp"):

@@ -198,8 +198,8 @@ class ImapGroupStore(GroupStore):
             found = uid_fetch(
                 client,
                 uid_set(list(uids)),
-                "(UID RFC822.SIZE BODY.PEEK[HEADER.FIELDS "
-                "(SUBJECT SOURCE-TIMESTAMP ROUTE-TO BATCH-COUNT)])",
+                "(UID RFC822.SIZE FLAGS BODY.PEEK[HEADER.FIELDS "
+                "(SUBJECT SOURCE-TIMESTAMP ROUTE-TO BATCH-COUNT PART-OF)])",
                 b"BODY[HEADER",
             )
             out = {}
@@ -212,6 +212,8 @@ class ImapGroupStore(GroupStore):
                     fields.get("route-to", ""),
                     int(item.get(b"RFC822.SIZE", 0)),
                     _number(fields.get("batch-count", "0")),
+                    fields.get("part-of", "")[:998],
+                    _count(item.get(b"FLAGS", ())),
                 )
             return out
 
@@ -302,6 +304,21 @@ class ImapGroupStore(GroupStore):
             if folder not in self._folders and not client.folder_exists(folder):
                 return []  # (a removed member's: not made again by looking)
             return self._all(client, folder)
+
+        return self._run("reading claims", work)
+
+    def claimed_parts(self, member: str) -> dict[int, str]:
+        folder = self._claims(member)
+
+        def work(client: imapclient.IMAPClient) -> dict[int, str]:
+            if folder not in self._folders and not client.folder_exists(folder):
+                return {}
+            self._view(client, folder)
+            found = uid_fetch(client, "1:*", "(UID BODY.PEEK[HEADER.FIELDS (PART-OF)])",
+                              b"BODY[HEADER")  # fmt: skip
+            return {
+                uid: of[:998] for uid, item in found.items() if (of := _fields(item).get("part-of"))
+            }
 
         return self._run("reading claims", work)
 

@@ -28,6 +28,7 @@ class _Entry:
     locking: bool = False
     route_to: str = ""
     count: int = 0  # a batch email: the messages it carries
+    part_of: str = ""
 
 
 def _entry_of(raw: bytes, delivered: int = 0) -> _Entry:
@@ -42,6 +43,7 @@ def _entry_of(raw: bytes, delivered: int = 0) -> _Entry:
         delivered,
         route_to=fields.get("route-to", ""),
         count=int(count) if count.isdigit() and len(count) < 7 else 0,
+        part_of=fields.get("part-of", ""),
     )
 
 
@@ -71,6 +73,7 @@ class MemoryMailbox:
             email.subject,
             int(stamp) if stamp.isdigit() and len(stamp) < 20 else 0,
             route_to=email.headers.get("Route-To", ""),
+            part_of=email.headers.get("Part-Of", ""),
         )
         with self.lock:
             self.append("INBOX", entry)
@@ -131,7 +134,9 @@ class MemoryGroupStore(GroupStore):
         with self._box.lock:
             inbox = self._box.folders.get("INBOX", {})
             return {
-                uid: Head(e.subject, e.stamp, e.route_to, len(e.raw), e.count)
+                uid: Head(
+                    e.subject, e.stamp, e.route_to, len(e.raw), e.count, e.part_of, e.delivered
+                )
                 for uid in uids
                 if (e := inbox.get(uid)) is not None
             }
@@ -168,6 +173,11 @@ class MemoryGroupStore(GroupStore):
     def claimed(self, member: str) -> list[int]:
         with self._box.lock:
             return sorted(self._box.folders.get(self._claims(member), {}))
+
+    def claimed_parts(self, member: str) -> dict[int, str]:
+        with self._box.lock:
+            folder = self._box.folders.get(self._claims(member), {})
+            return {u: e.part_of for u, e in folder.items() if e.part_of}
 
     def holding(self, member: str) -> dict[int, Holding]:
         with self._box.lock:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import abc
 import re
 import threading
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -141,6 +142,17 @@ class Head:
     route_to: str = ""
     size: int = 0
     count: int = 0
+    part_of: str = ""  # a part of a message sent as several emails: the whole's Message-ID
+    delivered: int = 0  # how many applications got it before (offered again: DeliveryN)
+
+    def share_key(self, uid: int) -> int:
+        """What decides the member whose share it is (:func:`owner`): its UID (a message
+        offered again goes to the next member: its deliveries count in); for a part, its
+        message (every part of one message goes to one member, which joins them: in the
+        inbox and when taken over from a member that died, :func:`part_key`)."""
+        if self.part_of:
+            return part_key(self.part_of)
+        return uid + self.delivered
 
     @property
     def subjects(self) -> tuple[str, ...]:
@@ -155,6 +167,11 @@ class Head:
         subscription to it claims: a batch of other subjects too is left to their readers)."""
         found = self.subjects
         return bool(found) and all(s == subject for s in found)
+
+
+def part_key(part_of: str) -> int:
+    """The share key of every part of the message ``part_of`` names."""
+    return zlib.crc32(part_of.encode("utf-8", "replace"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,13 +297,21 @@ def plan(
     settings: GroupSettings,
     limit: int | None = None,
     weight: Mapping[int, int] | None = None,
+    keys: Mapping[int, int] | None = None,
+    whole: frozenset[int] = frozenset(),
+    dead_keys: Mapping[str, Mapping[int, int]] | None = None,
 ) -> Plan:
     """What member ``me`` claims and takes this round. ``alive``: the live members in
     order (``me`` among them); ``dead_claims``: the claims of each dead member, the dead in
     their order; ``waiting``: the unclaimed inbox messages (UID, seconds waited) in the
     order they are to be processed (stateful: by Source-Timestamp); ``held``: messages
     ``me`` holds unacknowledged; ``limit``: what it may hold at most (default ``prefetch``);
-    ``weight``: how many messages each waiting UID carries (a batch email; default 1).
+    ``weight``: how many messages each waiting UID carries (a batch email; default 1);
+    ``keys``: each waiting UID's share key (:meth:`Head.share_key`; default the UID);
+    ``whole``: UIDs never stolen from their owner (parts of a message: one member joins
+    them); ``dead_keys``: the share keys of dead members' claims that are parts (by their
+    UID in that member's folder), so that a part taken over goes where the rest of its
+    message goes.
     Claims and takes together never exceed the room left (but for one batch email that is
     larger than the room: it is claimed whole, by one member): a full member takes on
     nothing."""
@@ -314,7 +339,8 @@ def plan(
             ready.append(uid)
         return Plan(_within(ready, room, weight), take)
     for member, uids in dead_claims.items():
-        mine = [u for u in uids if owner(u, alive) == me][:room]
+        keyed = (dead_keys or {}).get(member, {})
+        mine = [u for u in uids if owner(keyed.get(u, u), alive) == me][:room]
         if mine:
             take[member] = mine
             room -= len(mine)
@@ -323,9 +349,11 @@ def plan(
         return Plan([], take)  # claims go in batches: one claim lock for several messages
     # its own share first, in order; then, with room left, others' messages that waited
     # too long, newest first (their owners claim from the oldest: fewer collisions)
-    mine = [uid for uid, _ in waiting if owner(uid, alive) == me]
+    key = (lambda uid: uid) if keys is None else (lambda uid: keys.get(uid, uid))
+    mine = [uid for uid, _ in waiting if owner(key(uid), alive) == me]
     stolen = [uid for uid, waited in reversed(waiting)
-              if owner(uid, alive) != me and waited >= settings.steal_after]  # fmt: skip
+              if owner(key(uid), alive) != me and waited >= settings.steal_after
+              and uid not in whole]  # fmt: skip
     return Plan(_within(mine + stolen, room, weight), take)
 
 
@@ -397,6 +425,11 @@ class GroupStore(abc.ABC):
     @abc.abstractmethod
     def claimed(self, member: str) -> list[int]:
         """The UIDs in ``member``'s claims folder, ascending."""
+
+    def claimed_parts(self, member: str) -> dict[int, str]:
+        """Of ``member``'s claims, the parts of messages: UID -> the whole's Message-ID
+        (``Part-Of``). A store that cannot tell says none."""
+        return {}
 
     @abc.abstractmethod
     def holding(self, member: str) -> dict[int, Holding]:

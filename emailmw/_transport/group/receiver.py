@@ -27,6 +27,8 @@ from .model import (
     Liveness,
     MemberRecord,
     check_group,
+    owner,
+    part_key,
     plan,
 )
 
@@ -61,6 +63,7 @@ class _Held:
     raws: dict[int, bytes] = field(default_factory=dict)  # handed-out parts' bytes
     thens: list[Done] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    part_of: str = ""  # a part of a message sent as several emails: the whole's Message-ID
 
     @property
     def out(self) -> int:
@@ -152,9 +155,12 @@ class GroupReceiver(EmailReceiver):
         # reach its view late): not handed out again meanwhile
         self._gone: set[tuple[str, int]] = set()
         self._seen_uid = 0
-        # inbox UID wanted -> (first seen, Source-Timestamp); a batch email's message count
+        # inbox UID wanted -> (first seen, Source-Timestamp); a batch email's message count;
+        # each one's share key; the parts of messages (never stolen: one member joins them)
         self._waiting: dict[int, tuple[float, int]] = {}
         self._weights: dict[int, int] = {}
+        self._keys: dict[int, int] = {}
+        self._parts: set[int] = set()
         self._unfetched = False  # its claims folder may hold what it has not handed out
         self._in_lapse = False
         self._unnamed_since: float | None = None  # since when the lock names no holder
@@ -388,7 +394,7 @@ class GroupReceiver(EmailReceiver):
             # a claim cannot be left where it is (it would be handed out again): what no
             # consumer could use is set aside as unusable mail is; a nack goes back
             folder = self._quarantine if item[1] in ("quarantine", "leave") else None
-            if item[1] == "nack":
+            if item[1] in ("nack", "return"):
                 folder = self._settle_store.inbox_folder
             by.setdefault((item[0][0], folder), []).append(item)
         for (member, folder), group in by.items():
@@ -514,6 +520,7 @@ class GroupReceiver(EmailReceiver):
         if refresh:
             self._membership(now, healthy)
             self._beat_if_due(store, self._store_lock)  # (the members folder selected now)
+            self._return_parts()
         if not self._joined:
             return []
         lapsed = healthy and not self._lease.valid(now)
@@ -531,10 +538,12 @@ class GroupReceiver(EmailReceiver):
                 return self._hand_out(now)
             return []
         dead_claims = {r.member: store.claimed(r.member) for r in self._dead}
+        dead_keys = self._dead_keys(store, dead_claims)
         self._read_inbox(now)
         waiting = [(u, now - t) for u, (t, _) in sorted(self._waiting.items(), key=self._order)]
         work = plan(self._mode, self.member, self._alive if healthy else [], dead_claims,
-                    waiting, held, self.settings, limit, self._weights)  # fmt: skip
+                    waiting, held, self.settings, limit, self._weights, self._keys,
+                    frozenset(self._parts), dead_keys)  # fmt: skip
         # only this member puts claims in its folder: with nothing claimed or taken now, and
         # nothing left behind, there is nothing new to hand out (no IMAP command)
         if (lapsed or work.take or work.claim) and self._under_lock(
@@ -542,6 +551,47 @@ class GroupReceiver(EmailReceiver):
         ):
             self._unfetched = True
         return self._hand_out(now) if self._unfetched or waiting_parts else []
+
+    def _dead_keys(
+        self, store: GroupStore, dead_claims: dict[str, list[int]]
+    ) -> dict[str, dict[int, int]]:
+        """The share keys of the parts among dead members' claims (stateless: a part
+        taken over goes to the member the rest of its message goes to)."""
+        if self._mode != "stateless":
+            return {}
+        found = {}
+        for member, uids in dead_claims.items():
+            if uids:
+                parts = store.claimed_parts(member)
+                found[member] = {uid: part_key(of) for uid, of in parts.items()}
+        return found
+
+    def _return_parts(self) -> None:
+        """Stateless: parts of a message this member holds and no application had yet,
+        whose message is another member's share now (the members changed), go back to the
+        inbox: that member gathers every part of it (else a message could be split across
+        members and never joined)."""
+        if self._mode != "stateless" or not self._alive or self.member not in self._alive:
+            return
+        back = []
+        with self._lock:
+            for key, held in list(self._held.items()):
+                if not held.part_of or held.given_at is not None or held.settling:
+                    continue
+                if owner(part_key(held.part_of), self._alive) == self.member:
+                    continue
+                held.settling = True
+                self._settlements.append((key, "return", None))
+                back.append(key)
+            for key in back:
+                gone = self._held.pop(key)  # (its fence says lost: withdrawn if joined here)
+                self._gone.add(key)
+                if self._budget is not None:
+                    self._budget.release(gone.size)
+        if back:
+            _log.info("group %s: %s gives %d part(s) back: their message is another "
+                      "member's share now", self.group, self.member, len(back))  # fmt: skip
+            self._nudge_settling()
 
     def _read_inbox(self, now: float) -> None:
         """Note the new inbox messages this member wants, and forget those gone."""
@@ -553,11 +603,16 @@ class GroupReceiver(EmailReceiver):
             for uid, head in store.headers(new).items():
                 if self._wants(head):
                     self._waiting[uid] = (now, head.stamp)
+                    self._keys[uid] = head.share_key(uid)
                     if head.count:
                         self._weights[uid] = head.count
+                    if head.part_of:
+                        self._parts.add(uid)
         present = set(inbox)
         self._waiting = {u: t for u, t in self._waiting.items() if u in present}
         self._weights = {u: n for u, n in self._weights.items() if u in present}
+        self._keys = {u: k for u, k in self._keys.items() if u in present}
+        self._parts &= present
 
     def _under_lock(
         self,
@@ -603,8 +658,10 @@ class GroupReceiver(EmailReceiver):
             if not self._lease.valid(self._clock()):
                 return False  # (its heartbeats stall: nothing moves until they run again)
             dead_claims = {r.member: store.claimed(r.member) for r in dead}
+            dead_keys = self._dead_keys(store, dead_claims)
             work = plan(self._mode, self.member, alive, dead_claims, waiting, held,
-                        self.settings, limit, self._weights)  # fmt: skip
+                        self.settings, limit, self._weights, self._keys,
+                        frozenset(self._parts), dead_keys)  # fmt: skip
             for member, uids in work.take.items():
                 store.take(uids, member, self.member)
                 self.counts["taken"] += len(uids)
@@ -691,7 +748,7 @@ class GroupReceiver(EmailReceiver):
                     room -= 1
         if room > 0:
             room = self._fetch_claims(store, member, now, room, due)
-        out = []
+        out: list[tuple[bool, IncomingEmail]] = []
         for key, held, item in due:
             if held.count:
                 held.raws[item.index] = item.raw
@@ -699,19 +756,20 @@ class GroupReceiver(EmailReceiver):
             if item.email is None:
                 settle("quarantine", None, item.reason)
                 continue
-            out.append(
-                IncomingEmail(
-                    item.email,
-                    redelivered=held.redelivered,
-                    delivery_count=held.delivered + 1,
-                    settle=settle,
-                    claim=_GroupClaim(self, key),
-                    in_batch=held.count > 0,
-                )
+            # (redelivered as the store's delivery count says: a claim taken over from a
+            # member that never handed it out is no repeat; the fence's count decides)
+            incoming = IncomingEmail(
+                item.email,
+                redelivered=held.delivered > 0,
+                delivery_count=held.delivered + 1,
+                settle=settle,
+                claim=_GroupClaim(self, key),
+                in_batch=held.count > 0,
             )
+            out.append((held.redelivered, incoming))
         if self._mode == "stateful":  # a batch goes out in send order, the taken ones first
-            out.sort(key=lambda item: (not item.redelivered, _stamp(item.email)))
-        return out
+            out.sort(key=lambda pair: (not pair[0], _stamp(pair[1].email)))
+        return [incoming for _, incoming in out]
 
     def _fetch_claims(
         self,
@@ -756,6 +814,9 @@ class GroupReceiver(EmailReceiver):
                 item.size, item.delivered, now, redelivered=item.taken or item.delivered > 0,
                 count=len(carried) if batch else 0, open=len(carried),
             )  # fmt: skip
+            first = carried[0].email
+            if not batch and first is not None:
+                held.part_of = first.headers.get("Part-Of", "")
             with self._lock:
                 self._held[key] = held
                 held.waiting.extend(carried)

@@ -1,0 +1,92 @@
+"""Peers that say what they read (``_peers``): the pure table and the decision, without a
+mail server (``tests/email/test_batching.py`` and ``test_interop_server.py`` have them over
+the real one)."""
+
+from __future__ import annotations
+
+from emailmw._peers import PeerTable, ReaderRecord, read_record, record_body
+from emailmw._protocol import Recipients, classify, publish_email
+from emailmw._transport.group.model import GroupSettings, Head, plan
+from emailmw._types import Gid
+
+NS = 10**9
+
+
+def _reader(reader: str, account: str, accepts: set[str], at_s: float) -> ReaderRecord:
+    return ReaderRecord("reader", reader, account, frozenset(accepts), 60.0, int(at_s * NS))
+
+
+def test_an_account_batches_only_when_every_reader_said_it_reads_batches() -> None:
+    table = PeerTable()
+    assert table.missing(["bob@x"], "batch", 0) == ["bob@x"]  # nobody said anything: a C++ peer
+    table.add(_reader("1", "bob@x", {"batch", "parts"}, 10))
+    assert table.missing(["Bob <BOB@x>"], "batch", 20 * NS) == []
+    assert table.missing(["bob@x"], "zstd", 20 * NS) == ["bob@x"]
+    table.add(_reader("2", "bob@x", {"parts"}, 11))  # a second reader that does not batch
+    assert table.missing(["bob@x"], "batch", 20 * NS) == ["bob@x"]
+    assert table.missing(["bob@x", "carol@x"], "parts", 20 * NS) == ["carol@x"]
+
+
+def test_a_record_stands_for_three_periods_and_is_asked_again_after_one() -> None:
+    table = PeerTable()
+    table.add(_reader("1", "bob@x", {"batch"}, 0))
+    assert table.stale(["bob@x"], 30 * NS) == []
+    assert table.stale(["bob@x"], 61 * NS) == ["bob@x"]  # older than a period: ask again
+    assert table.missing(["bob@x"], "batch", 179 * NS) == []
+    assert table.missing(["bob@x"], "batch", 181 * NS) == ["bob@x"]  # expired
+    # a reader's newest record wins; an older one changes nothing
+    table.add(_reader("1", "bob@x", {"parts"}, 200))
+    assert not table.add(_reader("1", "bob@x", {"batch"}, 150))
+    assert table.missing(["bob@x"], "batch", 201 * NS) == ["bob@x"]
+
+
+def test_a_record_reads_back_and_other_graph_mail_is_none() -> None:
+    body = record_body("reader", "7", "Bob <bob@x>", ["zstd", "batch", "bogus"], 30.0)
+    email = publish_email(
+        "/_emailmw/graph", body, recipients=Recipients("bob@x", ("alice@x",)), gid=Gid(7),
+        sequence_number=0, timestamp_ns=5 * NS,
+        headers={"Message-Type": "emailmw/msg/ReaderRecord"},
+    )  # fmt: skip
+    record = read_record(email, classify(email, 0))
+    assert record == ReaderRecord("reader", "7", "bob@x", frozenset({"zstd", "batch"}), 30.0,
+                                  5 * NS)  # fmt: skip
+    node = email.replace(body="node: /talker\n", headers={"Message-Type": "emailmw/msg/Node"})
+    assert read_record(node, classify(node, 0)) is None
+
+
+def test_every_part_of_a_message_goes_to_one_member_and_is_never_stolen() -> None:
+    """A stateless group shares single messages by UID, the parts of one message by the
+    message (one member joins them), and a message offered again goes to the next member."""
+    alive = ["m0", "m1", "m2"]
+    heads = {
+        uid: Head("/t", part_of="<big@x>" if uid < 13 else "", size=1) for uid in range(10, 16)
+    }
+    keys = {uid: head.share_key(uid) for uid, head in heads.items()}
+    parts = frozenset(uid for uid, head in heads.items() if head.part_of)
+    waiting = [(uid, 10.0) for uid in sorted(heads)]  # (waited long: others may steal)
+    settings = GroupSettings(prefetch=100)
+    claimed = {m: plan("stateless", m, alive, {}, waiting, 0, settings, None, None, keys, parts)
+               for m in alive}  # fmt: skip
+    owners = {m for m, work in claimed.items() if set(work.claim) & parts}
+    assert len(owners) == 1  # one member claims every part
+    assert all(set(work.claim) & parts in (set(), set(parts)) for work in claimed.values())
+    again = Head("/t", delivered=1).share_key(20)
+    assert again != Head("/t").share_key(20)  # offered again: another member's share
+
+
+def test_a_part_taken_over_goes_where_the_rest_of_its_message_goes() -> None:
+    """A member died holding part 1 of a message whose parts 2 and 3 wait in the inbox:
+    whoever takes part 1 over is the member that claims parts 2 and 3 (was: part 1 by its
+    UID's share, the others by the message's: a message split across members, never
+    joined)."""
+    from emailmw._transport.group.model import owner, part_key
+
+    key = part_key("<big@x>")
+    for alive in (["m0", "m1"], ["m0", "m1", "m2"]):
+        for me in alive:
+            work = plan("stateless", me, alive, {"dead": [5]}, [(12, 10.0), (13, 10.0)], 0,
+                        GroupSettings(prefetch=100), None, None, {12: key, 13: key},
+                        frozenset({12, 13}), {"dead": {5: key}})  # fmt: skip
+            mine = me == owner(key, alive)
+            assert (5 in work.take.get("dead", [])) is mine
+            assert (set(work.claim) == {12, 13}) is mine

@@ -23,7 +23,6 @@ import re
 import ssl
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -244,12 +243,10 @@ def _quarantined(server: MailServer, address: str) -> int:
 
 
 @pytest.fixture
-def world(
-    request: pytest.FixtureRequest, mailserver: MailServer, tmp_path: Path
-) -> Iterator[World]:
+def world(request: pytest.FixtureRequest, mailserver: MailServer, tmp_path: Path) -> World:
     combo = request.param
     second = request.getfixturevalue("second_mailserver") if combo["path"] == "gateway" else None
-    yield World(combo, mailserver, second or mailserver, tmp_path)
+    return World(combo, mailserver, second or mailserver, tmp_path)
 
 
 @pytest.mark.parametrize("world", combinations(), ids=_id, indirect=True)

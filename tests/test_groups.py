@@ -3,11 +3,13 @@ and the protocol rounds against the in-process store with a fake clock."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from emailmw._carried import Carried, unpack
+from emailmw._packing import split_email
 from emailmw._transport.group.memory import MemoryGroupStore, MemoryMailbox
 from emailmw._transport.group.model import (
     GroupSettings,
@@ -17,6 +19,7 @@ from emailmw._transport.group.model import (
     Plan,
     check_group,
     owner,
+    part_key,
     plan,
 )
 from emailmw._transport.group.receiver import GroupReceiver
@@ -299,3 +302,157 @@ def test_a_member_holds_no_more_than_its_room_and_takes_over_no_more_either() ->
         incoming.ack()
     got += _rounds(small, clock, 0.5)
     assert len(got) == 4  # two more once the first two were settled
+
+
+def _parts(message_id: str, count: int) -> list[Email]:
+    """A message on /t sent as ``count`` parts (``_packing.split_email``)."""
+    body = "".join(f"{n:07d}\n" for n in range(count))
+    whole = Email("/t", body, "a@x", ("g@x",), headers=Headers({"Source-Timestamp": "1"}),
+                  message_id=message_id)  # fmt: skip
+    parts = split_email(whole, 8)
+    assert len(parts) == count
+    return parts
+
+
+def test_a_plan_leaves_the_rest_of_a_message_to_the_member_joining_it() -> None:
+    """A live member holds part 1 already: parts 2 and 3 are its to claim whatever the key's
+    share is now, whatever its room; nobody else claims them; a dead holder counts not."""
+    alive = ["m0", "m1"]
+    key = part_key("<big1@x>")
+    assert owner(key, alive) == "m1"
+    waiting = [(12, 0.0), (13, 0.0)]
+    args = (S, 2, None, {12: key, 13: key}, frozenset({12, 13}), None)
+    joining = plan("stateless", "m0", alive, {}, waiting, 2, *args, {key: "m0"})
+    assert joining.claim == [12, 13]  # (full: 2 held of 2)
+    assert plan("stateless", "m1", alive, {}, waiting, 0, *args, {key: "m0"}).claim == []
+    assert plan("stateless", "m1", alive, {}, waiting, 0, *args, {key: "gone"}).claim == [12, 13]
+
+
+def test_a_member_joining_a_message_gets_its_other_parts_though_the_members_changed() -> None:
+    """Part 1 went to the only member; a second joins (the message's key is its share now);
+    then part 2 comes: the first member claims it and joins the message, its part 1 still
+    its own (was: part 1 given back to the inbox, a message that could end split across
+    members, each waiting for the other's part)."""
+    box, _ = _world()
+    clock = Clock()
+    first, second = _parts("<big1@x>", 2)
+    box.deliver(first)
+    a = _member(box, clock)
+    got = _rounds(a, clock, 0.2)
+    assert [i.email.headers["Part"] for i in got] == ["1/2"]
+    b = _member(box, clock)
+    for _ in range(40):  # each sees the other alive
+        _rounds(a, clock, 0.05)
+        _rounds(b, clock, 0.05)
+    assert a.alive == b.alive == [a.member, b.member]
+    assert owner(part_key("<big1@x>"), a.alive) == b.member
+    box.deliver(second)
+    from_b = _rounds(b, clock, 0.3)
+    from_a = _rounds(a, clock, 0.3)
+    assert from_b == []
+    assert [i.email.headers["Part"] for i in from_a] == ["2/2"]
+    assert [i.claim.state() for i in got + from_a] == ["ready", "ready"]
+
+
+def test_a_member_waiting_for_the_rest_of_a_message_is_not_hung() -> None:
+    """A part waits with the consumer for the rest of its message longer than ack-timeout:
+    the member heartbeats on and keeps it (part-timeout bounds that wait, not ack-timeout);
+    was: it stopped heartbeating as hung, and two members each holding a part the other
+    waited for both stopped, for good."""
+    box, _ = _world()
+    clock = Clock()
+    box.deliver(_parts("<big1@x>", 2)[0])
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, ack_timeout=2.0)
+    a = _member(box, clock, settings)
+    got = _rounds(a, clock, 0.2)
+    b = _member(box, clock, settings)
+    for _ in range(100):  # 5 s: past ack-timeout
+        _rounds(a, clock, 0.05)
+        _rounds(b, clock, 0.05)
+    assert a.alive == [a.member, b.member]
+    assert got[0].claim.state() == "ready"
+    assert b.counts["taken"] == 0
+
+
+def test_a_message_of_more_parts_than_the_room_is_joined() -> None:
+    """A member with room for 2 gets all 5 parts of a message (they wait on disk until
+    joined: room for one message); was: 2 handed out, the rest never, the message stuck."""
+    box, _ = _world()
+    clock = Clock()
+    for part in _parts("<big1@x>", 5):
+        box.deliver(part)
+    member = _member(box, clock, capacity=2)
+    got = _rounds(member, clock, 1.0)
+    assert sorted(i.email.headers["Part"] for i in got) == [f"{n}/5" for n in range(1, 6)]
+
+
+def test_a_hung_member_s_settling_thread_waits_instead_of_spinning() -> None:
+    """A member that stopped heartbeating (hung past ack-timeout) makes no heartbeat on its
+    settling connection either: that thread sleeps between looks (was: it found a beat
+    always due, made none, and looked again at once: a core at 100 %)."""
+    box, _ = _world("/t")
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, ack_timeout=2.0)
+    member = _member(box, clock, settings, settle_store=MemoryGroupStore(box, "g"))
+    try:
+        assert len(_rounds(member, clock, 0.2)) == 1  # handed out, never settled
+        _rounds(member, clock, 3.0)  # hung past ack-timeout
+        assert not member._healthy
+        looks = 0
+        beat_wait = member._beat_wait
+
+        def counted() -> float:
+            nonlocal looks
+            looks += 1
+            return beat_wait()
+
+        member._beat_wait = counted  # type: ignore[method-assign]
+        member._settle_due.set()
+        time.sleep(0.5)
+        assert looks < 50, f"{looks} looks in 0.5 s"
+    finally:
+        member.close()
+
+
+class _SlowStore(MemoryGroupStore):
+    """A store whose next members read takes ``stall`` seconds of the fake clock (a slow
+    server, or a process stopped in the middle of a round)."""
+
+    def __init__(self, box: MemoryMailbox, clock: Clock) -> None:
+        super().__init__(box, "g")
+        self.clock = clock
+        self.stall = 0.0
+
+    def members(self) -> list[MemberRecord]:
+        found = super().members()
+        self.clock.now += self.stall
+        self.stall = 0.0
+        return found
+
+
+def test_a_member_stalled_in_a_round_sees_a_live_member_alive() -> None:
+    """A member's read of the members takes 2 s (longer than the expiry); the other member
+    beat just before it, and not again in the 0.1 s after: it is alive (its token is dated
+    when it was read; was: dated at the round's start, so the next round saw it unchanged
+    for longer than the expiry, took the other's claims and removed it from the group)."""
+    box, _ = _world(*["/t"] * 6)
+    clock = Clock()
+    slow = _SlowStore(box, clock)
+    a = GroupReceiver(
+        slow, mode="stateless", group="g", wants=lambda head: head.carries_only("/t"),
+        unpack=_unpack, settings=GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0),
+        clock=clock,
+    )  # fmt: skip
+    b = _member(box, clock)
+    for _ in range(20):
+        _rounds(a, clock, 0.05)
+        _rounds(b, clock, 0.05)
+    assert a.alive == b.alive == [a.member, b.member]
+    _rounds(b, clock, 0.3)  # b beats
+    a._last_members = -1e9  # a reads the members at its next round: slowly
+    slow.stall = 2.0
+    a._round(clock.now)  # (2 s pass in it)
+    clock.now += 0.05
+    a._round(clock.now)
+    assert a.alive == [a.member, b.member]
+    assert b.member in {r.member for r in slow.members()}  # (not removed as dead)

@@ -332,7 +332,7 @@ class ImapGroupStore(GroupStore):
             found = uid_fetch(
                 client,
                 "1:*",
-                "(UID RFC822.SIZE FLAGS BODY.PEEK[HEADER.FIELDS (BATCH-COUNT)])",
+                "(UID RFC822.SIZE FLAGS BODY.PEEK[HEADER.FIELDS (BATCH-COUNT PART-OF)])",
                 b"RFC822.SIZE",
             )
             return {
@@ -340,9 +340,11 @@ class ImapGroupStore(GroupStore):
                     int(item.get(b"RFC822.SIZE", 0)),
                     _count(item.get(b"FLAGS", ())),
                     _TAKEN.encode() in item.get(b"FLAGS", ()),
-                    _number(_fields(item).get("batch-count", "0")),
+                    _number(fields.get("batch-count", "0")),
+                    bool(fields.get("part-of")),
                 )
                 for uid, item in found.items()
+                for fields in (_fields(item),)
             }
 
         return self._run("reading claims", work)

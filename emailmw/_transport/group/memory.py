@@ -183,7 +183,8 @@ class MemoryGroupStore(GroupStore):
         with self._box.lock:
             folder = self._box.folders.get(self._claims(member), {})
             return {
-                u: Holding(len(e.raw), e.delivered, e.taken, e.count) for u, e in folder.items()
+                u: Holding(len(e.raw), e.delivered, e.taken, e.count, bool(e.part_of))
+                for u, e in folder.items()
             }
 
     def take(self, uids: Sequence[int], dead: str, member: str) -> None:

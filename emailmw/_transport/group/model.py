@@ -178,12 +178,14 @@ def part_key(part_of: str) -> int:
 class Holding:
     """One message in a member's claims folder: its size, how many applications got it so
     far (the ``DeliveryN`` keyword, 0 for none), whether it was taken over from a member
-    that failed (``$Taken``), and for a batch email how many messages it carries."""
+    that failed (``$Taken``), for a batch email how many messages it carries, and whether
+    it is a part of a message sent as several emails."""
 
     size: int
     delivered: int = 0
     taken: bool = False
     count: int = 0  # a batch email: the messages it carries (0: one, the email itself)
+    part: bool = False
 
 
 class Liveness:
@@ -300,6 +302,7 @@ def plan(
     keys: Mapping[int, int] | None = None,
     whole: frozenset[int] = frozenset(),
     dead_keys: Mapping[str, Mapping[int, int]] | None = None,
+    joiners: Mapping[int, str] | None = None,
 ) -> Plan:
     """What member ``me`` claims and takes this round. ``alive``: the live members in
     order (``me`` among them); ``dead_claims``: the claims of each dead member, the dead in
@@ -311,7 +314,10 @@ def plan(
     ``whole``: UIDs never stolen from their owner (parts of a message: one member joins
     them); ``dead_keys``: the share keys of dead members' claims that are parts (by their
     UID in that member's folder), so that a part taken over goes where the rest of its
-    message goes.
+    message goes; ``joiners``: the share keys of messages some live member holds parts of
+    already, and that member: the rest of such a message's parts are its, whoever's share
+    the key is now (the members changed since it claimed the first: a message is never
+    split across members).
     Claims and takes together never exceed the room left (but for one batch email that is
     larger than the room: it is claimed whole, by one member): a full member takes on
     nothing."""
@@ -338,23 +344,32 @@ def plan(
                 break
             ready.append(uid)
         return Plan(_within(ready, room, weight), take)
+    joined = {k: m for k, m in (joiners or {}).items() if m in alive}
+    key = (lambda uid: uid) if keys is None else (lambda uid: keys.get(uid, uid))
+
+    def share(key: int) -> str:
+        return joined.get(key) or owner(key, alive)
+
+    # the rest of a message it joins already, whatever its room (the parts wait on disk
+    # until joined: room for one message)
+    joining = [uid for uid, _ in waiting if joined.get(key(uid)) == me]
+
     for member, uids in dead_claims.items():
         keyed = (dead_keys or {}).get(member, {})
-        mine = [u for u in uids if owner(keyed.get(u, u), alive) == me][:room]
+        mine = [u for u in uids if share(keyed.get(u, u)) == me][:room]
         if mine:
             take[member] = mine
             room -= len(mine)
     holding = held + sum(len(uids) for uids in take.values())
     if holding and room < (limit + 1) // 2:
-        return Plan([], take)  # claims go in batches: one claim lock for several messages
+        return Plan(joining, take)  # claims go in batches: one claim lock for several
     # its own share first, in order; then, with room left, others' messages that waited
     # too long, newest first (their owners claim from the oldest: fewer collisions)
-    key = (lambda uid: uid) if keys is None else (lambda uid: keys.get(uid, uid))
-    mine = [uid for uid, _ in waiting if owner(key(uid), alive) == me]
+    mine = [uid for uid, _ in waiting if share(key(uid)) == me and uid not in joining]
     stolen = [uid for uid, waited in reversed(waiting)
-              if owner(key(uid), alive) != me and waited >= settings.steal_after
+              if share(key(uid)) != me and waited >= settings.steal_after
               and uid not in whole]  # fmt: skip
-    return Plan(_within(mine + stolen, room, weight), take)
+    return Plan(joining + _within(mine + stolen, room, weight), take)
 
 
 def _within(uids: Sequence[int], room: int, weight: Mapping[int, int] | None) -> list[int]:

@@ -27,7 +27,6 @@ from .model import (
     Liveness,
     MemberRecord,
     check_group,
-    owner,
     part_key,
     plan,
 )
@@ -203,6 +202,11 @@ class GroupReceiver(EmailReceiver):
         with self._lock:
             return len(self._held)
 
+    def _joining(self) -> bool:
+        """Whether it holds parts of a message its consumer has not had whole yet (call
+        with the lock): the rest of them are claimed and fetched whatever its room."""
+        return any(h.part_of and h.given_at is None for h in self._held.values())
+
     def _messages_held(self) -> tuple[int, int]:
         """(messages held and not settled, of those with the consumer): call with the lock."""
         held = out = 0
@@ -368,8 +372,8 @@ class GroupReceiver(EmailReceiver):
 
     def _beat_wait(self) -> float:
         last = self._last_beat
-        if last is None:
-            return self.settings.heartbeat / 4
+        if last is None or not self._healthy or self._record is None:
+            return self.settings.heartbeat / 4  # (no beat due: none it could make)
         return max(0.0, last[0] + _BACKUP_BEAT * self.settings.heartbeat - self._clock())
 
     def _apply_settlements(self) -> None:
@@ -469,8 +473,11 @@ class GroupReceiver(EmailReceiver):
                 self._lease.start(started)
                 self._last_beat = (started, now)
         self._record = mine
-        self._liveness.update(records, now)
-        self._alive = self._liveness.alive(records, now)
+        # (a token is dated when it was read, never earlier: a round stalled mid-way, a
+        # process stopped, must not see a token it just read as old, its member as dead)
+        read_at = max(now, self._clock())
+        self._liveness.update(records, read_at)
+        self._alive = self._liveness.alive(records, read_at)
         self._dead = [
             r for r in sorted(records, key=lambda r: r.order)
             if r.member not in self._alive and r.member != self.member
@@ -482,8 +489,12 @@ class GroupReceiver(EmailReceiver):
         ``ack_timeout`` (the application is stuck on it, or takes nothing): the member stops
         heartbeating (the others take its claims); once it is done it joins again under a
         new name."""
-        with self._lock:
-            oldest = min((h.handed_at for h in self._held.values() if h.out), default=now)
+        with self._lock:  # (a part waiting for the rest of its message is not: part-timeout)
+            oldest = min(
+                (h.handed_at for h in self._held.values()
+                 if h.out and not (h.part_of and h.given_at is None)),
+                default=now,
+            )  # fmt: skip
         healthy = now - oldest < self.settings.ack_timeout
         if not healthy and self._healthy:
             _log.warning(
@@ -520,7 +531,6 @@ class GroupReceiver(EmailReceiver):
         if refresh:
             self._membership(now, healthy)
             self._beat_if_due(store, self._store_lock)  # (the members folder selected now)
-            self._return_parts()
         if not self._joined:
             return []
         lapsed = healthy and not self._lease.valid(now)
@@ -529,21 +539,23 @@ class GroupReceiver(EmailReceiver):
         with self._lock:
             held, out = self._messages_held()
             waiting_parts = held > out
+            joining = self._joining()
         # what it may hold: the receive budget full, no room at all (back-pressure)
         limit = self._limit if self._budget is None or self._budget.has_room() else held
         standby = self._mode == "stateful" and (not self._alive or self._alive[0] != self.member)
-        if not lapsed and not self._dead and (held >= limit or standby or not healthy):
+        full = held >= limit and not joining  # (the rest of a message it joins: claimed)
+        if not lapsed and not self._dead and (full or standby or not healthy):
             # nothing to claim or take: no IMAP command, unless claims wait for room
             if (self._unfetched or waiting_parts) and out < self._limit:
                 return self._hand_out(now)
             return []
         dead_claims = {r.member: store.claimed(r.member) for r in self._dead}
-        dead_keys = self._dead_keys(store, dead_claims)
+        dead_keys, joiners = self._part_keys(store, dead_claims)
         self._read_inbox(now)
         waiting = [(u, now - t) for u, (t, _) in sorted(self._waiting.items(), key=self._order)]
         work = plan(self._mode, self.member, self._alive if healthy else [], dead_claims,
                     waiting, held, self.settings, limit, self._weights, self._keys,
-                    frozenset(self._parts), dead_keys)  # fmt: skip
+                    frozenset(self._parts), dead_keys, joiners)  # fmt: skip
         # only this member puts claims in its folder: with nothing claimed or taken now, and
         # nothing left behind, there is nothing new to hand out (no IMAP command)
         if (lapsed or work.take or work.claim) and self._under_lock(
@@ -552,46 +564,28 @@ class GroupReceiver(EmailReceiver):
             self._unfetched = True
         return self._hand_out(now) if self._unfetched or waiting_parts else []
 
-    def _dead_keys(
-        self, store: GroupStore, dead_claims: dict[str, list[int]]
-    ) -> dict[str, dict[int, int]]:
-        """The share keys of the parts among dead members' claims (stateless: a part
-        taken over goes to the member the rest of its message goes to)."""
+    def _part_keys(
+        self, store: GroupStore, dead_claims: dict[str, list[int]], alive: Sequence[str] = ()
+    ) -> tuple[dict[str, dict[int, int]], dict[int, str]]:
+        """Stateless, for a message sent as parts: the share keys of the parts among dead
+        members' claims (a part taken over goes where the rest of its message goes), and
+        who joins each message some member holds parts of already (:func:`plan`'s
+        ``joiners``): this member for what it holds; with ``alive`` (under the claim lock,
+        parts waiting in the inbox), every live member for what its claims folder holds."""
         if self._mode != "stateless":
-            return {}
+            return {}, {}
         found = {}
         for member, uids in dead_claims.items():
             if uids:
                 parts = store.claimed_parts(member)
                 found[member] = {uid: part_key(of) for uid, of in parts.items()}
-        return found
-
-    def _return_parts(self) -> None:
-        """Stateless: parts of a message this member holds and no application had yet,
-        whose message is another member's share now (the members changed), go back to the
-        inbox: that member gathers every part of it (else a message could be split across
-        members and never joined)."""
-        if self._mode != "stateless" or not self._alive or self.member not in self._alive:
-            return
-        back = []
         with self._lock:
-            for key, held in list(self._held.items()):
-                if not held.part_of or held.given_at is not None or held.settling:
-                    continue
-                if owner(part_key(held.part_of), self._alive) == self.member:
-                    continue
-                held.settling = True
-                self._settlements.append((key, "return", None))
-                back.append(key)
-            for key in back:
-                gone = self._held.pop(key)  # (its fence says lost: withdrawn if joined here)
-                self._gone.add(key)
-                if self._budget is not None:
-                    self._budget.release(gone.size)
-        if back:
-            _log.info("group %s: %s gives %d part(s) back: their message is another "
-                      "member's share now", self.group, self.member, len(back))  # fmt: skip
-            self._nudge_settling()
+            joiners = {part_key(h.part_of): self.member for h in self._held.values() if h.part_of}
+        if self._parts:
+            for member in alive:
+                for of in store.claimed_parts(member).values():
+                    joiners.setdefault(part_key(of), member)
+        return found, joiners
 
     def _read_inbox(self, now: float) -> None:
         """Note the new inbox messages this member wants, and forget those gone."""
@@ -644,11 +638,12 @@ class GroupReceiver(EmailReceiver):
                 if lapsed and healthy:
                     self._beat(store, self._store_lock)  # one that began before the check
                 records = store.members()
-                self._liveness.update(records, now)
+                read_at = max(now, self._clock())  # (dated when read: see _membership)
+                self._liveness.update(records, read_at)
                 if not any(r.member == self.member for r in records):
                     self._last_members = -1e9  # the next round finds out and joins again
                     return False
-                alive = self._liveness.alive(records, now) if healthy else []
+                alive = self._liveness.alive(records, read_at) if healthy else []
                 dead = [r for r in sorted(records, key=lambda r: r.order)
                         if r.member not in alive and r.member != self.member]  # fmt: skip
                 self._alive, self._dead = alive, dead
@@ -658,10 +653,10 @@ class GroupReceiver(EmailReceiver):
             if not self._lease.valid(self._clock()):
                 return False  # (its heartbeats stall: nothing moves until they run again)
             dead_claims = {r.member: store.claimed(r.member) for r in dead}
-            dead_keys = self._dead_keys(store, dead_claims)
+            dead_keys, joiners = self._part_keys(store, dead_claims, alive)
             work = plan(self._mode, self.member, alive, dead_claims, waiting, held,
                         self.settings, limit, self._weights, self._keys,
-                        frozenset(self._parts), dead_keys)  # fmt: skip
+                        frozenset(self._parts), dead_keys, joiners)  # fmt: skip
             for member, uids in work.take.items():
                 store.take(uids, member, self.member)
                 self.counts["taken"] += len(uids)
@@ -710,8 +705,9 @@ class GroupReceiver(EmailReceiver):
             self._unnamed_since = None
             return
         records = store.members()  # fresh: the holder is judged on what is there now
-        self._liveness.update(records, now)
-        alive = self._liveness.alive(records, now)
+        read_at = max(now, self._clock())  # (dated when read: see _membership)
+        self._liveness.update(records, read_at)
+        alive = self._liveness.alive(records, read_at)
         holder = next((r for r in records if r.locking), None)
         first = alive[:1] == [self.member]
         if holder is not None:
@@ -746,7 +742,8 @@ class GroupReceiver(EmailReceiver):
                 while held.waiting and room > 0 and not held.settling:
                     due.append((key, held, held.waiting.popleft()))
                     room -= 1
-        if room > 0:
+            joining = self._joining()
+        if room > 0 or joining:
             room = self._fetch_claims(store, member, now, room, due)
         out: list[tuple[bool, IncomingEmail]] = []
         for key, held, item in due:
@@ -790,12 +787,13 @@ class GroupReceiver(EmailReceiver):
         chosen: list[int] = []
         need = 0
         for uid in fresh:
-            if need >= room:
-                break
+            part = listing[uid].part  # (parts wait on disk until joined: they need no room)
+            if need >= room and not part:
+                continue
             if self._budget is not None and not self._budget.reserve(listing[uid].size):
                 break
             chosen.append(uid)
-            need += max(1, listing[uid].count)
+            need += 0 if part else max(1, listing[uid].count)
         self._unfetched = len(chosen) < len(fresh)
         if not chosen:
             return room

@@ -37,9 +37,9 @@ from pipeline import make_archive
 import emailmw
 from emailmw import std_msgs
 from emailmw._bag.bag import BagWriter, export, record
+from emailmw._core.protocol import PublishRoute, classify
+from emailmw._core.wire import parse
 from emailmw._pipeline.landing import Source, list_units, unit_emails
-from emailmw._protocol import PublishRoute, classify
-from emailmw._wire import parse
 
 
 def bench_record(n: int, size: int, work: Path) -> dict[str, float]:

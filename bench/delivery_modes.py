@@ -58,7 +58,7 @@ from typing import Any
 import yaml
 
 import emailmw
-from emailmw._config import load_options
+from emailmw._core.config import load_options
 from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing.mailserver import MailServer
 

@@ -53,11 +53,11 @@ import dkim
 
 import emailmw
 from emailmw import Email, Keystore
-from emailmw._config import SecurityOptions
-from emailmw._protocol import Recipients, classify, publish_email
+from emailmw._core.config import SecurityOptions
+from emailmw._core.protocol import Recipients, classify, publish_email
+from emailmw._core.types import Gid
+from emailmw._core.wire import build, parse, prepare_outgoing
 from emailmw._security import Security, read_signature, sign, verify
-from emailmw._types import Gid
-from emailmw._wire import build, parse, prepare_outgoing
 from emailmw.testing.mailserver import MailServer
 
 RECIPIENTS = Recipients("talker@example.test", ("inbox@example.test",))

@@ -5,20 +5,8 @@ transports (``EmailSender``/``EmailReceiver``), the polling manager, the subscri
 service handlers, the :class:`Context`, the entities, and wait sets on top.
 """
 
-from ._config import NO_BATCH, BatchPolicy, Endpoint, Options, UserInfo
-from ._context import (
-    Context,
-    IntraprocessNetwork,
-    get_default_context,
-    get_rmw_implementation_identifier,
-    init,
-    ok,
-    open_transport,
-    shutdown,
-    try_shutdown,
-)
-from ._entities import Publisher, ServiceClient, ServiceServer, Subscription
-from ._exceptions import (
+from ._core.config import NO_BATCH, BatchPolicy, Endpoint, Options, UserInfo
+from ._core.errors import (
     AuthenticationError,
     ClosedError,
     ConfigError,
@@ -48,18 +36,8 @@ from ._exceptions import (
     UndecryptableError,
     UnknownRequestError,
 )
-from ._executor import (
-    Executor,
-    MultiThreadedExecutor,
-    SingleThreadedExecutor,
-    get_global_executor,
-    spin,
-    spin_once,
-    spin_until_future_complete,
-)
-from ._future import Future
-from ._gateway import Gateway, load_gateway
-from ._interfaces import (
+from ._core.futures import Future
+from ._core.interfaces import (
     ActionType,
     ServiceType,
     deserialize,
@@ -69,7 +47,54 @@ from ._interfaces import (
     serialize,
     service,
 )
-from ._node import (
+from ._core.protocol import Recipients
+from ._core.qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
+from ._core.types import (
+    Ack,
+    Email,
+    Gid,
+    Headers,
+    MessageInfo,
+    RequestId,
+    ServiceInfo,
+    ServiceRequest,
+)
+from ._core.waitables import GuardCondition
+from ._core.wire import build as build_email
+from ._core.wire import parse as parse_email
+from ._delivery.context import (
+    Context,
+    IntraprocessNetwork,
+    get_default_context,
+    get_rmw_implementation_identifier,
+    init,
+    ok,
+    open_transport,
+    shutdown,
+    try_shutdown,
+)
+from ._delivery.entities import Publisher, ServiceClient, ServiceServer, Subscription
+from ._delivery.waitset import (
+    WaitResult,
+    WaitSet,
+    wait_for_message,
+    wait_for_message_with_info,
+    wait_for_request,
+    wait_for_request_with_info,
+    wait_for_response,
+    wait_for_response_with_info,
+)
+from ._faces.gateway import Gateway, load_gateway
+from ._ros.executor import (
+    Executor,
+    MultiThreadedExecutor,
+    SingleThreadedExecutor,
+    get_global_executor,
+    spin,
+    spin_once,
+    spin_until_future_complete,
+)
+from ._ros.node import (
     Client,
     Node,
     NodeGuardCondition,
@@ -80,8 +105,6 @@ from ._node import (
     Timer,
     create_node,
 )
-from ._protocol import Recipients
-from ._qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
 from ._security import Keystore
 from ._transport.base import EmailReceiver, EmailSender, IncomingEmail
 from ._transport.group import GroupSettings
@@ -90,20 +113,6 @@ from ._transport.intraprocess import (
     IntraprocessSender,
     intraprocess_pair,
 )
-from ._types import Ack, Email, Gid, Headers, MessageInfo, RequestId, ServiceInfo, ServiceRequest
-from ._waitable import GuardCondition
-from ._waitset import (
-    WaitResult,
-    WaitSet,
-    wait_for_message,
-    wait_for_message_with_info,
-    wait_for_request,
-    wait_for_request_with_info,
-    wait_for_response,
-    wait_for_response_with_info,
-)
-from ._wire import build as build_email
-from ._wire import parse as parse_email
 
 __version__ = "0.1.0"
 

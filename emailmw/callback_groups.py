@@ -1,6 +1,6 @@
 """rclpy's ``rclpy.callback_groups``."""
 
-from ._callback_groups import (
+from ._ros.callback_groups import (
     CallbackGroup,
     MutuallyExclusiveCallbackGroup,
     ReentrantCallbackGroup,

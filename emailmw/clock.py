@@ -1,7 +1,7 @@
 """rclpy's ``rclpy.clock``: clocks (emailmw has no simulated time: ``ROS_TIME`` is the
 system clock)."""
 
-from ._ros_time import Clock, ClockType, JumpThreshold, ROSClock
+from ._ros.time import Clock, ClockType, JumpThreshold, ROSClock
 
 __all__ = [
     "Clock",

@@ -1,6 +1,6 @@
 """rclpy's ``rclpy.duration``: :class:`Duration`."""
 
-from ._ros_time import Duration
+from ._ros.time import Duration
 
 __all__ = [
     "Duration",

@@ -1,8 +1,8 @@
 """rclpy's ``rclpy.exceptions``, under emailmw's one exception tree
 (:class:`~emailmw.EmailMWError`)."""
 
-from ._exceptions import ContextNotInitializedError as NotInitializedException
-from ._exceptions import (
+from ._core.errors import ContextNotInitializedError as NotInitializedException
+from ._core.errors import (
     ExternalShutdownException,
     InvalidParameterException,
     InvalidParameterTypeException,
@@ -14,7 +14,7 @@ from ._exceptions import (
     ParameterUninitializedException,
     ROSInterruptException,
 )
-from ._exceptions import InvalidNameError as NameValidationException
+from ._core.errors import InvalidNameError as NameValidationException
 
 __all__ = [
     "ExternalShutdownException",

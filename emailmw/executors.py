@@ -1,7 +1,7 @@
 """rclpy's ``rclpy.executors``: executors that spin nodes and run their callbacks."""
 
-from ._exceptions import ExternalShutdownException
-from ._executor import (
+from ._core.errors import ExternalShutdownException
+from ._ros.executor import (
     Executor,
     MultiThreadedExecutor,
     ShutdownException,

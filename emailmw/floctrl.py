@@ -2,7 +2,7 @@
 nodes and supernodes of orchestras, ``subscribe_to``/``unsubscribe_from``/``publish``,
 immutable messages."""
 
-from ._floctrl import Node, Subscriber, Supernode
-from ._payloads import Message
+from ._core.payloads import Message
+from ._faces.floctrl import Node, Subscriber, Supernode
 
 __all__ = ["Message", "Node", "Subscriber", "Supernode"]

@@ -1,7 +1,7 @@
 """ROS interface files (``.msg``, ``.srv``, ``.action``) loaded at run time: a user's own
 package works as emailmw's shipped ones do (``docs/ros-users.md``, "Interfaces")."""
 
-from ._interfaces import (
+from ._core.interfaces import (
     ActionType,
     ServiceType,
     get_interface,

@@ -1,6 +1,6 @@
 """rclpy's ``rclpy.logging``: named loggers and their levels."""
 
-from ._ros_logging import (
+from ._core.ros_logging import (
     LoggingSeverity,
     RcutilsLogger,
     get_logger,

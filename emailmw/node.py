@@ -1,7 +1,7 @@
 """rclpy's ``rclpy.node``: the :class:`Node` and the protocol its entities share with the
 executors (:class:`Executable`)."""
 
-from ._node import (
+from ._ros.node import (
     Client,
     Executable,
     Node,

@@ -1,10 +1,7 @@
 """rclpy's ``rclpy.parameter``: :class:`Parameter` and its helpers."""
 
-from ._parameters import (
-    Parameter,
-    parameter_dict_from_yaml_file,
-    parameter_value_to_python,
-)
+from ._core.ros_args import parameter_dict_from_yaml_file
+from ._ros.parameters import Parameter, parameter_value_to_python
 
 __all__ = [
     "Parameter",

@@ -1,7 +1,7 @@
 """rclpy's ``rclpy.qos``: QoS profiles, their policies and presets (``docs/qos.md``:
 what each means over email)."""
 
-from ._qos import (
+from ._core.qos import (
     DurabilityPolicy,
     HistoryPolicy,
     LivelinessPolicy,

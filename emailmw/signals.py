@@ -1,6 +1,6 @@
 """rclpy's ``rclpy.signals``."""
 
-from ._context import SignalHandlerOptions
+from ._delivery.context import SignalHandlerOptions
 
 __all__ = [
     "SignalHandlerOptions",

@@ -6,8 +6,8 @@
 ...         return "all well"
 """
 
-from ._addressing import Address
-from ._payloads import StemMessage
-from ._stem import Cell
+from ._core.addressing import Address
+from ._core.payloads import StemMessage
+from ._faces.stem import Cell
 
 __all__ = ["Address", "Cell", "StemMessage"]

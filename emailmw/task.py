@@ -1,6 +1,6 @@
 """rclpy's ``rclpy.task``: :class:`Future` and :class:`Task`."""
 
-from ._future import Future, Task
+from ._core.futures import Future, Task
 
 __all__ = [
     "Future",

@@ -1,6 +1,6 @@
 """rclpy's ``rclpy.time``: :class:`Time`."""
 
-from ._ros_time import Time
+from ._ros.time import Time
 
 __all__ = [
     "Time",

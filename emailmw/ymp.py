@@ -1,7 +1,7 @@
 """YMP's vocabulary over emailmw's routing core (``docs/addressing.md``, "YMP"): a host
 per context, services and actions, the spec's strict JSON envelope, packets."""
 
-from ._payloads import YmpAnswer, YmpRequest
-from ._ymp import Action, YmpHost
+from ._core.payloads import YmpAnswer, YmpRequest
+from ._faces.ymp import Action, YmpHost
 
 __all__ = ["Action", "YmpAnswer", "YmpHost", "YmpRequest"]

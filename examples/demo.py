@@ -208,7 +208,7 @@ def main() -> int:
         configs = dict.fromkeys(("listener", "server", "talker", "client"), path)
         options = emailmw.Options()
         try:
-            from emailmw._config import load_options
+            from emailmw._core.config import load_options
 
             options = load_options(path)
         except emailmw.ConfigError as exc:

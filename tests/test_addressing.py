@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emailmw._addressing import (
+from emailmw._core.addressing import (
     Address,
     Deliver,
     Drop,
@@ -21,7 +21,7 @@ from emailmw._addressing import (
     read_envelope,
     stem_methods,
 )
-from emailmw._payloads import YmpAnswer, YmpRequest, read_ymp, read_ymp_packet
+from emailmw._core.payloads import YmpAnswer, YmpRequest, read_ymp, read_ymp_packet
 
 # ----------------------------------------------------------------------------- addresses
 
@@ -277,8 +277,8 @@ def test_packets_carry_several_messages_and_one_bad_one_refuses_the_packet() -> 
 
 
 def test_a_routed_message_survives_the_wire_and_classifies_as_routed() -> None:
-    from emailmw._protocol import RoutedRoute, Unroutable, classify, routed_email
-    from emailmw._wire import build, parse
+    from emailmw._core.protocol import RoutedRoute, Unroutable, classify, routed_email
+    from emailmw._core.wire import build, parse
 
     envelope = Envelope(Address("cell", "h2", "t"), Address("me", "h1"), "stem")
     email = routed_email(

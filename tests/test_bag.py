@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import emailmw
-from emailmw._interfaces import from_data, get_interface, interface_names, to_data
-from emailmw._types import Gid, MessageInfo
+from emailmw._core.interfaces import from_data, get_interface, interface_names, to_data
+from emailmw._core.types import Gid, MessageInfo
 
 pytest.importorskip("rosbags")
 
@@ -146,10 +146,10 @@ def test_export_unpacks_batches_and_joins_parts_across_chunks(
     worker process's): four messages in the bag, the joined one whole."""
     pytest.importorskip("pyarrow")
     import emailmw._bag.bag as bag_module
-    from emailmw._packing import build_batch, split_email
+    from emailmw._core.packing import build_batch, split_email
+    from emailmw._core.protocol import Recipients, publish_email
+    from emailmw._core.wire import build
     from emailmw._pipeline.landing import Source, list_units
-    from emailmw._protocol import Recipients, publish_email
-    from emailmw._wire import build
 
     recipients = Recipients("a@example.test", ("b@example.test",))
 

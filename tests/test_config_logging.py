@@ -12,8 +12,8 @@ import pytest
 
 import emailmw
 from emailmw import ConfigError, Context, Options
-from emailmw._config import load_options
-from emailmw._log import get_logger
+from emailmw._core.config import load_options
+from emailmw._core.log import get_logger
 
 RMW_EMAIL_YML = """\
 email:
@@ -61,7 +61,7 @@ def test_password_never_in_repr_or_errors(tmp_path: Path) -> None:
 
 
 def test_a_secret_containing_another_is_masked_whole() -> None:
-    from emailmw._log import redact, register_secret
+    from emailmw._core.log import redact, register_secret
 
     register_secret("pass")
     register_secret("my-long-pass")

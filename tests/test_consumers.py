@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 import emailmw
-from emailmw import _carried
 from emailmw._cli.topic import RateWindow, bw_line, hz_line
-from emailmw._packing import build_batch
-from emailmw._protocol import Recipients, publish_email
-from emailmw._types import Gid
-from emailmw._wire import build
+from emailmw._core import carried as _carried
+from emailmw._core.packing import build_batch
+from emailmw._core.protocol import Recipients, publish_email
+from emailmw._core.types import Gid
+from emailmw._core.wire import build
 
 RECIPIENTS = Recipients("a@example.test", ("b@example.test",))
 

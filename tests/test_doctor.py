@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import emailmw
-from emailmw import _doctor
-from emailmw._config import Endpoint, load_options
-from emailmw._doctor import Status
-from emailmw._graph import Endpoint as GraphEndpoint
-from emailmw._graph import Graph, NodeRecord
+from emailmw._core.config import Endpoint, load_options
+from emailmw._delivery.graph import Endpoint as GraphEndpoint
+from emailmw._delivery.graph import Graph, NodeRecord
+from emailmw._doctor import doctor as _doctor
+from emailmw._doctor.doctor import Status
 from emailmw._transport.probe import Certificate, ServerProbe, _greeting_time
 from emailmw.qos import (
     DurabilityPolicy,

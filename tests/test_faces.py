@@ -17,8 +17,8 @@ import pytest
 
 import emailmw
 from emailmw import floctrl, stem, ymp
-from emailmw._addressing import Address, Envelope, floctrl_recipients
-from emailmw._protocol import classify, routed_email
+from emailmw._core.addressing import Address, Envelope, floctrl_recipients
+from emailmw._core.protocol import classify, routed_email
 from emailmw.testing._modes import FAST
 from tests.faces_helpers import (
     ADDRESS_FORMS,
@@ -401,7 +401,9 @@ def test_floctrl_a_node_run_by_several_processes_shares_a_topic_as_a_stateless_g
     hubs: Any,
 ) -> None:
     """Three processes run /orch/worker on one account; each subscribes to "jobs" in group
-    "pool", stateless: each job reaches one of them, and all three get their share."""
+    "pool", stateless: each job reaches one of them, and all three get their share (by
+    UID: other mail of the account, a reader's record, may come between the jobs, so the
+    shares need not be equal; each is what its member claimed, none stolen)."""
     with worker_pool(hubs, "orch@flo.test", "worker@flo.test", 3) as (supernode, nodes):
         got = Calls()
         # no stealing and a long expiry: every member's share is its own, for certain
@@ -416,7 +418,9 @@ def test_floctrl_a_node_run_by_several_processes_shares_a_topic_as_a_stateless_g
         assert got.wait(lambda c: len(c) >= 30)
         assert wait_until(lambda: sum(m.counts["acked"] for m in members) == 30)
         assert sorted(int(body) for body, _ in got.items) == list(range(30))
-        assert Counter(k for _, k in got.items) == {0: 10, 1: 10, 2: 10}
+        shares = Counter(k for _, k in got.items)
+        assert all(shares[k] >= 1 for k in range(3)), shares
+        assert [shares[k] for k in range(3)] == [m.counts["claimed"] for m in members]
 
 
 def test_floctrl_a_stateful_group_has_one_active_node_and_a_standby_takes_over_in_order(

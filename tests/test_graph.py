@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import emailmw
 from emailmw import Context, Node, std_msgs
-from emailmw._graph import GRAPH_TOPIC, NodeRecord, build_graph
+from emailmw._delivery.graph import GRAPH_TOPIC, NodeRecord, build_graph
 
 from .helpers import round_trip
 

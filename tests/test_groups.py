@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from emailmw._carried import Carried, unpack
-from emailmw._packing import split_email
+from emailmw._core.carried import Carried, unpack
+from emailmw._core.packing import split_email
+from emailmw._core.types import Email, Headers
 from emailmw._transport.group.memory import MemoryGroupStore, MemoryMailbox
 from emailmw._transport.group.model import (
     GroupSettings,
@@ -23,7 +24,6 @@ from emailmw._transport.group.model import (
     plan,
 )
 from emailmw._transport.group.receiver import GroupReceiver
-from emailmw._types import Email, Headers
 
 S = GroupSettings(prefetch=3, steal_after=1.0, reorder=0.2)
 

@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from emailmw import Email, Gid, MessageInfo, ServiceInfo, intraprocess_pair
-from emailmw._handlers import ServiceHandler, SubscriptionHandler
-from emailmw._polling import PollingManager, Ticket
-from emailmw._protocol import PublishRoute, RequestRoute, ResponseRoute, Route
+from emailmw._core.protocol import PublishRoute, RequestRoute, ResponseRoute, Route
+from emailmw._delivery.handlers import ServiceHandler, SubscriptionHandler
+from emailmw._delivery.polling import PollingManager, Ticket
 from emailmw._transport.base import IncomingEmail
 
 from .helpers import Recorder
@@ -216,7 +216,7 @@ def test_the_redelivered_flag_reaches_the_info() -> None:
 
 
 def test_no_exception_in_classifying_stops_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
-    import emailmw._polling as polling
+    from emailmw._delivery import polling
 
     def broken(*args: object, **kwargs: object) -> Route:
         raise ValueError("a bug")
@@ -250,7 +250,7 @@ def test_receive_health_speaks_once_per_change_of_state() -> None:
     ERROR, the same failure again nothing, a different one another ERROR, the return one
     WARNING."""
     from emailmw import AuthenticationError, ReceiveError
-    from emailmw._polling import ReceiveHealth
+    from emailmw._delivery.polling import ReceiveHealth
 
     health = ReceiveHealth()
     assert health.failed(ReceiveError("connection dropped"), 0.0) is None
@@ -279,7 +279,7 @@ def test_receive_health_speaks_once_per_change_of_state() -> None:
 def test_a_flood_of_refused_mail_is_one_line_per_kind_per_interval(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from emailmw._polling import RefusalLog
+    from emailmw._delivery.polling import RefusalLog
 
     log = RefusalLog(interval=10)
     with caplog.at_level(logging.WARNING, logger="emailmw"):

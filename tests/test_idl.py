@@ -10,8 +10,8 @@ import pytest
 
 import emailmw
 from emailmw import TypeMismatchError
-from emailmw._idl import TypeSpec, parse_action, parse_message, parse_service
-from emailmw._interfaces import deserialize, serialize, show
+from emailmw._core.idl import TypeSpec, parse_action, parse_message, parse_service
+from emailmw._core.interfaces import deserialize, serialize, show
 from emailmw.exceptions import ParameterException
 from emailmw.interfaces import load
 

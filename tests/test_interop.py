@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from emailmw._protocol import Recipients, publish_email, request_email, response_email
-from emailmw._types import Gid
-from emailmw._wire import build, new_message_id, parse, prepare_outgoing
+from emailmw._core.protocol import Recipients, publish_email, request_email, response_email
+from emailmw._core.types import Gid
+from emailmw._core.wire import build, new_message_id, parse, prepare_outgoing
 
 from .rmw_email_rule import cpp_parse, cpp_payload, missing_headers
 

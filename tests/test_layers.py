@@ -15,10 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 LINT = Path(sys.executable).with_name("lint-imports")
 
 UPWARD = {
-    "inside a function": "\n\ndef _upward() -> None:\n    from .._context import Context  # noqa\n",
+    "inside a function": (
+        "\n\ndef _upward() -> None:\n    from .._delivery.context import Context  # noqa\n"
+    ),
     "under TYPE_CHECKING": (
         "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
-        "    from .._node import Node  # noqa\n"
+        "    from .._ros.node import Node  # noqa\n"
     ),
 }
 
@@ -26,7 +28,7 @@ UPWARD = {
 def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(tree)}  # this copy of emailmw, not the installed
     return subprocess.run(
-        [str(LINT), "--no-cache", "--config", str(tree / "pyproject.toml")],
+        [str(LINT), "--no-cache", str(tree / "pyproject.toml")],
         cwd=tree,
         env=env,
         capture_output=True,

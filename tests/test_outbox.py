@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from emailmw import ConfigError, ConnectError, Email, SendError
-from emailmw._config import load_options
+from emailmw._core.config import load_options
 from emailmw._transport.outbox import Outbox, Submission, Submitter
 
 

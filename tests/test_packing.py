@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emailmw import BatchPolicy, Email, EmailReceiver, Gid, MalformedEmailError, SendError
-from emailmw._config import load_options
-from emailmw._packing import (
+from emailmw._core.config import load_options
+from emailmw._core.packing import (
     PartOf,
     Reassembly,
     batch_parts,
@@ -31,12 +31,12 @@ from emailmw._packing import (
     part_of,
     split_email,
 )
-from emailmw._polling import PollingManager
-from emailmw._protocol import Recipients, publish_email
+from emailmw._core.protocol import Recipients, publish_email
+from emailmw._core.wire import build, parse
+from emailmw._delivery.polling import PollingManager
 from emailmw._transport.base import IncomingEmail
 from emailmw._transport.common import ResumePosition, unpack_fetched
 from emailmw._transport.outbox import Outbox, Submission, Submitter
-from emailmw._wire import build, parse
 
 BATCH = BatchPolicy(linger_ms=200, max_messages=5, max_bytes=1 << 20)
 

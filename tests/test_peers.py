@@ -4,10 +4,10 @@ the real one)."""
 
 from __future__ import annotations
 
-from emailmw._peers import PeerTable, ReaderRecord, read_record, record_body
-from emailmw._protocol import Recipients, classify, publish_email
+from emailmw._core.protocol import Recipients, classify, publish_email
+from emailmw._core.types import Gid
+from emailmw._delivery.peers import PeerTable, ReaderRecord, read_record, record_body
 from emailmw._transport.group.model import GroupSettings, Head, plan
-from emailmw._types import Gid
 
 NS = 10**9
 

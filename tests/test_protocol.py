@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from emailmw import Email, Gid, Headers
-from emailmw._protocol import (
+from emailmw._core.protocol import (
     PublishRoute,
     Recipients,
     RequestRoute,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
 import emailmw
 
 # Changing this list is changing the public API: say so in the commit (#37 added the
@@ -175,3 +177,39 @@ def test_foreign_mail_is_not_a_kind_of_malformed_mail() -> None:
     both say so."""
     assert not issubclass(emailmw.ForeignEmailError, emailmw.MalformedEmailError)
     assert issubclass(emailmw.ForeignEmailError, emailmw.EmailMWError)
+
+
+def test_every_public_module_s_errors_share_one_root() -> None:
+    """Also the rclpy-shaped modules' (``emailmw.executors.TimeoutException`` was a plain
+    ``Exception``)."""
+    import importlib
+
+    for module_name in ("executors", "exceptions", "node", "qos", "time", "task", "action"):
+        module = importlib.import_module(f"emailmw.{module_name}")
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, Exception):
+                assert issubclass(value, emailmw.EmailMWError), f"{module_name}.{name}"
+
+
+def test_a_misuse_is_an_emailmw_error_and_the_standard_one() -> None:
+    """What a caller gets wrong raises an ``EmailMWError`` that is also the standard error
+    rclpy raises (``except KeyError``, ``except RuntimeError`` keep working)."""
+    from emailmw.executors import SingleThreadedExecutor
+    from emailmw.qos import QoSPresetProfiles
+
+    with pytest.raises(emailmw.EmailMWError) as caught:
+        QoSPresetProfiles.get_from_short_key("no_such_preset")
+    assert isinstance(caught.value, KeyError)
+    context = emailmw.IntraprocessNetwork().context("a@x")
+    try:
+        node = emailmw.Node("n", context=context)
+        SingleThreadedExecutor(context=context).add_node(node)
+        with pytest.raises(emailmw.EmailMWError) as caught:
+            SingleThreadedExecutor(context=context).add_node(node)
+        assert isinstance(caught.value, RuntimeError)
+        with pytest.raises(emailmw.EmailMWError) as caught:
+            node.create_timer(-1.0, lambda: None)
+        assert isinstance(caught.value, ValueError)
+    finally:
+        context.shutdown()

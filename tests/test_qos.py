@@ -20,7 +20,7 @@ from emailmw import (
     SingleThreadedExecutor,
     std_msgs,
 )
-from emailmw._qos import Delivery
+from emailmw._core.qos import Delivery
 
 from .helpers import round_trip, spin_until
 

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 import emailmw
 from emailmw import Gid, InvalidHeaderError
-from emailmw._config import load_options
-from emailmw._protocol import Recipients, publish_email, response_email
+from emailmw._core.config import load_options
+from emailmw._core.protocol import Recipients, publish_email, response_email
+from emailmw._core.wire import build
 from emailmw._transport.common import MailboxActions, ResumePosition, uid_set
 from emailmw._transport.intraprocess import IntraprocessReceiver
-from emailmw._wire import build
 from emailmw.testing._modes import wait_for as wait_until
 
 from .test_wire import ANY_BYTES

@@ -24,9 +24,9 @@ from emailmw import (
     example_interfaces,
     std_msgs,
 )
-from emailmw._names import resolve_name
-from emailmw._wire import build as build_email
-from emailmw._wire import parse as parse_email
+from emailmw._core.names import resolve_name
+from emailmw._core.wire import build as build_email
+from emailmw._core.wire import parse as parse_email
 from emailmw.callback_groups import ReentrantCallbackGroup
 
 from .helpers import Recorder, spin_until
@@ -168,9 +168,9 @@ def test_service_call_async_and_spin_until_future_complete(ctx: Context) -> None
 def test_a_client_alone_in_its_context_gets_its_response(ctx: Context) -> None:
     """A client's responses complete futures on the polling thread: nothing in the client's
     context waits on an entity, so sending the request must start receiving."""
-    from emailmw._protocol import response_email
+    from emailmw._core.protocol import response_email
+    from emailmw._core.wire import build
     from emailmw._transport.intraprocess import IntraprocessReceiver
-    from emailmw._wire import build
 
     node = Node("caller", context=ctx)
     client = node.create_client(example_interfaces.srv.AddTwoInts, "add_two_ints")

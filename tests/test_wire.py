@@ -21,7 +21,7 @@ from emailmw import (
     build_email,
     parse_email,
 )
-from emailmw._wire import Head, make_reply, new_message_id, parse_head
+from emailmw._core.wire import Head, make_reply, new_message_id, parse_head
 
 # --------------------------------------------------------------------------- strategies
 
@@ -509,7 +509,7 @@ def test_header_block_fast_path_agrees_with_the_line_by_line_parser(
 ) -> None:
     """The one-pass path of parse_header_block is an optimisation: whatever it accepts, the
     line-by-line definition returns the same pairs, and they reject the same blocks."""
-    from emailmw._wire import _parse_header_lines, parse_header_block
+    from emailmw._core.wire import _parse_header_lines, parse_header_block
 
     block = "".join(pieces).encode("latin-1" if latin1 else "utf-8", "replace")
     assume(not block.startswith(b"From "))  # an envelope line: skipped before either path
@@ -530,7 +530,7 @@ def test_split_message_splits_at_the_first_empty_line_lf_or_crlf() -> None:
     means no headers; no empty line means no body."""
     import itertools
 
-    from emailmw._wire import split_message
+    from emailmw._core.wire import split_message
 
     def defined(raw: bytes) -> tuple[bytes, bytes]:
         crlf, lf = raw.find(b"\r\n\r\n"), raw.find(b"\n\n")

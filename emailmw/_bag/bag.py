@@ -26,24 +26,24 @@ from typing import Any, Final
 import yaml
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 
-from .._carried import unpack
-from .._context import Context
-from .._entities import Publisher, Subscription
-from .._exceptions import ConfigError, EmailMWError
-from .._graph import GRAPH_TOPIC, graph_of
-from .._interfaces import HEADER_MESSAGE_TYPE, from_data, get_interface, serialize, to_data
-from .._log import get_logger
-from .._packing import (
+from .._core.carried import unpack
+from .._core.errors import ConfigError, EmailMWError
+from .._core.interfaces import HEADER_MESSAGE_TYPE, from_data, get_interface, serialize, to_data
+from .._core.log import get_logger
+from .._core.packing import (
     BODY_ENCODING_HEADER,
     Reassembly,
     decompress_body,
     join_parts,
     part_of,
 )
+from .._core.protocol import PublishRoute, classify
+from .._core.types import Email, MessageInfo
+from .._core.waitables import wait_any
+from .._delivery.context import Context
+from .._delivery.entities import Publisher, Subscription
+from .._delivery.graph import GRAPH_TOPIC, graph_of
 from .._pipeline.landing import unit_emails
-from .._protocol import PublishRoute, classify
-from .._types import Email, MessageInfo
-from .._waitable import wait_any
 from .convert import BagTypes
 
 __all__ = ["BagInfo", "BagWriter", "bag_info", "export", "play", "read_bag", "record"]

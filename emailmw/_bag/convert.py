@@ -16,9 +16,9 @@ import numpy as np
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
-from .._exceptions import ConfigError
-from .._idl import MessageSpec, strip_comment
-from .._interfaces import get_interface
+from .._core.errors import ConfigError
+from .._core.idl import MessageSpec, strip_comment
+from .._core.interfaces import get_interface
 
 __all__ = ["BagTypes"]
 

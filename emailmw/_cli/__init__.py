@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from .._exceptions import EmailMWError
+from .._core.errors import EmailMWError
 from . import (
     action,
     analyze,

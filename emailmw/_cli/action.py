@@ -8,11 +8,11 @@ from typing import Any
 
 import yaml
 
-from .._action import ActionClient
-from .._context import Context
-from .._graph import Graph, graph_of
-from .._interfaces import ActionType, from_data, get_interface, to_data
-from .._node import Node
+from .._core.interfaces import ActionType, from_data, get_interface, to_data
+from .._delivery.context import Context
+from .._delivery.graph import Graph, graph_of
+from .._ros.action import ActionClient
+from .._ros.node import Node
 from ..action_msgs.msg import GoalStatus
 from .common import CommandError, Commands, resolve, verbs, with_account, yaml_values
 
@@ -93,7 +93,7 @@ def send_goal(args: argparse.Namespace) -> int:
         raise CommandError(
             f"TYPE: {args.type!r} is not an action type (example_interfaces/action/Fibonacci)"
         )
-    from .._exceptions import TypeMismatchError
+    from .._core.errors import TypeMismatchError
 
     try:
         goal = from_data(kind.Goal, yaml_values(args.goal, "GOAL"))
@@ -140,6 +140,6 @@ def _send_goal(context: Context, args: argparse.Namespace, kind: ActionType, goa
 
 
 def _spin_once(node: Node) -> None:
-    from .._executor import spin_once
+    from .._ros.executor import spin_once
 
     spin_once(node, timeout_sec=0.1)

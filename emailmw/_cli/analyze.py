@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from .._exceptions import ConfigError
+from .._core.errors import ConfigError
 from .common import Commands
 
 __all__ = ["register"]

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .._context import Context
+from .._delivery.context import Context
 from .common import CommandError, Commands, resolve, verbs, with_account
 
 __all__ = ["register"]

@@ -17,10 +17,10 @@ from typing import Any
 
 import yaml
 
-from .._config import load_options
-from .._context import Context
-from .._exceptions import EmailMWError, yaml_error
-from .._names import resolve_name
+from .._core.config import load_options
+from .._core.errors import EmailMWError, yaml_error
+from .._core.names import resolve_name
+from .._delivery.context import Context
 
 __all__ = [
     "CONFIG_HELP",

@@ -20,10 +20,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._config import load_options
-from .._graph import Graph, read_graph
-from .._interfaces import interface_names
-from .._names import is_hidden
+from .._core.config import load_options
+from .._core.interfaces import interface_names
+from .._core.names import is_hidden
+from .._delivery.graph import Graph, read_graph
 from .._transport.factory import make_receiver
 
 __all__ = ["GRAPH_BUDGET_S", "install"]

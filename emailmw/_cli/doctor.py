@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import _doctor
+from .._doctor import doctor as _doctor
 from .common import Commands
 
 __all__ = ["register"]

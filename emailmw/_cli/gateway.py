@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from .._gateway import load_gateway
+from .._faces.gateway import load_gateway
 from .common import CommandError, Commands
 
 __all__ = ["register"]

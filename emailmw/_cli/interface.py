@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._interfaces import ServiceType, get_interface, interface_names
-from .._interfaces import show as show_interface
+from .._core.interfaces import ServiceType, get_interface, interface_names
+from .._core.interfaces import show as show_interface
 from .common import CommandError, Commands, verbs
 
 __all__ = ["message_type", "register", "service_type"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from .._context import Context
-from .._graph import read_graph
-from .._names import is_hidden
+from .._core.names import is_hidden
+from .._delivery.context import Context
+from .._delivery.graph import read_graph
 from .common import CommandError, Commands, verbs, with_account
 
 __all__ = ["register"]
@@ -67,7 +67,7 @@ def info(context: Context, args: argparse.Namespace) -> int:
 
 def _parameters(context: Context, node_name: str) -> list[str]:
     """The node's parameter names, when it answers within a few seconds (it is spun)."""
-    from .._node import Node
+    from .._ros.node import Node
     from ..rcl_interfaces.srv import ListParameters
 
     asking = Node("emailmw_cli_node_info", context=context, start_parameter_services=False,

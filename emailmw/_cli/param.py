@@ -10,10 +10,11 @@ from typing import Any
 
 import yaml
 
-from .._context import Context
-from .._graph import graph_of
-from .._node import Node
-from .._parameters import Parameter, parameter_value_to_python, read_params_file
+from .._core.ros_args import read_params_file
+from .._delivery.context import Context
+from .._delivery.graph import graph_of
+from .._ros.node import Node
+from .._ros.parameters import Parameter, parameter_value_to_python
 from ..rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters, SetParameters
 from .common import CommandError, Commands, verbs, with_account, yaml_values
 

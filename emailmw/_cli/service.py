@@ -8,12 +8,12 @@ import time
 
 import yaml
 
-from .._context import Context
-from .._exceptions import ServiceTimeoutError, TypeMismatchError
-from .._graph import read_graph
-from .._interfaces import ServiceType, deserialize, serialize
-from .._names import is_hidden
-from .._node import Node
+from .._core.errors import ServiceTimeoutError, TypeMismatchError
+from .._core.interfaces import ServiceType, deserialize, serialize
+from .._core.names import is_hidden
+from .._delivery.context import Context
+from .._delivery.graph import read_graph
+from .._ros.node import Node
 from .common import CommandError, Commands, resolve, verbs, with_account, yaml_values
 from .interface import service_type
 

@@ -9,9 +9,9 @@ import json
 import sys
 from typing import Any
 
-from .._context import Context
-from .._exceptions import RemoteError
-from .._stem import Cell
+from .._core.errors import RemoteError
+from .._delivery.context import Context
+from .._faces.stem import Cell
 from .common import CommandError, Commands, verbs, with_account
 
 __all__ = ["register"]

@@ -20,16 +20,22 @@ from typing import Any
 
 import yaml
 
-from .._context import Context
-from .._entities import Subscription
-from .._exceptions import TypeMismatchError
-from .._graph import GRAPH_TOPIC, Graph, read_graph
-from .._interfaces import deserialize, get_interface, serialize, to_data
-from .._names import is_hidden
-from .._node import Node
-from .._protocol import PublishRoute, classify
-from .._qos import DurabilityPolicy, HistoryPolicy, QoSPresetProfiles, QoSProfile, ReliabilityPolicy
-from .._waitset import wait_for_message_with_info
+from .._core.errors import TypeMismatchError
+from .._core.interfaces import deserialize, get_interface, serialize, to_data
+from .._core.names import is_hidden
+from .._core.protocol import PublishRoute, classify
+from .._core.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSPresetProfiles,
+    QoSProfile,
+    ReliabilityPolicy,
+)
+from .._delivery.context import Context
+from .._delivery.entities import Subscription
+from .._delivery.graph import GRAPH_TOPIC, Graph, read_graph
+from .._delivery.waitset import wait_for_message_with_info
+from .._ros.node import Node
 from .common import CommandError, Commands, resolve, verbs, with_account, yaml_values
 from .interface import message_type
 

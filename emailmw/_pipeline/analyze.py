@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import ConfigError
+from .._core.errors import ConfigError
 from .landing import Source, list_units, maildirs
 
 __all__ = ["AnalyzeRequest", "analyze", "parse_time"]

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .._config import Endpoint, Options, TLSOptions, load_options
-from .._exceptions import ConfigError
+from .._core.config import Endpoint, Options, TLSOptions, load_options
+from .._core.errors import ConfigError
 from .._transport.common import ResumePosition, ssl_context
 from .._transport.errors import imap_errors
 from .._transport.imap import open_imap_folder

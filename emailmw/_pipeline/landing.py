@@ -4,9 +4,9 @@ The driver lists each archive into units of work (:func:`list_units`: batches of
 names, byte ranges of mbox files cut at message boundaries; an IMAP folder is staged as a
 Maildir first), which is cheap: ``os.scandir`` and a few searches, no email read. The
 executors land the units (:func:`land_units`, run by ``DataFrame.mapInArrow``): each
-message read and parsed once with emailmw's own wire format (:func:`emailmw._wire.parse_head`,
-which is :func:`~emailmw._wire.parse` without the body) and classified with its own protocol
-(:func:`emailmw._protocol.read_metadata`, what ``classify`` reads), as Arrow batches. Spark
+message read and parsed once with emailmw's own wire format (:func:`emailmw._core.wire.parse_head`,
+which is :func:`~emailmw._core.wire.parse` without the body) and classified with its own protocol
+(:func:`emailmw._core.protocol.read_metadata`, what ``classify`` reads), as Arrow batches. Spark
 writes them, and everything computed from them (see ``tables.py``).
 """
 
@@ -29,11 +29,11 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._carried import outer_fields, split
-from .._exceptions import ConfigError, ForeignEmailError, MalformedEmailError
-from .._protocol import Unroutable, read_metadata
-from .._types import Headers
-from .._wire import parse, parse_head
+from .._core.carried import outer_fields, split
+from .._core.errors import ConfigError, ForeignEmailError, MalformedEmailError
+from .._core.protocol import Unroutable, read_metadata
+from .._core.types import Headers
+from .._core.wire import parse, parse_head
 
 __all__ = [
     "INTERNAL_TOPIC_PREFIX",

@@ -11,7 +11,7 @@ from typing import Final
 
 from pyspark.sql import SparkSession
 
-from .._exceptions import ConfigError
+from .._core.errors import ConfigError
 from .jvm import driver_java_options, executor_java_options
 
 __all__ = ["SHORT_JOB_MESSAGES", "build_session", "require_executors"]

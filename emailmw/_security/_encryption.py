@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .._exceptions import UndecryptableError
-from .._types import Email
+from .._core.errors import InvalidArgumentError, UndecryptableError
+from .._core.types import Email
 from ._keystore import NAME_RE, Identity, PublicIdentity, b64, raw_public
 from ._signing import ENCRYPTION_HEADER
 
@@ -60,7 +60,7 @@ def encrypt(email: Email, recipients: Iterable[PublicIdentity], signer: str = ""
     one), bound to ``signer`` (the identity that signs it; '' for none)."""
     recipients = list(recipients)
     if not recipients:
-        raise ValueError("encrypt needs at least one recipient")
+        raise InvalidArgumentError("encrypt needs at least one recipient")
     content_key = ChaCha20Poly1305.generate_key()
     nonce = os.urandom(12)
     sealed = ChaCha20Poly1305(content_key).encrypt(
@@ -89,7 +89,7 @@ def decrypt(email: Email, identity: Identity | None, signer: str = "") -> Email:
     tags = dict(part.strip().partition("=")[::2] for part in value.split(";"))
     try:
         if tags.get("v") != "2":
-            raise ValueError(f"version {tags.get('v')!r} is not 2")
+            raise InvalidArgumentError(f"version {tags.get('v')!r} is not 2")
         ephemeral_raw = base64.b64decode(tags["e"], validate=True)
         nonce = base64.b64decode(tags["n"], validate=True)
         wrapped = {}

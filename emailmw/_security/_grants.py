@@ -16,8 +16,8 @@ A payload the face cannot read needs only the ``as`` grant here: the face refuse
 
 from __future__ import annotations
 
-from .._addressing import Address, Envelope
-from .._payloads import REPLY_TYPES, YmpRequest, read_message, read_stem, read_ymp_packet
+from .._core.addressing import Address, Envelope
+from .._core.payloads import REPLY_TYPES, YmpRequest, read_message, read_stem, read_ymp_packet
 
 __all__ = ["REPLY_TYPES", "grant_name", "routed_grants", "stem_send_name"]
 

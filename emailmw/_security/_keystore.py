@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from .._exceptions import SecurityError
+from .._core.errors import InvalidArgumentError, SecurityError
 
 __all__ = [
     "NAME_RE",
@@ -232,7 +232,7 @@ class Keystore:
             record = json.loads(path.read_text())
             name = check_identity_name(record["name"])
             if name != path.stem:
-                raise ValueError(f"it names {name!r}")
+                raise InvalidArgumentError(f"it names {name!r}")
             verify_raw = base64.b64decode(record["ed25519"], validate=True)
             verify_key = Ed25519PublicKey.from_public_bytes(verify_raw)
             encrypt_key = X25519PublicKey.from_public_bytes(
@@ -242,7 +242,7 @@ class Keystore:
             if not_after is not None and (
                 isinstance(not_after, bool) or not isinstance(not_after, int | float)
             ):
-                raise ValueError("not-after is not a number")
+                raise InvalidArgumentError("not-after is not a number")
         except (OSError, ValueError, KeyError, TypeError, SecurityError) as exc:
             raise SecurityError(f"{path}: not an emailmw public key file ({exc})") from None
         return PublicIdentity(name, verify_key, encrypt_key, not_after, _fingerprint(verify_raw))

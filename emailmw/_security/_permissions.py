@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .._config import read_yaml
-from .._exceptions import ConfigError
+from .._core.config import read_yaml
+from .._core.errors import ConfigError
 from ._keystore import NAME_RE
 
 __all__ = [

@@ -30,10 +30,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from .._config import SecurityOptions
-from .._exceptions import PermissionDeniedError, SecurityError, UndecryptableError
-from .._log import get_logger
-from .._protocol import (
+from .._core.config import SecurityOptions
+from .._core.errors import PermissionDeniedError, SecurityError, UndecryptableError
+from .._core.log import get_logger
+from .._core.protocol import (
     AckRoute,
     PublishRoute,
     RequestRoute,
@@ -42,8 +42,8 @@ from .._protocol import (
     RoutedRoute,
     classify,
 )
-from .._types import Email
-from .._wire import prepare_outgoing
+from .._core.types import Email
+from .._core.wire import prepare_outgoing
 from ._encryption import decrypt, encrypt, is_encrypted
 from ._grants import routed_grants
 from ._keystore import Identity, Keystore, PublicIdentity

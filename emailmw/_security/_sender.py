@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .._config import BatchPolicy
+from .._core.config import BatchPolicy
+from .._core.types import Email
 from .._transport.base import EmailSender, FailureCallback
-from .._types import Email
 from ._policy import Security
 
 __all__ = ["SecureSender"]

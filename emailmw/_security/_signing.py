@@ -34,7 +34,7 @@ from typing import Final
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .._types import Email
+from .._core.types import Email
 from ._keystore import NAME_RE, Identity, PublicIdentity
 
 __all__ = [

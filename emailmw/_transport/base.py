@@ -13,12 +13,12 @@ import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Literal, Protocol
 
-from .._closeable import Closeable
-from .._config import BatchPolicy
-from .._exceptions import SendError
-from .._protocol import Unroutable, classify
-from .._types import Email
-from .._wire import make_reply
+from .._core.closeable import Closeable
+from .._core.config import BatchPolicy
+from .._core.errors import ArgumentTypeError, SendError
+from .._core.protocol import Unroutable, classify
+from .._core.types import Email
+from .._core.wire import make_reply
 
 __all__ = [
     "Claim",
@@ -64,7 +64,7 @@ ClaimState = Literal["ready", "wait", "lost"]
 
 
 class Readers(Protocol):
-    """What the readers of an account said they read (``emailmw._peers.Peers``, given to
+    """What the readers of an account said they read (``emailmw._delivery.peers.Peers``, given to
     a sender by its context): the encodings a sender may use towards them."""
 
     def accept(self, recipients: Sequence[str], feature: str, *, wait: float = 0.0) -> bool:
@@ -299,7 +299,9 @@ class EmailReceiver(Closeable):
             and cls.receive is EmailReceiver.receive
             and cls.receive_incoming is EmailReceiver.receive_incoming
         ):
-            raise TypeError(f"{cls.__name__} must implement receive() or receive_incoming()")
+            raise ArgumentTypeError(
+                f"{cls.__name__} must implement receive() or receive_incoming()"
+            )
 
     def receive(self, timeout: float | None = None) -> list[Email]:
         """Return the emails that arrived since the last call, waiting up to ``timeout``

@@ -17,6 +17,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from .._core.errors import InvalidArgumentError
+
 __all__ = ["ReceiveBudget"]
 
 
@@ -27,7 +29,7 @@ class ReceiveBudget:
 
     def __init__(self, max_bytes: int, max_emails: int) -> None:
         if max_bytes < 1 or max_emails < 1:
-            raise ValueError("a receive budget needs room for at least one email")
+            raise InvalidArgumentError("a receive budget needs room for at least one email")
         self.max_bytes = max_bytes
         self.max_emails = max_emails
         self._lock = threading.Lock()

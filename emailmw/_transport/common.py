@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-from .. import _carried
-from .._config import Options, TLSOptions
-from .._log import RefusalLog, get_logger
-from .._packing import is_batch
-from .._types import Email
+from .._core import carried as _carried
+from .._core.config import Options, TLSOptions
+from .._core.log import RefusalLog, get_logger
+from .._core.packing import is_batch
+from .._core.types import Email
 from .base import Done, EmailReceiver, IncomingEmail, Settle
 from .budget import ReceiveBudget
 

@@ -29,15 +29,16 @@ from typing import Final
 
 import pycurl
 
-from .._config import Endpoint, Options, UserInfo
-from .._exceptions import (
+from .._core.config import Endpoint, Options, UserInfo
+from .._core.errors import (
     ClosedError,
+    InvalidArgumentError,
     ReceiveError,
     SendError,
     TransportError,
 )
-from .._log import get_logger, redact
-from .._types import Email
+from .._core.log import get_logger, redact
+from .._core.types import Email
 from .base import IncomingEmail
 from .budget import ReceiveBudget
 from .common import (
@@ -81,7 +82,7 @@ def parse_status(data: bytes) -> dict[str, int]:
     for key, pattern in _STATUS_RE.items():
         found = pattern.search(data)
         if found is None:
-            raise ValueError(f"no {key.upper()} in the EXAMINE response")
+            raise InvalidArgumentError(f"no {key.upper()} in the EXAMINE response")
         out[key] = int(found.group(1))
     return out
 

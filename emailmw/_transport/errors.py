@@ -14,7 +14,7 @@ import functools
 import ssl
 from collections.abc import Callable, Iterator
 
-from .._exceptions import (
+from .._core.errors import (
     AuthenticationError,
     ConnectError,
     ReceiveError,

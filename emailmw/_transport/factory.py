@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 
-from .._config import Options
+from .._core.config import Options
+from .._core.errors import InvalidArgumentError
 from .base import EmailReceiver, EmailSender
 from .budget import ReceiveBudget
 from .transport import Transport
@@ -37,7 +38,7 @@ def make_transport(options: Options, budget: ReceiveBudget | None = None) -> Tra
 
         sender = CurlSender(options)
     else:
-        raise ValueError(f"no such transport: {options.transport}")
+        raise InvalidArgumentError(f"no such transport: {options.transport}")
     try:
         return Transport(sender, make_receiver(options, budget), stores)
     except BaseException:
@@ -56,4 +57,4 @@ def make_receiver(options: Options, budget: ReceiveBudget | None = None) -> Emai
         from .curl import CurlReceiver
 
         return CurlReceiver(options, budget)
-    raise ValueError(f"no receiver alone for transport {options.transport!r}")
+    raise InvalidArgumentError(f"no receiver alone for transport {options.transport!r}")

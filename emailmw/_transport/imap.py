@@ -26,7 +26,7 @@ import imapclient
 import imapclient.exceptions
 from imapclient import response_parser
 
-from .._config import Endpoint, Options
+from .._core.config import Endpoint, Options
 
 __all__ = [
     "body",

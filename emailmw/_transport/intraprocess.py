@@ -13,11 +13,11 @@ from collections import deque
 from email.utils import getaddresses
 from typing import Protocol
 
-from .._config import BatchPolicy
-from .._exceptions import ClosedError, SendError
-from .._log import RefusalLog, get_logger
-from .._types import Email
-from .._wire import DEFAULT_MAX_MESSAGE_SIZE, check
+from .._core.config import BatchPolicy
+from .._core.errors import ClosedError, SendError
+from .._core.log import RefusalLog, get_logger
+from .._core.types import Email
+from .._core.wire import DEFAULT_MAX_MESSAGE_SIZE, check
 from .base import Done, EmailReceiver, EmailSender, FailureCallback, IncomingEmail
 from .budget import ReceiveBudget
 from .common import parse_fetched

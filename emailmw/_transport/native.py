@@ -30,16 +30,16 @@ import aiosmtplib
 import imapclient
 import imapclient.exceptions
 
-from .._config import Endpoint, Options, UserInfo
-from .._exceptions import (
+from .._core.config import Endpoint, Options, UserInfo
+from .._core.errors import (
     ClosedError,
     ConnectError,
     ReceiveError,
     SendError,
     TransportError,
 )
-from .._log import get_logger
-from .._types import Email
+from .._core.log import get_logger
+from .._core.types import Email
 from .base import IncomingEmail
 from .budget import ReceiveBudget
 from .common import (

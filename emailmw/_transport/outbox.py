@@ -43,19 +43,20 @@ from email.utils import parseaddr
 from pathlib import Path
 from typing import Final
 
-from .._config import NO_BATCH, BatchPolicy, Options
-from .._exceptions import (
+from .._core.config import NO_BATCH, BatchPolicy, Options
+from .._core.errors import (
     AuthenticationError,
     ClosedError,
     ConfigError,
+    InvalidArgumentError,
     SendError,
     TransportError,
 )
-from .._log import get_logger
-from .._packing import build_batch
-from .._protocol import HEADER_RESENT
-from .._types import Email
-from .._wire import build, envelope_recipients, new_message_id, prepare_outgoing
+from .._core.log import get_logger
+from .._core.packing import build_batch
+from .._core.protocol import HEADER_RESENT
+from .._core.types import Email
+from .._core.wire import build, envelope_recipients, new_message_id, prepare_outgoing
 from .base import EmailSender, FailureCallback
 
 __all__ = ["Submission", "Outbox", "Spool", "Submitter"]
@@ -322,7 +323,9 @@ class Outbox(EmailSender):
             self._enqueue(_Item("spool", envelope, email, on_failure, path, batch=batch))
             return
         if guarantee != "memory":
-            raise ValueError(f"guarantee must be memory, spool or server, got {guarantee!r}")
+            raise InvalidArgumentError(
+                f"guarantee must be memory, spool or server, got {guarantee!r}"
+            )
         with self._cond:
             if not self._cond.wait_for(
                 lambda: self._in_memory < self._options.outbox_size or self._closed,

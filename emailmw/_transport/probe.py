@@ -24,8 +24,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._config import Endpoint, Options
-from .._exceptions import EmailMWError
+from .._core.config import Endpoint, Options
+from .._core.errors import EmailMWError
 from .common import ssl_context
 from .errors import imap_errors, smtp_login_errors
 

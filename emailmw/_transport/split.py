@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from .._config import NO_BATCH, BatchPolicy, Options
-from .._exceptions import MessageTooLargeError
-from .._packing import split_email
-from .._types import Email
-from .._wire import new_message_id, prepare_outgoing
+from .._core.config import NO_BATCH, BatchPolicy, Options
+from .._core.errors import MessageTooLargeError
+from .._core.packing import split_email
+from .._core.types import Email
+from .._core.wire import new_message_id, prepare_outgoing
 from .base import EmailSender, FailureCallback, Readers
 
 __all__ = ["DEFAULT_MAX_EMAIL_BYTES", "SplittingSender"]

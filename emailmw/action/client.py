@@ -1,5 +1,5 @@
 """rclpy's ``rclpy.action.client``."""
 
-from .._action import ActionClient, ClientGoalHandle
+from .._ros.action import ActionClient, ClientGoalHandle
 
 __all__ = ["ActionClient", "ClientGoalHandle"]

@@ -1,6 +1,6 @@
 """rclpy's ``rclpy.action.server``."""
 
-from .._action import (
+from .._ros.action import (
     ActionServer,
     CancelResponse,
     GoalResponse,

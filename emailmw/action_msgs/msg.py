@@ -3,7 +3,7 @@
 
 from typing import Any
 
-from .._interfaces import package
+from .._core.interfaces import package
 
 _types: Any = package("action_msgs").msg
 GoalInfo = _types.GoalInfo

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from .._exceptions import ClosedError, InvalidHeaderError, InvalidNameError, MessageTooLargeError
+from .._core.errors import ClosedError, InvalidHeaderError, InvalidNameError, MessageTooLargeError
+from .._core.types import Email, Headers
 from .._transport.base import EmailReceiver, EmailSender, IncomingEmail
-from .._types import Email, Headers
 
 __all__ = [
     "MultiRecipientConformance",

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from .._context import Context
-from .._entities import Publisher, Subscription
+from .._core.types import MessageInfo
+from .._delivery.context import Context
+from .._delivery.entities import Publisher, Subscription
 from .._transport.group import GroupSettings
-from .._types import MessageInfo
 
 __all__ = ["DeliveryModeConformance", "GroupWorld", "Taker"]
 

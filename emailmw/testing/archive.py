@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._protocol import Recipients, publish_email, request_email, response_email
-from .._types import Email, Gid
-from .._wire import build, format_date
+from .._core.protocol import Recipients, publish_email, request_email, response_email
+from .._core.types import Email, Gid
+from .._core.wire import build, format_date
 
 __all__ = ["Archive", "Stored", "generate", "linear_percentile"]
 

@@ -42,7 +42,7 @@ from typing import Any, Self
 
 import yaml
 
-from .._exceptions import EmailMWError
+from .._core.errors import EmailMWError
 
 __all__ = [
     "MailServer",

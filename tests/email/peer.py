@@ -35,8 +35,8 @@ import time
 from typing import Any
 
 import emailmw
-import emailmw._polling
-from emailmw._waitable import wait_until
+import emailmw._delivery.polling
+from emailmw._core.waitables import wait_until
 
 
 def main() -> None:
@@ -77,7 +77,7 @@ def main() -> None:
                 if args.mode == "topic":
                     got = sub.get_message_with_info()  # taken, so settled, here
                     assert got is not None
-                    (body, info), ticket = got, emailmw._polling.NO_TICKET
+                    (body, info), ticket = got, emailmw._delivery.polling.NO_TICKET
                 else:  # a group member acknowledges once its line is printed
                     taken = sub._take()
                     if taken is None:  # (its member must first confirm its claims)
@@ -124,7 +124,7 @@ def _say(line: str) -> None:
 
 def _die_holding_the_lock(config: str, group: str, member: str | None) -> None:
     """Take the group's claim lock as ``member`` (on a connection of its own), and die."""
-    from emailmw._config import load_options
+    from emailmw._core.config import load_options
     from emailmw._transport.group.imap import ImapGroupStore
 
     store = ImapGroupStore(load_options(config), group)

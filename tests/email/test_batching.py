@@ -15,9 +15,9 @@ import pytest
 
 import emailmw
 from emailmw import Keystore
-from emailmw._packing import build_batch
-from emailmw._protocol import publish_email
-from emailmw._wire import build
+from emailmw._core.packing import build_batch
+from emailmw._core.protocol import publish_email
+from emailmw._core.wire import build
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from emailmw._config import load_options
+from emailmw._core.config import load_options
 from emailmw._transport.factory import make_transport
 from emailmw.testing import MultiRecipientConformance, TransportConformance, TransportUnderTest
 from emailmw.testing.mailserver import MailServer

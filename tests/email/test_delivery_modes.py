@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import emailmw
-from emailmw._config import load_options
+from emailmw._core.config import load_options
 from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing import DeliveryModeConformance, GroupWorld
 from emailmw.testing._modes import wait_for

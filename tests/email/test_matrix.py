@@ -32,10 +32,10 @@ from allpairspy import AllPairs
 
 import emailmw
 from emailmw import Keystore
-from emailmw._carried import unpack
-from emailmw._packing import build_batch
-from emailmw._protocol import Recipients, publish_email
-from emailmw._wire import build
+from emailmw._core.carried import unpack
+from emailmw._core.packing import build_batch
+from emailmw._core.protocol import Recipients, publish_email
+from emailmw._core.wire import build
 from emailmw.testing.mailserver import MailServer
 
 from ..helpers import deadline_loop

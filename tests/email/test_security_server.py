@@ -17,8 +17,8 @@ import pytest
 
 import emailmw
 from emailmw import Keystore, PermissionDeniedError
+from emailmw._core.wire import build
 from emailmw._security import sign
-from emailmw._wire import build
 from emailmw.testing._modes import wait_for
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext

@@ -11,7 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emailmw._exceptions import ConfigError
+from emailmw._core.errors import ConfigError
+from emailmw._core.protocol import Recipients, publish_email, request_email, response_email
+from emailmw._core.types import Gid
+from emailmw._core.wire import build
 from emailmw._pipeline import landing
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
 from emailmw._pipeline.landing import (
@@ -25,9 +28,6 @@ from emailmw._pipeline.landing import (
     list_units,
     maildir_name_ns,
 )
-from emailmw._protocol import Recipients, publish_email, request_email, response_email
-from emailmw._types import Gid
-from emailmw._wire import build
 
 from ..test_wire import ANY_BYTES
 

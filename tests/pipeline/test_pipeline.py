@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from emailmw._exceptions import ConfigError
+from emailmw._core.errors import ConfigError
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze, parse_time
 from emailmw._pipeline.job import run_job
 from emailmw._pipeline.landing import LANDING_SCHEMA
@@ -617,9 +617,9 @@ def test_a_window_counts_as_lost_only_the_gaps_inside_it(
 def test_emailmw_s_own_graph_topic_stays_out_unless_asked_for(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    from emailmw._graph import GRAPH_TOPIC
-    from emailmw._protocol import Recipients, publish_email
-    from emailmw._types import Gid
+    from emailmw._core.protocol import Recipients, publish_email
+    from emailmw._core.types import Gid
+    from emailmw._delivery.graph import GRAPH_TOPIC
     from emailmw.testing.archive import T0, Stored, _store
 
     graphed = generate(seed=3, topics=1)
@@ -716,10 +716,10 @@ def test_batches_and_parts_are_one_row_a_message_and_counted(
     own delivery time: its topmost Received, not the submission at the bottom), in the
     batch's order (#2 before #10: none counted out of order), the split message one row
     (was: a row a part), the batch and the parts counted in the summary."""
-    from emailmw._packing import build_batch, split_email
-    from emailmw._protocol import Recipients, publish_email
-    from emailmw._types import Gid
-    from emailmw._wire import build
+    from emailmw._core.packing import build_batch, split_email
+    from emailmw._core.protocol import Recipients, publish_email
+    from emailmw._core.types import Gid
+    from emailmw._core.wire import build
 
     recipients = Recipients("a@example.test", ("b@example.test",))
 

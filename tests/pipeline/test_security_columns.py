@@ -12,11 +12,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from emailmw import Email, Keystore
+from emailmw._core.protocol import Recipients, publish_email
+from emailmw._core.types import Gid
+from emailmw._core.wire import build, prepare_outgoing
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
-from emailmw._protocol import Recipients, publish_email
 from emailmw._security import sign
-from emailmw._types import Gid
-from emailmw._wire import build, prepare_outgoing
 
 RECIPIENTS = Recipients("talker@example.test", ("inbox@example.test",))
 

@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 
 import emailmw
 from emailmw import ConfigError, Email, PermissionDeniedError, SecurityError, UndecryptableError
-from emailmw._config import SecurityOptions, load_options
-from emailmw._protocol import Recipients, classify, publish_email, request_email
+from emailmw._core.config import SecurityOptions, load_options
+from emailmw._core.protocol import Recipients, classify, publish_email, request_email
+from emailmw._core.types import Gid
+from emailmw._core.wire import build, parse, prepare_outgoing
 from emailmw._security import (
     Keystore,
     ReplayGuard,
@@ -33,8 +35,6 @@ from emailmw._security import (
     sign,
     verify,
 )
-from emailmw._types import Gid
-from emailmw._wire import build, parse, prepare_outgoing
 
 RECIPIENTS = Recipients("talker@example.test", ("inbox@example.test",))
 
@@ -473,8 +473,8 @@ def _face_security(keystore: Keystore, tmp_path: Path, identity: str, **more: ob
 
 
 def _routed(face: str, to: str, from_: str, body: str, *, hops: int = 0) -> Email:
-    from emailmw._addressing import Address, Envelope
-    from emailmw._protocol import routed_email
+    from emailmw._core.addressing import Address, Envelope
+    from emailmw._core.protocol import routed_email
 
     to_hub, to_name = to.split(":")
     from_hub, from_name = from_.split(":")
@@ -557,7 +557,7 @@ def test_a_ymp_sender_host_is_the_signed_route_not_a_header(
 
 
 def _ack(topic: str, subscriber: str) -> Email:
-    from emailmw._protocol import ack_email
+    from emailmw._core.protocol import ack_email
 
     published = message(topic=topic)
     return prepare_outgoing(
@@ -585,8 +585,8 @@ def test_a_relayed_message_keeps_its_originators_signature(
     """A relay's copy carries the originator's signature: the destination names the
     originator and the relays, checks the grants on the originator, and refuses a copy
     whose relay changed what it may not, dropped the origin or lied about the path."""
-    from emailmw._protocol import routed_email
-    from emailmw._routing import forwarded_message_id
+    from emailmw._core.protocol import routed_email
+    from emailmw._delivery.routing import forwarded_message_id
 
     base = _face_security(keystore, tmp_path, "talker", hub="base")
     relay = _face_security(keystore, tmp_path, "robot", hub="gw")  # no grants at all

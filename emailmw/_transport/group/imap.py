@@ -33,8 +33,8 @@ from typing import Any, Final, TypeVar
 
 import imapclient
 
-from ..._config import Options
-from ..._log import get_logger
+from ..._core.config import Options
+from ..._core.log import get_logger
 from ..common import ssl_context, uid_set
 from ..errors import imap_errors
 from ..imap import body, open_account_folder, uid_fetch

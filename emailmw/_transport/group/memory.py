@@ -9,9 +9,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..._carried import is_batch_head, outer_fields
-from ..._types import Email
-from ..._wire import build
+from ..._core.carried import is_batch_head, outer_fields
+from ..._core.types import Email
+from ..._core.wire import build
 from .model import GroupStore, Head, Holding, MemberRecord
 
 __all__ = ["MemoryGroupStore", "MemoryMailbox"]

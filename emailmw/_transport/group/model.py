@@ -37,7 +37,7 @@ The protocol runs on the mail store itself, through a :class:`GroupStore` (IMAP:
 :func:`plan` (what to claim and take in one round), :class:`Liveness` and :class:`Lease` are
 pure and tested without a store; ``group/receiver.py``'s ``GroupReceiver`` runs them
 against a store as an :class:`~emailmw.EmailReceiver`, so that a group subscription has its
-own polling thread (``emailmw._groups.GroupConsumer``) with the usual classification,
+own polling thread (``emailmw._delivery.groups.GroupConsumer``) with the usual classification,
 security decisions and tickets.
 """
 
@@ -50,6 +50,8 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
+
+from ..._core.errors import InvalidArgumentError
 
 __all__ = [
     "MODES",
@@ -75,13 +77,13 @@ LEASE_MARGIN: Final = 0.1
 def check_group(mode: str, group: str | None) -> None:
     """Raise ``ValueError`` for an unknown mode, or a group name a mode needs and lacks."""
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise InvalidArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "topic":
         if group is not None:
-            raise ValueError("a group name goes with mode='stateful' or 'stateless'")
+            raise InvalidArgumentError("a group name goes with mode='stateful' or 'stateless'")
         return
     if group is None or not _GROUP_RE.fullmatch(group):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"mode={mode!r} needs group=, a name of 1 to 40 letters, digits or _ (got {group!r})"
         )
 
@@ -110,7 +112,9 @@ class GroupSettings:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_deliveries, int) or self.max_deliveries < 1:
-            raise ValueError(f"max_deliveries must be a positive int, got {self.max_deliveries!r}")
+            raise InvalidArgumentError(
+                f"max_deliveries must be a positive int, got {self.max_deliveries!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from ..._carried import Carried
-from ..._exceptions import ClosedError, ConfigError
-from ..._log import get_logger
-from ..._types import Email
+from ..._core.carried import Carried
+from ..._core.errors import ClosedError, ConfigError
+from ..._core.log import get_logger
+from ..._core.types import Email
 from ..base import ClaimState, Done, EmailReceiver, IncomingEmail, Settle
 from ..budget import ReceiveBudget
 from .model import (

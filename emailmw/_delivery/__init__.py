@@ -1,0 +1,1 @@
+"""From receivers to entities: polling, handlers, groups, the context."""

@@ -1,0 +1,1 @@
+"""``emailmw doctor``: facts from the transport's probe, each judged."""

@@ -1,0 +1,1 @@
+"""The routed faces over the routing core (Stem, YMP, floctrl) and gateways."""

@@ -1,0 +1,1 @@
+"""The ROS layer: nodes, executors, actions, parameters, time."""

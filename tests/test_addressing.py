@@ -82,7 +82,7 @@ def test_an_envelope_round_trips_through_headers_and_broken_ones_say_why() -> No
     for change, reason in (
         ({"Route-From": None}, "no Route-From"),
         ({"Route-Hops": "-1"}, "Route-Hops"),
-        ({"Route-Face": "smtp"}, "Route-Face"),
+        ({"Route-Face": "SMTP mail"}, "Route-Face"),
         ({"Route-To": "a:b"}, "not an address"),
         ({"Route-To": "h::t"}, "name '' is empty"),
     ):
@@ -297,3 +297,33 @@ def test_a_routed_message_survives_the_wire_and_classifies_as_routed() -> None:
     plain = email.replace(headers=[(k, v) for k, v in email.headers.items()
                                    if not k.startswith("Route-")])  # fmt: skip
     assert classify(plain, 0) == Unroutable("no emailmw metadata headers")
+
+
+def test_an_unknown_face_is_refused_with_its_reason_never_another_face_s_rules() -> None:
+    """A Route-Face no face registered is an email emailmw cannot route (poison, with the
+    reason naming the faces), and the grants it needs are none a signer can have (was: an
+    unknown face fell into floctrl's grant rules)."""
+    from emailmw._core.faces import face_names
+    from emailmw._core.protocol import classify
+    from emailmw._core.types import Email
+    from emailmw._security import routed_grants
+
+    assert face_names() == ("floctrl", "stem", "ymp")
+    envelope = Envelope(Address("node", "h2"), Address("me", "h1"), "smtp")
+    email = Email("floctrl work", '{"id": 1}', "a@x", ("b@x",),
+                  headers={**dict(envelope.headers()), "Source-Timestamp": "1"})  # fmt: skip
+    route = classify(email, 0)
+    assert "Route-Face 'smtp' is not one of floctrl, stem, ymp" in str(route)
+    assert routed_grants(envelope, '{"id": 1}', "h2") == (
+        "Route-Face 'smtp' is not one of floctrl, stem, ymp"
+    )
+
+
+def test_a_face_endpoint_names_a_registered_face() -> None:
+    from emailmw._core.errors import RoutingError
+    from emailmw._delivery.routing import FaceEndpoint
+
+    with pytest.raises(RoutingError, match="Route-Face 'pigeon' is not one of"):
+
+        class Pigeon(FaceEndpoint[str]):  # a new face must be registered first
+            face = "pigeon"

@@ -54,7 +54,7 @@ _HEADERS: Final = {
     "reply": "Route-Reply",
     "orig": "Route-Orig",
 }
-_FACES: Final = frozenset({"stem", "ymp", "floctrl"})
+_FACE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,19}")  # (the faces: ``faces``)
 
 
 def _part(value: str, what: str) -> str | None:
@@ -176,8 +176,8 @@ def read_envelope(headers: Mapping[str, str]) -> Envelope | str | None:
     if not hops_text.isdigit() or not hops_text.isascii() or len(hops_text) > 4:
         return f"Route-Hops is not a small integer: {hops_text[:20]!r}"
     face = headers.get("Route-Face", "").strip()
-    if face not in _FACES:
-        return f"Route-Face {face[:20]!r} is not one of {', '.join(sorted(_FACES))}"
+    if not _FACE_NAME.fullmatch(face):  # (which faces there are: ``faces``)
+        return f"Route-Face {face[:20]!r} is not a face's name"
     to, from_ = found["to"], found["from"]
     assert to is not None
     assert from_ is not None

@@ -25,6 +25,7 @@ from typing import Final
 
 from .addressing import Envelope, read_envelope
 from .errors import InvalidArgumentError, InvalidHeaderError
+from .faces import unknown_face
 from .types import Ack, Email, Gid, Headers, MessageInfo, RoutedInfo, ServiceInfo, gid_value
 from .wire import (
     HEADER_ACK_PUBLISHER_GID,
@@ -371,6 +372,9 @@ def _routed(email: Email, received_timestamp: int, redelivered: bool) -> Route:
     envelope = read_envelope(email.headers)
     if envelope is None or isinstance(envelope, str):
         return Unroutable(f"routed message: {envelope}", malformed=True)
+    unknown = unknown_face(envelope.face)
+    if unknown is not None:
+        return Unroutable(f"routed message: {unknown}", malformed=True)
     try:
         source = _uint(email.headers.item(_SOURCE_TIMESTAMP), HEADER_SOURCE_TIMESTAMP)
     except ValueError as exc:

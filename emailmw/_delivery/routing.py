@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 from .._core.addressing import Address, Deliver, Drop, Envelope, Forward, decide
 from .._core.closeable import Closeable
 from .._core.errors import ClosedError, EmailMWError, RoutingError
+from .._core.faces import face
 from .._core.log import get_logger
 from .._core.protocol import Route, RoutedRoute, address_domain, routed_email
 from .._core.types import Email, RoutedInfo
@@ -425,8 +426,14 @@ class FaceEndpoint(Closeable, Generic[W]):
     what is queued; :meth:`_closed_hook` runs then. Thread-safe.
     """
 
-    #: the face's name in the ``Route-Face`` header (``stem``, ``ymp``, ``floctrl``)
+    #: the face's name in the ``Route-Face`` header (``stem``, ``ymp``, ``floctrl``): a
+    #: face of the registry (``_core.faces``), checked when the class is made
     face: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "face" in cls.__dict__:
+            face(cls.face)  # (RoutingError: no such face)
 
     def __init__(
         self, context: FaceHost, name: str, target: str = "", *, label: str | None = None

@@ -40,11 +40,11 @@ from typing import Any, Final
 
 from .._core.config import read_yaml
 from .._core.errors import ConfigError
+from .._core.faces import face, face_names
 from ._keystore import NAME_RE
 
 __all__ = [
     "ACTIONS",
-    "FACE_ACTIONS",
     "INTERNAL_PREFIX",
     "Permissions",
     "load_permissions",
@@ -52,14 +52,6 @@ __all__ = [
 ]
 
 ACTIONS: Final = ("publish", "subscribe", "call", "serve")
-#: each face's grants, as ``face.key`` actions
-FACE_ACTIONS: Final = {
-    "stem": ("send", "as"),
-    "ymp": ("send", "as"),
-    "floctrl": ("as", "to", "topics"),
-}
-#: face grants whose patterns are plain names (no leading '/')
-_PLAIN: Final = frozenset({"ymp.as", "floctrl.topics"})
 INTERNAL_PREFIX: Final = "/_emailmw/"
 
 
@@ -124,27 +116,27 @@ class Permissions:
                                   source=source, key=key)  # fmt: skip
             grants[identity] = {}
             for action, patterns in actions.items():
-                if action in FACE_ACTIONS:
-                    face = {} if patterns is None else patterns
-                    if not isinstance(face, Mapping):
+                if action in face_names():  # a face's grants: its verbs (``_core.faces``)
+                    declared = face(action)
+                    verbs = {} if patterns is None else patterns
+                    if not isinstance(verbs, Mapping):
                         raise ConfigError(
-                            f"expected a mapping with keys {', '.join(FACE_ACTIONS[action])}",
+                            f"expected a mapping with keys {', '.join(declared.verbs)}",
                             source=source, key=f"{key}.{action}",
                         )  # fmt: skip
-                    for sub, listed_patterns in face.items():
-                        if sub not in FACE_ACTIONS[action]:
+                    for sub, listed_patterns in verbs.items():
+                        if sub not in declared.verbs:
                             raise ConfigError(
-                                "unknown key (expected one of: "
-                                f"{', '.join(FACE_ACTIONS[action])})",
+                                f"unknown key (expected one of: {', '.join(declared.verbs)})",
                                 source=source, key=f"{key}.{action}.{sub}",
                             )  # fmt: skip
                         name = f"{action}.{sub}"
                         grants[identity][name] = _patterns(
-                            listed_patterns, source, f"{key}.{name}", plain=name in _PLAIN
+                            listed_patterns, source, f"{key}.{name}", plain=sub in declared.plain
                         )
                     continue
                 if action not in ACTIONS:
-                    expected = ", ".join((*ACTIONS, *FACE_ACTIONS))
+                    expected = ", ".join((*ACTIONS, *face_names()))
                     raise ConfigError(f"unknown action (expected one of: {expected})",
                                       source=source, key=f"{key}.{action}")  # fmt: skip
                 grants[identity][action] = _patterns(patterns, source, f"{key}.{action}")

@@ -31,6 +31,7 @@ from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
     "NO_BATCH",
+    "register_transport_name",
     "BatchPolicy",
     "RoutingOptions",
     "Endpoint",
@@ -46,7 +47,17 @@ __all__ = [
 
 _log = get_logger("config")
 
-TRANSPORTS: Final = ("native", "curl", "intraprocess")
+#: the transports' names, as the transport registry (``_transport.factory``) registers them
+_TRANSPORTS: list[str] = []
+
+
+def register_transport_name(name: str) -> None:
+    """Make ``name`` a transport a configuration may name (the transport registry's call,
+    at import: the configuration layer is below the transports)."""
+    if name not in _TRANSPORTS:
+        _TRANSPORTS.append(name)
+
+
 DEFAULT_POLLING_PERIOD_NS: Final = 100_000_000
 INTRAPROCESS_ADDRESS: Final = "emailmw@intraprocess.invalid"
 _DEFAULT_PORTS: Final = {"smtp": 587, "smtps": 465, "imap": 143, "imaps": 993}
@@ -469,9 +480,9 @@ def _email_reader(data: Mapping[str, Any], source: str) -> _Reader:
 def _read_transport(reader: _Reader) -> str:
     intraprocess = reader.boolean("intraprocess")
     transport = reader.string("transport")
-    if transport is not None and transport not in TRANSPORTS:
+    if transport is not None and transport not in _TRANSPORTS:
         raise reader.error(
-            "transport", f"expected one of {', '.join(TRANSPORTS)}, got {transport!r}"
+            "transport", f"expected one of {', '.join(_TRANSPORTS)}, got {transport!r}"
         )
     if intraprocess:
         return "intraprocess"

@@ -34,8 +34,8 @@ from .._core.qos import (
 )
 from .._delivery.graph import Endpoint, Graph, read_graph
 from .._security import Keystore, PublicIdentity, load_permissions
-from .._transport.factory import make_receiver
-from .._transport.probe import ServerProbe, probe_imap, probe_smtp
+from .._transport.factory import make_receiver, transport_kind
+from .._transport.probe import ServerProbe
 
 __all__ = [
     "Check",
@@ -432,11 +432,13 @@ Probe = Callable[[Options], ServerProbe]
 def run(
     config: str | os.PathLike[str] | None,
     *,
-    smtp: Probe = probe_smtp,
-    imap: Probe = probe_imap,
+    smtp: Probe | None = None,
+    imap: Probe | None = None,
     now: Callable[[], float] = time.time,
 ) -> tuple[list[Check], Options | None]:
-    """Every check, in order; the options when the configuration could be read."""
+    """Every check, in order; the options when the configuration could be read. The
+    servers are checked by the probes the transport registered (``smtp``/``imap``: others,
+    for a test)."""
     try:
         path = Path(config) if config is not None else find_config_file()
     except EmailMWError as exc:
@@ -466,6 +468,20 @@ def run(
         )
     if options.user is None:
         return checks, options
+    try:
+        probes = dict(transport_kind(options.transport).probes)
+    except EmailMWError as exc:
+        return [*checks, _fail("config", str(exc))], options
+    smtp, imap = smtp or probes.get("smtp"), imap or probes.get("imap")
+    if smtp is None or imap is None:
+        return [
+            *checks,
+            _warn(
+                "servers",
+                f"the {options.transport} transport has no probes "
+                "of its servers: they are not checked",
+            ),
+        ], options
     moment = dt.datetime.fromtimestamp(now(), dt.UTC)
     sent = _guarded(smtp, options, "smtp")
     checks += judge_server(sent, options, moment)

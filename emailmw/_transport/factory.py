@@ -1,17 +1,87 @@
-"""Builds the transport the options ask for: the one place a transport is chosen
-(``intraprocess``, ``native``, ``curl``)."""
+"""The transport registry, and the one place a transport is built from it
+(``intraprocess``, ``native``, ``curl``).
+
+A transport declares itself once (:class:`TransportKind`): how it builds its sender, its
+receiver (alone too: a process that only reads), the group stores of its delivery groups,
+and the probes ``emailmw doctor`` runs against its servers. :func:`make_transport` and
+:func:`make_receiver` look it up by the configuration's ``transport``; the conformance
+suites run over every registered one (``tests/email/test_conformance.py``). A new
+transport (JMAP, or IMAP with another way to log in) is one :func:`register_transport`
+call. Builders import their backends when called (pycurl, aiosmtplib: only when used).
+"""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .._core.config import Options
-from .._core.errors import InvalidArgumentError
+from .._core.config import Options, register_transport_name
+from .._core.errors import ConfigError, InvalidArgumentError
 from .base import EmailReceiver, EmailSender
 from .budget import ReceiveBudget
+from .group.model import GroupStore
 from .transport import Transport
 
-__all__ = ["make_receiver", "make_transport"]
+if TYPE_CHECKING:
+    from .probe import ServerProbe
+
+__all__ = [
+    "TransportKind",
+    "make_receiver",
+    "make_transport",
+    "register_transport",
+    "transport_kind",
+    "transport_names",
+]
+
+#: a check of one of a transport's servers, for ``emailmw doctor`` (a ``probe.ServerProbe``)
+Probe = Callable[[Options], "ServerProbe"]
+
+
+@dataclass(frozen=True, slots=True)
+class TransportKind:
+    """One transport. ``sender``/``receiver``: built from the options (the receiver with
+    the context's receive budget); ``group_stores``: the options -> a factory of the store
+    of each delivery group (by name), None when its groups cannot span processes;
+    ``build``: the whole transport at once instead (an in-process pair); ``probes``: the
+    doctor's checks of its servers, by protocol."""
+
+    name: str
+    receiver: Callable[[Options, ReceiveBudget | None], EmailReceiver] | None = None
+    sender: Callable[[Options], EmailSender] | None = None
+    group_stores: Callable[[Options], Callable[[str], GroupStore]] | None = None
+    build: Callable[[Options, ReceiveBudget | None], Transport] | None = None
+    probes: tuple[tuple[str, Probe], ...] = ()
+
+
+_KINDS: dict[str, TransportKind] = {}
+
+
+def register_transport(kind: TransportKind) -> TransportKind:
+    """Add ``kind`` to the registry (once per name)."""
+    if kind.name in _KINDS:
+        raise InvalidArgumentError(f"transport {kind.name!r} is registered already")
+    if kind.build is None and (kind.sender is None or kind.receiver is None):
+        raise InvalidArgumentError(f"transport {kind.name!r} needs a sender and a receiver")
+    _KINDS[kind.name] = kind
+    register_transport_name(kind.name)
+    return kind
+
+
+def transport_names() -> tuple[str, ...]:
+    """The registered transports' names, in the order they were registered."""
+    return tuple(_KINDS)
+
+
+def transport_kind(name: str) -> TransportKind:
+    """The transport ``name``; :class:`~emailmw.ConfigError` naming the others when there
+    is none."""
+    found = _KINDS.get(name)
+    if found is None:
+        raise ConfigError(f"no such transport: {name!r} (one of {', '.join(_KINDS)})")
+    return found
 
 
 def make_transport(options: Options, budget: ReceiveBudget | None = None) -> Transport:
@@ -19,28 +89,15 @@ def make_transport(options: Options, budget: ReceiveBudget | None = None) -> Tra
     server cannot be reached, refuses the login or presents an untrusted certificate.
     ``intraprocess``: a connected in-process pair, of this context alone. ``budget``: the
     receive budget the receiver reserves from (none: unbounded)."""
-    if options.transport == "intraprocess":
-        from .intraprocess import intraprocess_transport
-
-        return intraprocess_transport(
-            options.recipients.from_, max_message_size=options.max_message_size, budget=budget
-        )
-    from .group.imap import ImapGroupStore
-
-    stores = functools.partial(ImapGroupStore, options)
-    sender: EmailSender
-    if options.transport == "native":
-        from .native import NativeSender
-
-        sender = NativeSender(options)
-    elif options.transport == "curl":
-        from .curl import CurlSender
-
-        sender = CurlSender(options)
-    else:
-        raise InvalidArgumentError(f"no such transport: {options.transport}")
+    kind = transport_kind(options.transport)
+    if kind.build is not None:
+        return kind.build(options, budget)
+    assert kind.sender is not None
+    assert kind.receiver is not None
+    sender = kind.sender(options)
     try:
-        return Transport(sender, make_receiver(options, budget), stores)
+        stores = kind.group_stores(options) if kind.group_stores is not None else None
+        return Transport(sender, kind.receiver(options, budget), stores)
     except BaseException:
         sender.close()
         raise
@@ -49,12 +106,68 @@ def make_transport(options: Options, budget: ReceiveBudget | None = None) -> Tra
 def make_receiver(options: Options, budget: ReceiveBudget | None = None) -> EmailReceiver:
     """The receiver of a mail transport alone (no sender: nothing is sent, no spool is
     taken), for a process that only reads the mailbox."""
-    if options.transport == "native":
-        from .native import NativeReceiver
+    kind = transport_kind(options.transport)
+    if kind.receiver is None:
+        raise InvalidArgumentError(f"no receiver alone for transport {options.transport!r}")
+    return kind.receiver(options, budget)
 
-        return NativeReceiver(options, budget)
-    if options.transport == "curl":
-        from .curl import CurlReceiver
 
-        return CurlReceiver(options, budget)
-    raise InvalidArgumentError(f"no receiver alone for transport {options.transport!r}")
+# ----------------------------------------------------------------------------- the three
+
+
+def _intraprocess(options: Options, budget: ReceiveBudget | None) -> Transport:
+    from .intraprocess import intraprocess_transport
+
+    return intraprocess_transport(
+        options.recipients.from_, max_message_size=options.max_message_size, budget=budget
+    )
+
+
+def _imap_stores(options: Options) -> Callable[[str], GroupStore]:
+    from .group.imap import ImapGroupStore
+
+    return functools.partial(ImapGroupStore, options)
+
+
+def _native_sender(options: Options) -> EmailSender:
+    from .native import NativeSender
+
+    return NativeSender(options)
+
+
+def _native_receiver(options: Options, budget: ReceiveBudget | None) -> EmailReceiver:
+    from .native import NativeReceiver
+
+    return NativeReceiver(options, budget)
+
+
+def _curl_sender(options: Options) -> EmailSender:
+    from .curl import CurlSender
+
+    return CurlSender(options)
+
+
+def _curl_receiver(options: Options, budget: ReceiveBudget | None) -> EmailReceiver:
+    from .curl import CurlReceiver
+
+    return CurlReceiver(options, budget)
+
+
+def _probe_smtp(options: Options) -> ServerProbe:
+    from .probe import probe_smtp
+
+    return probe_smtp(options)
+
+
+def _probe_imap(options: Options) -> ServerProbe:
+    from .probe import probe_imap
+
+    return probe_imap(options)
+
+
+_MAIL_PROBES: tuple[tuple[str, Probe], ...] = (("smtp", _probe_smtp), ("imap", _probe_imap))
+register_transport(TransportKind("native", _native_receiver, _native_sender, _imap_stores,
+                                 probes=_MAIL_PROBES))  # fmt: skip
+register_transport(TransportKind("curl", _curl_receiver, _curl_sender, _imap_stores,
+                                 probes=_MAIL_PROBES))  # fmt: skip
+register_transport(TransportKind("intraprocess", build=_intraprocess))

@@ -1,5 +1,5 @@
-"""The native and curl transports pass the same conformance suite as the intraprocess pair,
-unchanged, against the real server."""
+"""Every registered mail transport (native, curl) passes the same conformance suite as the
+intraprocess pair, unchanged, against the real server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from emailmw._core.config import load_options
-from emailmw._transport.factory import make_transport
+from emailmw._transport.factory import make_transport, transport_kind, transport_names
 from emailmw.testing import MultiRecipientConformance, TransportConformance, TransportUnderTest
 from emailmw.testing.mailserver import MailServer
 
@@ -34,17 +34,19 @@ def _pair(
         closeable.close()
 
 
-class TestNativeConformance(TransportConformance, MultiRecipientConformance):
-    @pytest.fixture
-    def transport(
-        self, mailserver: MailServer, account: Callable[[], str]
-    ) -> Iterator[TransportUnderTest]:
-        yield from _pair(mailserver, account, "native")
+#: the registered transports that talk to a mail server (the intraprocess pair has its
+#: own run of the suites: ``tests/test_intraprocess_conformance.py``)
+MAIL_TRANSPORTS = [name for name in transport_names() if transport_kind(name).build is None]
 
 
-class TestCurlConformance(TransportConformance, MultiRecipientConformance):
-    @pytest.fixture
+def test_every_registered_transport_runs_the_suites() -> None:
+    assert set(transport_names()) == {*MAIL_TRANSPORTS, "intraprocess"}
+    assert MAIL_TRANSPORTS == ["native", "curl"]
+
+
+class TestMailTransportConformance(TransportConformance, MultiRecipientConformance):
+    @pytest.fixture(params=MAIL_TRANSPORTS)
     def transport(
-        self, mailserver: MailServer, account: Callable[[], str]
+        self, request: pytest.FixtureRequest, mailserver: MailServer, account: Callable[[], str]
     ) -> Iterator[TransportUnderTest]:
-        yield from _pair(mailserver, account, "curl")
+        yield from _pair(mailserver, account, request.param)

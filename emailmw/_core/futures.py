@@ -22,10 +22,10 @@ import threading
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
-from .errors import ClosedError, InvalidCallbackError, ServiceTimeoutError
+from .errors import ClosedError, EmailMWError, InvalidCallbackError, ServiceTimeoutError
 from .log import get_logger
 
-__all__ = ["Future", "Pending", "Task", "refuse_coroutine"]
+__all__ = ["Future", "Pending", "Task", "refuse_coroutine", "relay"]
 
 _log = get_logger("future")
 T = TypeVar("T")
@@ -44,6 +44,29 @@ def refuse_coroutine(callback: Callable[..., Any], what: str) -> None:
             f"{what} callback {name} is a coroutine function (async def); this callback "
             "is called as a plain function: make it a def"
         )
+
+
+def relay(source: Future[Any], target: Future[T], convert: Callable[[Any], T]) -> None:
+    """Once ``source`` is done, ``target`` is done the same way: cancelled, failed with its
+    exception, or with ``convert(its result)`` (a typed response read from the raw one; an
+    :class:`~emailmw.EmailMWError` ``convert`` raises fails ``target``). On the thread that
+    completes ``source`` (``target``'s own callbacks go where its scheduler says)."""
+
+    def done(finished: Future[Any]) -> None:
+        failure = finished.exception()
+        if finished.cancelled():
+            target.cancel()
+        elif failure is not None:
+            target.set_exception(failure)
+        else:
+            try:
+                value = convert(finished.result())
+            except EmailMWError as exc:
+                target.set_exception(exc)
+                return
+            target.set_result(value)
+
+    source._when_done(done)
 
 
 class Future(Generic[T]):

@@ -40,6 +40,7 @@ from .._core.wire import (
     new_message_id,
     validate_name,
 )
+from .._transport.group.receiver import GroupReceiver
 from .groups import GroupConsumer, GroupSettings, check_group
 from .handlers import SubscriptionHandler
 from .polling import NO_TICKET, Ticket
@@ -371,6 +372,12 @@ class Subscription(_Entity, Waitable):
         return None if self._consumer is None else self._consumer.member
 
     @property
+    def group_receiver(self) -> GroupReceiver | None:
+        """The group member's receiver (its ``counts``, what it holds, whether it joined:
+        for tools and tests that watch a group), None in topic mode."""
+        return None if self._consumer is None else self._consumer.receiver
+
+    @property
     def topic(self) -> str:
         return self._topic
 
@@ -407,14 +414,14 @@ class Subscription(_Entity, Waitable):
 
     def get_message_with_info(self) -> tuple[str, MessageInfo] | None:
         """The oldest queued message with its :class:`~emailmw.MessageInfo`, or None."""
-        got = self._take()
+        got = self.take_with_ticket()
         if got is None:
             return None
         body, info, ticket = got
         ticket.release()
         return body, info
 
-    def _take(self) -> tuple[str, MessageInfo, Ticket] | None:
+    def take_with_ticket(self) -> tuple[str, MessageInfo, Ticket] | None:
         """The oldest message with its ticket, for a caller that releases the ticket once
         it is done with the message (the ROS layer: after the callback returned). A group
         member's message comes with the delivery count its claim's fence recorded."""

@@ -22,10 +22,10 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from .._core.errors import ArgumentTypeError, StateError, TypeMismatchError
-from .._core.futures import Future
+from .._core.futures import Future, relay
 from .._core.interfaces import HEADER_MESSAGE_TYPE, ActionType, deserialize, serialize, type_name
 from .._core.log import get_logger
 from .._core.types import RequestId
@@ -97,6 +97,10 @@ def _now_msg() -> Any:
     return TimeMsg(sec=stamp // 1_000_000_000, nanosec=stamp % 1_000_000_000)
 
 
+S = TypeVar("S")  # an action end's service entities
+T = TypeVar("T")  # and its topic entities
+
+
 def _names(node: Node, action_name: str) -> tuple[str, str]:
     name = node.resolve(action_name, "action name")
     return name, f"{name}/_action"
@@ -120,6 +124,42 @@ def _graph_entries(
             (f"{name}/status", "action_msgs/msg/GoalStatusArray"),
         ],
     }
+
+
+class _ActionEnd(Executable, Generic[S, T]):
+    """What an action server and an action client share: the action's type and name, a
+    callback group, and the entities of its three services and two topics (``S``/``T``:
+    servers and publishers on a server's side, clients and subscriptions on a client's)."""
+
+    _send_goal: S
+    _cancel_goal: S
+    _get_result: S
+    _feedback: T
+    _status: T
+
+    def _begin(
+        self, node: Node, action_type: ActionType, action_name: str, group: CallbackGroup | None
+    ) -> str:
+        """The checks and names, before the end's own state: the entities' prefix."""
+        if not isinstance(action_type, ActionType):
+            raise ArgumentTypeError(f"an action type is expected, got {action_type!r}")
+        self.action_type = action_type
+        self._node = node
+        self.action_name, prefix = _names(node, action_name)
+        self.callback_group = group or node.default_callback_group
+        self.callback_group.add_entity(self)
+        return prefix
+
+    def _end(self, prefix: str, service: Callable[..., S], topic: Callable[..., T]) -> None:
+        """The entities, once the end's own state is there (mail may reach them at once),
+        then the end joins its node."""
+        context = self._node.context
+        self._send_goal = service(f"{prefix}/send_goal", context=context)
+        self._cancel_goal = service(f"{prefix}/cancel_goal", context=context)
+        self._get_result = service(f"{prefix}/get_result", context=context)
+        self._feedback = topic(f"{prefix}/feedback", context=context)
+        self._status = topic(f"{prefix}/status", context=context)
+        self._node.add_waitable(self)
 
 
 # ----------------------------------------------------------------------------- server
@@ -216,7 +256,7 @@ class ServerGoalHandle:
         pass
 
 
-class ActionServer(Executable):
+class ActionServer(_ActionEnd[ServiceServer, Publisher]):
     """An action server (rclpy's ``ActionServer``) of ``action_type`` on ``action_name``,
     run by the executor that spins ``node``. ``execute_callback(goal_handle) -> Result``;
     ``goal_callback(goal) -> GoalResponse`` (default: accept), ``cancel_callback(handle)
@@ -250,19 +290,13 @@ class ActionServer(Executable):
     ) -> None:
         del goal_service_qos_profile, result_service_qos_profile, cancel_service_qos_profile
         del feedback_pub_qos_profile, status_pub_qos_profile
-        if not isinstance(action_type, ActionType):
-            raise ArgumentTypeError(f"an action type is expected, got {action_type!r}")
-        self.action_type = action_type
-        self._node = node
-        self.action_name, prefix = _names(node, action_name)
+        prefix = self._begin(node, action_type, action_name, callback_group)
         self._execute_callback = execute_callback
         self._goal_callback = goal_callback
         self._handle_accepted = handle_accepted_callback
         self._cancel_callback = cancel_callback
         self._result_timeout = result_timeout
         self._status_period = status_period
-        self.callback_group = callback_group or node.default_callback_group
-        self.callback_group.add_entity(self)
         self._lock = threading.RLock()
         self._goals: dict[bytes, ServerGoalHandle] = {}
         self._results: dict[bytes, tuple[int, Any, float]] = {}  # status, result, ended at
@@ -274,13 +308,7 @@ class ActionServer(Executable):
         self._status_delay = status_delay
         self._status_at: float | None = None  # when the changes so far go out
         self._status_changed: set[bytes] = set()
-        context = node.context
-        self._send_goal = ServiceServer(f"{prefix}/send_goal", context=context)
-        self._cancel_goal = ServiceServer(f"{prefix}/cancel_goal", context=context)
-        self._get_result = ServiceServer(f"{prefix}/get_result", context=context)
-        self._feedback = Publisher(f"{prefix}/feedback", context=context)
-        self._status = Publisher(f"{prefix}/status", context=context)
-        node.add_waitable(self)
+        self._end(prefix, ServiceServer, Publisher)
 
     def graph_entries(self) -> dict[str, list[tuple[str, str]]]:
         """What the node announces of this server: its services and topics."""
@@ -512,6 +540,7 @@ class ClientGoalHandle:
             GoalStatus.STATUS_ACCEPTED if goal_response.accepted else (GoalStatus.STATUS_UNKNOWN)
         )
         self._result: Future[Any] | None = None
+        self._lock = threading.Lock()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ClientGoalHandle) and _key(other.goal_id) == _key(self.goal_id)
@@ -542,8 +571,26 @@ class ClientGoalHandle:
         return int(self._status)
 
     def get_result_async(self) -> Future[Any]:
-        """A future of the result response (``.status``, ``.result``)."""
-        return self._client._get_result_async(self)
+        """A future of the result response (``.status``, ``.result``); asked of the server
+        once, the same future after."""
+        with self._lock:
+            if self._result is None:
+                self._result = self._client._get_result_async(self)
+            return self._result
+
+    def update_status(self, status: int) -> None:
+        """The goal's status as its server (or the client, when the server is lost) says
+        it now (the client's call)."""
+        self._status = status
+
+    def lost(self, response: Any) -> None:
+        """The server went silent: the status is unknown, and a result asked for and not
+        come is ``response`` (the client's call)."""
+        self._status = GoalStatus.STATUS_UNKNOWN
+        with self._lock:
+            result = self._result
+        if result is not None and not result.done():
+            result.set_result(response)
 
     def get_result(self) -> Any:
         return self.get_result_async().result()
@@ -556,7 +603,7 @@ class ClientGoalHandle:
         return self.cancel_goal_async().result()
 
 
-class ActionClient(Executable):
+class ActionClient(_ActionEnd[ServiceClient, Subscription]):
     """An action client (rclpy's ``ActionClient``) of ``action_type`` on ``action_name``.
     Its feedback callbacks run in the executor that spins ``node``; its futures complete
     as the answers arrive, spun or not. ``server_timeout``: how long an active goal may
@@ -578,14 +625,8 @@ class ActionClient(Executable):
     ) -> None:
         del goal_service_qos_profile, result_service_qos_profile, cancel_service_qos_profile
         del feedback_sub_qos_profile, status_sub_qos_profile
-        if not isinstance(action_type, ActionType):
-            raise ArgumentTypeError(f"an action type is expected, got {action_type!r}")
-        self.action_type = action_type
-        self._node = node
-        self.action_name, prefix = _names(node, action_name)
+        prefix = self._begin(node, action_type, action_name, callback_group)
         self._server_timeout = server_timeout
-        self.callback_group = callback_group or node.default_callback_group
-        self.callback_group.add_entity(self)
         self._lock = threading.Lock()
         self._handles: dict[bytes, ClientGoalHandle] = {}
         self._feedback_callbacks: dict[bytes, Callable[[Any], Any]] = {}
@@ -593,13 +634,7 @@ class ActionClient(Executable):
         # goals whose result came: their feedback callbacks go once the feedback read
         # before it is handed over (it is read in the executor, the result on arrival)
         self._ended: set[bytes] = set()
-        context = node.context
-        self._send_goal = ServiceClient(f"{prefix}/send_goal", context=context)
-        self._cancel_goal = ServiceClient(f"{prefix}/cancel_goal", context=context)
-        self._get_result = ServiceClient(f"{prefix}/get_result", context=context)
-        self._feedback = Subscription(f"{prefix}/feedback", context=context)
-        self._status = Subscription(f"{prefix}/status", context=context)
-        node.add_waitable(self)
+        self._end(prefix, ServiceClient, Subscription)
 
     def graph_entries(self) -> dict[str, list[tuple[str, str]]]:
         """What the node announces of this client: its service clients and subscriptions."""
@@ -643,7 +678,7 @@ class ActionClient(Executable):
                 handle = self._handles.get(key)
                 if handle is None:
                     continue
-                handle._status = status.status
+                handle.update_status(status.status)
                 if status.status in _TERMINAL:
                     self._heard.pop(key, None)
                 elif key in self._heard:
@@ -669,18 +704,12 @@ class ActionClient(Executable):
             for key in lost:
                 del self._heard[key]
         for key in lost:
-            handle = self._handles[key]
-            handle._status = GoalStatus.STATUS_UNKNOWN
             self._node.get_logger().warn(
                 f"action server {self.action_name} lost: no status of goal "
                 f"{key.hex()} for {self._server_timeout:g} s (status unknown)"
             )
-            result = handle._result
-            if result is not None and not result.done():
-                response = self.action_type.Impl.GetResultService.Response(
-                    status=GoalStatus.STATUS_UNKNOWN
-                )
-                result.set_result(response)
+            unknown = GoalStatus.STATUS_UNKNOWN
+            self._handles[key].lost(self.action_type.Impl.GetResultService.Response(status=unknown))
 
     # ------------------------------------------------------------------ calls
 
@@ -762,38 +791,26 @@ class ActionClient(Executable):
         return handle.get_result_async().result()
 
     def _get_result_async(self, handle: ClientGoalHandle) -> Future[Any]:
-        if handle._result is not None:
-            return handle._result
+        """A new future of ``handle``'s result (the handle keeps it: asked once)."""
         kind = self.action_type.Impl.GetResultService
         future: Future[Any] = Future(
             f"the result of a goal of {self.action_name}", scheduler=self._executor
         )
-        handle._result = future
         sent = self._get_result.send_request_async(serialize(kind.Request(goal_id=handle.goal_id)))
         key = _key(handle.goal_id)
 
-        def answered(done: Future[tuple[str, Any]]) -> None:
-            failure = done.exception()
-            if done.cancelled():
-                future.cancel()
-            elif failure is not None:
-                future.set_exception(failure)
-            else:
-                try:
-                    response = deserialize(kind.Response, done.result()[0])
-                except TypeMismatchError as exc:
-                    future.set_exception(exc)
-                    return
-                handle._status = response.status
-                with self._lock:
-                    self._heard.pop(key, None)
-                    self._ended.add(key)
-                executor = self._node.executor
-                if executor is not None:
-                    executor.wake()
-                future.set_result(response)
+        def ended(raw: tuple[str, Any]) -> Any:
+            response = deserialize(kind.Response, raw[0])
+            handle.update_status(response.status)
+            with self._lock:
+                self._heard.pop(key, None)
+                self._ended.add(key)
+            executor = self._node.executor
+            if executor is not None:
+                executor.wake()
+            return response
 
-        sent._when_done(answered)
+        relay(sent, future, ended)
         return future
 
     def _cancel_goal_async(self, handle: ClientGoalHandle) -> Future[Any]:
@@ -803,19 +820,7 @@ class ActionClient(Executable):
             f"cancelling a goal of {self.action_name}", scheduler=self._executor
         )
 
-        def answered(done: Future[tuple[str, Any]]) -> None:
-            failure = done.exception()
-            if done.cancelled():
-                future.cancel()
-            elif failure is not None:
-                future.set_exception(failure)
-            else:
-                try:
-                    future.set_result(deserialize(CancelGoal.Response, done.result()[0]))
-                except TypeMismatchError as exc:
-                    future.set_exception(exc)
-
-        sent._when_done(answered)
+        relay(sent, future, lambda raw: deserialize(CancelGoal.Response, raw[0]))
         return future
 
     def destroy(self) -> None:

@@ -36,7 +36,7 @@ from .._core.errors import (
     ServiceTimeoutError,
     TypeMismatchError,
 )
-from .._core.futures import Future
+from .._core.futures import Future, relay
 from .._core.interfaces import (
     HEADER_MESSAGE_TYPE,
     ServiceType,
@@ -51,7 +51,7 @@ from .._core.qos import DeadlineMissed, Delivery, DurabilityPolicy, MessageLost,
 from .._core.ros_args import RosArgs, parse_ros_args
 from .._core.ros_logging import RcutilsLogger, set_levels_from_args
 from .._core.ros_logging import get_logger as get_ros_logger
-from .._core.types import MessageInfo, ServiceInfo
+from .._core.types import MessageInfo
 from .._core.waitables import GuardCondition, Waitable
 from .._delivery.context import Context, resolve
 from .._delivery.entities import Publisher, ServiceClient, ServiceServer, Subscription
@@ -342,7 +342,7 @@ class NodeSubscription(Executable, Generic[T]):
         return [*self._take(), *self._poll()]
 
     def _take(self) -> list[Callable[[], None]]:
-        got = self._core._take()
+        got = self._core.take_with_ticket()
         if got is None:
             return []
         body, info, ticket = got
@@ -511,18 +511,6 @@ class Client(Generic[T]):
             f"the call to service {self.service_name!r}", scheduler=lambda: self._node.executor
         )
 
-        def answered(done: Future[tuple[str, ServiceInfo]]) -> None:
-            failure = done.exception()
-            if done.cancelled():
-                future.cancel()
-            elif failure is not None:
-                future.set_exception(failure)
-            else:
-                try:
-                    future.set_result(deserialize(self.srv_type.Response, done.result()[0]))
-                except TypeMismatchError as exc:
-                    future.set_exception(exc)
-
         def abandoned(done: Future[Any]) -> None:
             with self._lock:
                 if done in self._pending:
@@ -532,7 +520,7 @@ class Client(Generic[T]):
 
         with self._lock:
             self._pending.append(future)
-        sent._when_done(answered)
+        relay(sent, future, lambda raw: deserialize(self.srv_type.Response, raw[0]))
         future._when_done(abandoned)
         return future
 

@@ -61,7 +61,7 @@ class Taker:
             if self.hold.is_set() or not self.sub.has_message():
                 time.sleep(0.005)
                 continue
-            taken = self.sub._take()
+            taken = self.sub.take_with_ticket()
             if taken is None:
                 continue
             body, info, ticket = taken
@@ -167,7 +167,7 @@ class DeliveryModeConformance(_Acknowledgements):
         # its share (UID modulo 3), whatever the scheduling
         takers = [Taker(self._subscribe(world, topic, "stateless", group, steal_after=600.0,
                                         expiry=10.0), got) for _ in range(3)]  # fmt: skip
-        receivers = [t.sub._consumer.receiver for t in takers if t.sub._consumer is not None]
+        receivers = [t.sub.group_receiver for t in takers if t.sub.group_receiver is not None]
         assert wait_for(lambda: all(len(r.alive) == 3 for r in receivers))
         publisher = Publisher(topic, context=world.publisher)
         for i in range(30):
@@ -210,7 +210,7 @@ class DeliveryModeConformance(_Acknowledgements):
             publisher.publish(str(i))
         assert wait_for(active.sub.has_message)
         active.stop()
-        taken = active.sub._take()  # the application gets "10" and never settles it
+        taken = active.sub.take_with_ticket()  # the application gets "10" and never settles it
         assert taken is not None
         assert taken[0] == "10"
         assert taken[1].delivery_count == 1
@@ -234,10 +234,10 @@ class DeliveryModeConformance(_Acknowledgements):
         publisher = Publisher(topic, context=world.publisher)
         for i in range(5):
             publisher.publish(str(i))
-        consumer = hung.sub._consumer
-        assert consumer is not None
-        assert wait_for(lambda: consumer.receiver.holding == 5)  # it holds claims
-        stuck = hung.sub._take()  # its application is stuck on one of them
+        receiver = hung.sub.group_receiver
+        assert receiver is not None
+        assert wait_for(lambda: receiver.holding == 5)  # it holds claims
+        stuck = hung.sub.take_with_ticket()  # its application is stuck on one of them
         assert stuck is not None
         other = Taker(self._subscribe(world, topic, "stateless", group, ack_timeout=1.0), got)
         for i in range(5, 20):
@@ -272,13 +272,13 @@ class DeliveryModeConformance(_Acknowledgements):
 
 
 def _joined(taker: Taker) -> bool:
-    consumer = taker.sub._consumer
-    return consumer is not None and consumer.receiver.joined
+    receiver = taker.sub.group_receiver
+    return receiver is not None and receiver.joined
 
 
 def _settled(takers: list[Taker], count: int) -> bool:
     """``count`` messages acknowledged and nothing held: no further delivery can come."""
-    receivers = [t.sub._consumer.receiver for t in takers if t.sub._consumer is not None]
+    receivers = [t.sub.group_receiver for t in takers if t.sub.group_receiver is not None]
     return sum(r.counts["acked"] for r in receivers) >= count and not any(
         r.holding for r in receivers
     )

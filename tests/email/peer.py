@@ -79,7 +79,7 @@ def main() -> None:
                     assert got is not None
                     (body, info), ticket = got, emailmw._delivery.polling.NO_TICKET
                 else:  # a group member acknowledges once its line is printed
-                    taken = sub._take()
+                    taken = sub.take_with_ticket()
                     if taken is None:  # (its member must first confirm its claims)
                         continue
                     body, info, ticket = taken

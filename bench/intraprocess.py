@@ -15,6 +15,10 @@ Idle CPU: CPU time of this process while blocked 2 s in WaitSet.wait, as % of on
 (e) the ROS layer (``_ros_layer.py``): a typed service call between two spun nodes, an
     action goal -> result, setting a parameter in the node and through its service.
 
+``--against REV`` also runs (a), (b), (d) on commit REV's emailmw (``git archive`` into a
+temporary folder, this script run there in a child process), before and after this tree's
+run, and prints the two side by side: the comparison the machine's drift cannot skew.
+
 Targets (issue #2): latency p50 <= 3x baseline p50, p99 <= 1 ms, throughput >= 20,000
 msgs/s, idle CPU <= 1 %; (issue #37) action round trip <= 5x a (typed) service round trip.
 This is a benchmark, not a test: it prints and writes JSON and
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import queue
 import statistics
@@ -32,8 +37,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-from _ros_layer import ros_round_trips
 
 import emailmw
 
@@ -135,14 +138,84 @@ def bench_idle_cpu(ctx: emailmw.Context, seconds: float = 2.0) -> float:
     return 100 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
 
 
+def core_figures(messages: int, payload: str) -> dict[str, float]:
+    """(a), (b) and (d) alone: what any commit's emailmw can run."""
+    with emailmw.Context({"intraprocess": True}) as ctx:
+        bench_latency(ctx, 500, payload)
+        bench_baseline(500, payload)
+        baseline = bench_baseline(messages, payload)
+        latency = bench_latency(ctx, messages, payload)
+    with emailmw.Context({"intraprocess": True}) as ctx:  # (a fresh context: see (b))
+        throughput = bench_throughput(ctx, messages, payload)
+    return {
+        "latency_p50_us": round(statistics.median(latency), 1),
+        "latency_p99_us": round(percentile(latency, 99), 1),
+        "throughput_msgs_per_s": round(throughput),
+        "baseline_latency_p50_us": round(statistics.median(baseline), 1),
+    }
+
+
+def against(rev: str, messages: int, payload: str) -> dict[str, object]:
+    """The core figures of commit ``rev`` and of this tree, each run twice, interleaved
+    (rev, this, rev, this): each figure's better run."""
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parent.parent
+    runs: dict[str, list[dict[str, float]]] = {rev: [], "this tree": []}
+    with tempfile.TemporaryDirectory(prefix="emailmw-bench-") as tmp:
+        archive = subprocess.run(["git", "archive", rev, "emailmw"], cwd=root,
+                                 capture_output=True, check=True).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        for _ in range(2):
+            out = Path(tmp) / "figures.json"
+            subprocess.run(
+                [sys.executable, __file__, "--core-only", "--messages", str(messages),
+                 "--json", str(out)],
+                env={**os.environ, "PYTHONPATH": tmp}, cwd=tmp, check=True,
+                stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+            runs[rev].append(json.loads(out.read_text()))
+            runs["this tree"].append(core_figures(messages, payload))
+
+    def best(found: list[dict[str, float]]) -> dict[str, float]:
+        return {
+            key: (max if key.startswith("throughput") else min)(r[key] for r in found)
+            for key in found[0]
+        }
+
+    mine, theirs = best(runs["this tree"]), best(runs[rev])
+    print("side by side, one run each way twice, interleaved (the better of two):")
+    print(f"{'figure':<28}{rev[:12]:>14}{'this tree':>14}")
+    for key in mine:
+        print(f"{key:<28}{theirs[key]:>14}{mine[key]:>14}")
+    # the bare hand-off is the same code in every run: its median over all four runs is
+    # the one floor both are measured against (one run's alone varies by 10 % or more)
+    floor = statistics.median(
+        r["baseline_latency_p50_us"] for found in runs.values() for r in found
+    )
+    ratios = {}
+    for name, figures in ((rev, theirs), ("this tree", mine)):
+        ratios[name] = round(figures["latency_p50_us"] / floor, 2)
+        print(f"{name}: latency p50 {ratios[name]:.2f}x the bare hand-off ({floor:.1f} us)")
+    return {"rev": rev, rev: theirs, "this_tree": mine, "hand_off_p50_us": floor,
+            "ratios": ratios}  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--against", metavar="REV", help="compare with commit REV's emailmw")
+    parser.add_argument("--core-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--service-calls", type=int, default=5_000)
     parser.add_argument("--ros-calls", type=int, default=1_000, help="typed calls, goals")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args()
     payload = "x" * 100
+    if args.core_only:  # (a child run for --against, on another commit's emailmw)
+        args.json.write_text(json.dumps(core_figures(args.messages, payload)))
+        return 0
+    compared = against(args.against, args.messages, payload) if args.against else None
 
     with emailmw.Context({"intraprocess": True}) as ctx:
         # warm-up: first calls pay for imports and allocations
@@ -153,6 +226,8 @@ def main() -> int:
         throughput = bench_throughput(ctx, args.messages, payload)
         service = bench_service(ctx, args.service_calls, payload)
         idle = bench_idle_cpu(ctx)
+    from _ros_layer import ros_round_trips  # (the ROS layer: not in every commit)
+
     with emailmw.Context({"intraprocess": True}) as ctx:
         ros = ros_round_trips(ctx, ctx, args.ros_calls, 1e3, warmup=50)
 
@@ -170,6 +245,7 @@ def main() -> int:
         "baseline_latency_p50_us": round(statistics.median(baseline), 1),
         "baseline_latency_p99_us": round(percentile(baseline, 99), 1),
         "idle_cpu_percent": round(idle, 3),
+        "against": compared,
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {threading.active_count()} threads at exit",
     }

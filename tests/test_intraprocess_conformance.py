@@ -32,3 +32,16 @@ def test_intraprocess_hides_bcc_and_assigns_message_ids() -> None:
     assert got.message_id is not None
     assert got.replace(subject="u").subject == "u"
     assert got.replace(subject="u").message_id == got.message_id
+
+
+def test_every_registered_transport_runs_the_suites() -> None:
+    """The mail transports run them over the real server (``tests/email/test_conformance``,
+    one class over every registered one that builds a sender and a receiver), the
+    intraprocess pair here."""
+    from emailmw._transport.factory import transport_kind, transport_names
+
+    from .email.test_conformance import MAIL_TRANSPORTS
+
+    assert MAIL_TRANSPORTS == ["native", "curl"]
+    assert set(transport_names()) == {*MAIL_TRANSPORTS, "intraprocess"}
+    assert transport_kind("intraprocess").build is not None

@@ -9,7 +9,7 @@ import dataclasses
 import itertools
 import random
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, Union, overload
 
@@ -30,6 +30,13 @@ HeadersLike = Union["Headers", Mapping[str, str], Iterable[tuple[str, str]]]
 
 _GID_MASK: Final = 0xFFFF_FFFF
 _T = TypeVar("_T")
+
+
+class _HeaderItems(ItemsView[str, str]):
+    _mapping: Headers
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._mapping._items)
 
 
 class Headers(Mapping[str, str]):
@@ -71,6 +78,11 @@ class Headers(Mapping[str, str]):
 
     def __iter__(self) -> Iterator[str]:
         return (name for name, _ in self._items)
+
+    def items(self) -> ItemsView[str, str]:
+        """The ``(name, value)`` pairs in order (read straight from what it holds: every
+        message's headers are walked this way)."""
+        return _HeaderItems(self)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -233,8 +245,17 @@ class Email:
         return dataclasses.replace(self, **changes)
 
     def with_message_id(self, message_id: str) -> Email:
-        """A copy of this email with ``message_id`` set."""
-        return dataclasses.replace(self, message_id=message_id)
+        """A copy of this email with ``message_id`` set (every message the intraprocess
+        path delivers gets one: a plain copy, its other fields as they are)."""
+        copy = object.__new__(Email)
+        setattr_ = object.__setattr__
+        for name in _EMAIL_FIELDS:
+            setattr_(copy, name, getattr(self, name))
+        setattr_(copy, "message_id", message_id)
+        return copy
+
+
+_EMAIL_FIELDS: Final = tuple(field.name for field in dataclasses.fields(Email))
 
 
 @dataclass(frozen=True, slots=True)

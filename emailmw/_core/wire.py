@@ -159,12 +159,23 @@ def validate_name(name: str, what: str = "name") -> str:
     return name
 
 
+@functools.lru_cache(maxsize=1024)
+def _header_name(name: str, allow_reserved: bool) -> str | None:
+    """Why ``name`` cannot be a header's name (None: it can). Names are few: remembered."""
+    if not _HEADER_NAME_RE.fullmatch(name):
+        return f"invalid header name: {name!r}"
+    if not allow_reserved and name.lower() in _RESERVED_HEADERS:
+        return f"header {name!r} is set by emailmw and cannot be given here"
+    return None
+
+
 def validate_header(name: str, value: str, *, allow_reserved: bool = False) -> None:
     """Check one custom header; raise :class:`InvalidHeaderError` if it cannot go on the wire."""
-    if not isinstance(name, str) or not _HEADER_NAME_RE.fullmatch(name):
+    if not isinstance(name, str):
         raise InvalidHeaderError(f"invalid header name: {name!r}")
-    if not allow_reserved and name.lower() in _RESERVED_HEADERS:
-        raise InvalidHeaderError(f"header {name!r} is set by emailmw and cannot be given here")
+    wrong = _header_name(name, allow_reserved)
+    if wrong is not None:
+        raise InvalidHeaderError(wrong)
     if not isinstance(value, str):
         raise InvalidHeaderError(
             f"header {name!r}: value must be a str, got {type(value).__name__}"
@@ -176,6 +187,8 @@ def validate_header(name: str, value: str, *, allow_reserved: bool = False) -> N
 
 
 def _has_surrogates(text: str) -> bool:
+    if text.isascii():
+        return False
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -346,16 +359,7 @@ def check(email_: Email, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
 
     Cheap enough for every message on the intraprocess path.
     """
-    validate_name(email_.subject, "subject")
-    for name, addresses in (
-        ("From", (email_.from_,)),
-        ("To", email_.to),
-        ("Cc", email_.cc),
-        ("Bcc", email_.bcc),
-        ("Reply-To", email_.reply_to),
-    ):
-        for address in addresses:
-            validate_header(name, address, allow_reserved=True)
+    _check_envelope(email_.subject, email_.from_, email_.to, email_.cc, email_.bcc, email_.reply_to)
     for name, msgid in (("Message-ID", email_.message_id), ("In-Reply-To", email_.in_reply_to)):
         if msgid:
             _check_msgid(name, msgid)
@@ -366,6 +370,29 @@ def check(email_: Email, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
     body = email_.body
     if len(body) * 4 > max_size or _has_surrogates(body):
         _encode_body(body, max_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _check_envelope(
+    subject: str,
+    from_: str,
+    to: tuple[str, ...],
+    cc: tuple[str, ...],
+    bcc: tuple[str, ...],
+    reply_to: tuple[str, ...],
+) -> None:
+    """The subject and the addresses, the same for every message of an entity: checked
+    once each (a failed check is not remembered: it raises every time)."""
+    validate_name(subject, "subject")
+    for name, addresses in (
+        ("From", (from_,)),
+        ("To", to),
+        ("Cc", cc),
+        ("Bcc", bcc),
+        ("Reply-To", reply_to),
+    ):
+        for address in addresses:
+            validate_header(name, address, allow_reserved=True)
 
 
 def is_message_id(value: str | None) -> bool:

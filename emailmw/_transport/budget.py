@@ -15,7 +15,7 @@ context.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .._core.errors import InvalidArgumentError
 
@@ -65,6 +65,22 @@ class ReceiveBudget:
             self._bytes += size
             self._emails += 1
             return True
+
+    def reserve_run(self, sizes: Iterable[int]) -> int:
+        """:meth:`reserve` each of ``sizes`` in turn, under one lock, up to the first that
+        does not fit: how many were reserved (a receiver handing out what is queued)."""
+        done = 0
+        with self._lock:
+            for size in sizes:
+                empty = self._emails == 0
+                if not (empty or (self._bytes + size <= self.max_bytes
+                                  and self._emails < self.max_emails)):  # fmt: skip
+                    self.refused += 1
+                    break
+                self._bytes += size
+                self._emails += 1
+                done += 1
+        return done
 
     def release(self, size: int) -> None:
         """Give back the reservation of one email of ``size`` bytes; wakes the listeners."""

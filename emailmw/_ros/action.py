@@ -37,7 +37,8 @@ from ..action_msgs.srv import CancelGoal
 from ..builtin_interfaces.msg import Time as TimeMsg
 from ..unique_identifier_msgs.msg import UUID
 from .callback_groups import CallbackGroup
-from .node import Executable, Node, Work
+from .executable import Executable, Work
+from .node import Node
 
 __all__ = [
     "ActionClient",

@@ -210,7 +210,13 @@ def _inject_poison(world: World) -> int:
 def _stored(server: MailServer, address: str) -> set[int]:
     """The indexes of the matrix's messages still stored anywhere in ``address``'s
     account (its INBOX, its quarantine, its group folders, ...)."""
-    found: set[int] = set()
+    return set(_where(server, address))
+
+
+def _where(server: MailServer, address: str) -> dict[int, list[str]]:
+    """Each matrix message stored in ``address``'s account: the folders it is in (a part
+    counts for its message: the first part carries the index)."""
+    found: dict[int, list[str]] = {}
     context = ssl.create_default_context(cafile=str(server.ca_file))
     with imapclient.IMAPClient(server.host, port=server.imaps_port, ssl_context=context) as c:
         c.login(address, server.password)
@@ -229,10 +235,10 @@ def _stored(server: MailServer, address: str) -> set[int]:
                         continue
                     index = email.headers.get("Matrix-Index")
                     if index is not None and index.isdigit():
-                        found.add(int(index))
+                        found.setdefault(int(index), []).append(folder)
                     stamp = re.match(r'\{"timestamp": (\d+)', email.body)
                     if stamp is not None:
-                        found.add(int(stamp.group(1)))
+                        found.setdefault(int(stamp.group(1)), []).append(folder)
     return found
 
 
@@ -331,7 +337,14 @@ def _run(world: World, peers: list[Peer], fault: str) -> None:
         stored = _stored(world.b, world.sub_account)
         assert check_stored <= stored, f"deleted unprocessed: {sorted(check_stored - stored)}"
         missing -= stored
-    assert not missing, f"lost: {sorted(missing)}"
+    if missing:  # where they are: the subscribers' account, and the gateway's two
+        accounts = [(world.b, world.sub_account)]
+        if world.gw is not None:
+            accounts += [(world.a, world.gw[0]), (world.b, world.gw[1])]
+        where = {address: {i: f for i, f in _where(server, address).items() if i in missing}
+                 for server, address in accounts}  # fmt: skip
+        tails = ["".join(peer.stderr)[-1500:] for peer in subs]
+        pytest.fail(f"lost: {sorted(missing)}; stored: {where}; subscribers said: {tails}")
     # every repeat flagged
     seen: Counter[int] = Counter()
     for line in lines:

@@ -631,3 +631,32 @@ def test_msg_ids_are_random_and_fit_stems_range(hubs: Any) -> None:
     assert len(set(ids)) == len(ids)
     steps = {b - a for a, b in itertools.pairwise(ids)}
     assert len(steps) > 190  # a counter would step by 1
+
+
+def test_floctrl_a_group_member_whose_subscriber_raises_gets_the_message_again(
+    hubs: Any,
+) -> None:
+    """A node's subscriber in a stateless group raises on a job the first time: that is a
+    negative acknowledgement, the job is offered again and processed, flagged redelivered
+    (was: "cannot send on", the email left alone, which a group sets aside in quarantine:
+    the job never processed)."""
+    with worker_pool(hubs, "orch@flo.test", "worker@flo.test", 1) as (supernode, nodes):
+        got = Calls()
+        failed: list[str] = []
+
+        def work(message: floctrl.Message) -> None:
+            if message.body == "3" and not failed:
+                failed.append(message.body)
+                raise RuntimeError("kaput")
+            got.add((message.body, message.redelivered))
+
+        nodes[0].subscribe_to("jobs", work, mode="stateless", group="pool",
+                              group_settings=FAST)  # fmt: skip
+        member = nodes[0]._consumers[("jobs", "pool")].receiver
+        assert wait_until(lambda: member.joined)
+        for i in range(5):
+            supernode.publish(floctrl.Message(i, "/orch/worker", "jobs", str(i)))
+        assert got.wait(lambda c: len(c) >= 5)
+        assert sorted(got.items) == [("0", False), ("1", False), ("2", False), ("3", True),
+                                     ("4", False)]  # fmt: skip
+        assert failed == ["3"]

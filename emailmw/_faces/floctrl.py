@@ -190,6 +190,8 @@ class _Participant(FaceEndpoint[_Local | _Incoming]):
             return True
         try:
             self._carry_out(item.message, item.steps, item.originator, item.message_id)
+        except CallbackFailed:
+            raise  # (a subscriber here failed on it: a nack, not a message that cannot go on)
         except Exception as exc:  # noqa: BLE001 - logged; the email stays
             self._router.drop(item.message_id, item.envelope, f"cannot send on: {exc}")
             return False

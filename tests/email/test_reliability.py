@@ -262,6 +262,7 @@ def test_no_log_line_holds_the_password_in_any_encoding(
     """The curl trace printed AUTH PLAIN's base64 line (user and password) as its own
     'command'. Every log line of every library, at DEBUG, with the protocol trace on."""
     monkeypatch.setenv("EMAILMW_CURL_VERBOSE", "1")
+    monkeypatch.delenv("EMAILMW_LOG_LEVEL", raising=False)  # (a context would apply it)
     address = account()
     password = mailserver.password
     forms = {

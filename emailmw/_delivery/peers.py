@@ -27,6 +27,7 @@ for the senders below it. Thread-safe.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import threading
 import time
@@ -89,8 +90,10 @@ def own_features(encryption: bool) -> frozenset[str]:
     return frozenset(found)
 
 
+@functools.lru_cache(maxsize=1024)
 def _address(value: str) -> str:
-    """The bare address of ``value``, lower-case ('' for none)."""
+    """The bare address of ``value``, lower-case ('' for none). Remembered: every message
+    a context sends asks it of its recipients, several times (parsing one costs ~10 us)."""
     found = getaddresses([value])
     return found[0][1].strip().lower() if found and found[0][1] else ""
 

@@ -29,6 +29,7 @@ __all__ = [
     "Address",
     "Deliver",
     "Drop",
+    "FACE_NAME",
     "Envelope",
     "Forward",
     "Send",
@@ -54,7 +55,8 @@ _HEADERS: Final = {
     "reply": "Route-Reply",
     "orig": "Route-Orig",
 }
-_FACE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,19}")  # (the faces: ``faces``)
+#: what a face's name looks like (which faces there are: ``faces``)
+FACE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,19}")
 
 
 def _part(value: str, what: str) -> str | None:
@@ -176,7 +178,7 @@ def read_envelope(headers: Mapping[str, str]) -> Envelope | str | None:
     if not hops_text.isdigit() or not hops_text.isascii() or len(hops_text) > 4:
         return f"Route-Hops is not a small integer: {hops_text[:20]!r}"
     face = headers.get("Route-Face", "").strip()
-    if not _FACE_NAME.fullmatch(face):  # (which faces there are: ``faces``)
+    if not FACE_NAME.fullmatch(face):
         return f"Route-Face {face[:20]!r} is not a face's name"
     to, from_ = found["to"], found["from"]
     assert to is not None

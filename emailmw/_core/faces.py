@@ -27,12 +27,11 @@ Registering happens at import; reading is thread-safe.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from .addressing import Address, Envelope
+from .addressing import FACE_NAME, Address, Envelope
 from .errors import InvalidArgumentError, RoutingError
 from .payloads import REPLY_TYPES, YmpRequest, read_message, read_stem, read_ymp_packet
 
@@ -53,8 +52,6 @@ Grant = tuple[str, str]
 #: or why the email contradicts itself (denied whoever signed it)
 Needs = Callable[[Envelope, str, str], "list[Grant] | str"]
 
-_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,19}")
-
 
 @dataclass(frozen=True, slots=True)
 class Face:
@@ -73,7 +70,7 @@ _FACES: dict[str, Face] = {}
 
 def register_face(declared: Face) -> Face:
     """Add ``declared`` to the registry (once per name)."""
-    if not _NAME.fullmatch(declared.name):
+    if not FACE_NAME.fullmatch(declared.name):
         raise InvalidArgumentError(f"a face's name is a short lowercase word: {declared.name!r}")
     if declared.name in _FACES:
         raise InvalidArgumentError(f"face {declared.name!r} is registered already")

@@ -56,15 +56,7 @@ class ReceiveBudget:
     def reserve(self, size: int) -> bool:
         """Hold ``size`` bytes for one email if they fit (or if nothing is held); False
         (counted in :attr:`refused`) when they do not."""
-        with self._lock:
-            empty = self._emails == 0
-            fits = self._bytes + size <= self.max_bytes and self._emails < self.max_emails
-            if not (fits or empty):
-                self.refused += 1
-                return False
-            self._bytes += size
-            self._emails += 1
-            return True
+        return self.reserve_run((size,)) == 1
 
     def reserve_run(self, sizes: Iterable[int]) -> int:
         """:meth:`reserve` each of ``sizes`` in turn, under one lock, up to the first that
@@ -72,9 +64,7 @@ class ReceiveBudget:
         done = 0
         with self._lock:
             for size in sizes:
-                empty = self._emails == 0
-                if not (empty or (self._bytes + size <= self.max_bytes
-                                  and self._emails < self.max_emails)):  # fmt: skip
+                if not self._fits(size):
                     self.refused += 1
                     break
                 self._bytes += size
@@ -94,9 +84,13 @@ class ReceiveBudget:
     def fits(self, size: int) -> bool:
         """Whether :meth:`reserve` of ``size`` would succeed now."""
         with self._lock:
-            return self._emails == 0 or (
-                self._bytes + size <= self.max_bytes and self._emails < self.max_emails
-            )
+            return self._fits(size)
+
+    def _fits(self, size: int) -> bool:
+        """Whether ``size`` fits now, or nothing is held (call with the lock)."""
+        return self._emails == 0 or (
+            self._bytes + size <= self.max_bytes and self._emails < self.max_emails
+        )
 
     def has_room(self) -> bool:
         """Whether one more email of some size could be reserved now."""

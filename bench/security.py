@@ -237,7 +237,7 @@ PATH_PERMISSIONS = """\
 identities:
   talker: {publish: [/bench], stem: {send: ["/**"], as: ["/**"]}}
   listener: {subscribe: [/bench], stem: {send: ["/**"], as: ["/**"]}}
-  gw: {}
+  gw: {relay: ["/stem/**"]}
 """
 
 

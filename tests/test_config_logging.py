@@ -247,3 +247,54 @@ def test_curl_trace_redacts_every_line_of_an_authentication_exchange(
     assert "MAIL FROM:<a@b.test>" in text  # what follows the exchange is logged again
     assert "A002 NOOP" in text
     assert "> QUIT" in text
+
+
+def test_a_transport_brings_how_its_account_is_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A transport registered with its own account format (here: a token read from a
+    file) is configured with its own ``user:`` keys, read by its own reader; the keys of
+    another transport's account are refused with the ones it takes; the secret it read
+    never shows in a log line."""
+    from emailmw._core import config
+    from emailmw._core.config import AccountFormat, ConfigSection, Endpoint, UserInfo
+    from emailmw._transport import factory
+    from emailmw._transport.intraprocess import intraprocess_transport
+
+    monkeypatch.setattr(factory, "_KINDS", dict(factory._KINDS))  # registered for this test
+    monkeypatch.setattr(config, "_TRANSPORTS", dict(config._TRANSPORTS))
+
+    def read_token_account(section: ConfigSection) -> UserInfo:
+        server = section.string("server", required=True)
+        token_file = section.string("token-file", required=True)
+        assert server
+        assert token_file
+        token = Path(token_file).read_text().strip()
+        emailmw._core.log.register_secret(token)
+        endpoint = Endpoint("imaps", server, 993)
+        return UserInfo(endpoint, endpoint, "robot", token)
+
+    factory.register_transport(factory.TransportKind(
+        "tokenmail",
+        build=lambda options, budget: intraprocess_transport(options.recipients.from_),
+        account=AccountFormat(frozenset({"server", "token-file"}), read_token_account),
+    ))  # fmt: skip
+    (tmp_path / "token").write_text("tok-3141-secret\n")
+    base = {"transport": "tokenmail", "recipients": {"to": "bob@example.test"}}
+    user = {"server": "mail.example.test", "token-file": str(tmp_path / "token")}
+    options = load_options({"email": {**base, "user": user}})
+    assert options.user is not None
+    assert (options.user.imap.host, options.user.password) == (
+        "mail.example.test",
+        "tok-3141-secret",
+    )
+    with caplog.at_level(logging.INFO, logger="emailmw"):
+        get_logger("config").info("read %s", options.user.password)
+    assert "tok-3141-secret" not in caplog.text
+    with Context({"email": {**base, "user": user}}) as context:  # built by its registry entry
+        assert repr(context) == "<emailmw.Context tokenmail running>"
+    with pytest.raises(ConfigError, match=r"expected one of: server, token-file") as error:
+        load_options({"email": {**base, "user": {"username": "a", "password": "p"}}})
+    assert "email.user.password" in str(error.value)
+    with pytest.raises(ConfigError, match="required for the tokenmail transport"):
+        load_options({"email": base})

@@ -209,6 +209,42 @@ def test_a_lock_whose_named_holder_is_dead_is_broken_at_once() -> None:
     assert not any(r.locking for r in store.members())
 
 
+def test_a_member_that_took_a_dead_members_claims_leaves_no_stale_lock_name() -> None:
+    """Taking over (the dead member forgotten under the lock) releases the lock in this
+    member's name: its record does not go on naming it the holder. (It did: the lock was
+    released in the dead member's name, this member's record named the holder forever,
+    and once another taking left the lock behind, no live member would break it: the
+    group stopped claiming.)"""
+    box, store = _world("/t", "/t")
+    store.join("ghost")
+    ghost = store.members()[0]
+    store.claim(store.inbox()[:1], "ghost")  # and then it died holding a claim
+    member = _member(box, clock := Clock())
+    got = _rounds(member, clock, 2.0)
+    assert sorted(incoming.email.body for incoming in got) == ["m0", "m1"]
+    assert [r.member for r in store.members()] == [member.member]  # the ghost forgotten
+    assert ghost.member not in {r.member for r in store.members()}
+    assert not any(r.locking for r in store.members())
+    assert not store.locked()
+
+
+def test_a_lock_left_in_a_live_members_own_name_is_broken_by_that_member() -> None:
+    """A release that failed half way leaves the lock naming a live member that does not
+    hold it: the others may not break it (its holder lives), so that member does, and
+    the group claims again."""
+    box, store = _world()
+    member = _member(box, clock := Clock())
+    _rounds(member, clock, 0.3)  # joined
+    (mine,) = store.members()
+    assert store.try_lock(mine)  # a release of the lock that never completed
+    for i in range(2):
+        box.deliver(Email("/t", f"m{i}", "a@x", ("g@x",),
+                          headers=Headers({"Source-Timestamp": str(i + 1)})))  # fmt: skip
+    got = _rounds(member, clock, 2.0)
+    assert sorted(incoming.email.body for incoming in got) == ["m0", "m1"]
+    assert not any(r.locking for r in store.members())
+
+
 def test_a_lock_that_names_no_holder_is_broken_after_half_an_expiry() -> None:
     """A taking that died before naming itself (or a lock the store made for no one): a
     live taker names itself within a round trip, so the first live member breaks a lock

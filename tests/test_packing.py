@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import email
+import hashlib
 import json
 import threading
 import time
@@ -22,6 +23,7 @@ from emailmw import BatchPolicy, Email, EmailReceiver, Gid, MalformedEmailError,
 from emailmw._core.config import load_options
 from emailmw._core.packing import (
     PartOf,
+    PieceDigest,
     Reassembly,
     batch_parts,
     build_batch,
@@ -489,6 +491,33 @@ def test_the_polling_thread_delivers_a_message_once_every_part_is_there() -> Non
     polling._give_up_parts(time.monotonic() + 60)
     assert left == ["leave"]
     assert len(got) == 1
+
+
+def test_parts_that_do_not_make_the_body_they_name_are_quarantined() -> None:
+    """Each part names its whole's Message-ID and digest: a part of the signer's other
+    message carrying the same Part-Of (or altered on the way) does not make a message; the
+    parts are quarantined, nothing delivered. Part IDs are random, not the whole's ID."""
+    polling = PollingManager(_Nothing(), part_timeout=30)
+    got: list[str] = []
+    polling.register_handler(lambda email_, route, ticket: got.append(email_.body))
+    recipients = Recipients("me@example.test", ("you@example.test",))
+    message = publish_email(
+        "/big", "0123456789" * 3, recipients=recipients, gid=Gid(3), sequence_number=7,
+        timestamp_ns=10**18,
+    ).with_message_id("<d@x>")  # fmt: skip
+    parts = split_email(message, 12)
+    assert {p.headers["Part-Digest"] for p in parts} == {
+        "sha256=" + hashlib.sha256(message.body.encode()).hexdigest()
+    }
+    assert not any(str(p.message_id).startswith("<d.") for p in parts)  # (were <d.partN@x>)
+    other = split_email(message.replace(body="9876543210" * 3), 12)
+    outcomes: list[str] = []
+    for part in (parts[0], other[1].replace(headers=parts[1].headers), parts[2]):
+        polling.dispatch(_incoming(part, outcomes))
+    assert got == []
+    assert outcomes == ["quarantine"] * 3
+    assert PieceDigest.of(message.body, parts[0].headers["Part-Digest"])
+    assert PieceDigest.of("anything", None)  # (parts from before digests)
 
 
 class _Fence:

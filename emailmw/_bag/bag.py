@@ -32,6 +32,8 @@ from .._core.interfaces import HEADER_MESSAGE_TYPE, from_data, get_interface, se
 from .._core.log import get_logger
 from .._core.packing import (
     BODY_ENCODING_HEADER,
+    PART_DIGEST_HEADER,
+    PieceDigest,
     Reassembly,
     decompress_body,
     join_parts,
@@ -450,6 +452,9 @@ def export(
                 if verdict != "complete":
                     continue
                 joined = join_parts([e for e, _ in items])
+                if not PieceDigest.of(joined.body, items[0][0].headers.get(PART_DIGEST_HEADER)):
+                    left += len(items)  # parts that do not make the message they name
+                    continue
                 whole = _encoded_message(writer.types, joined, items[-1][1], include_internal)
                 if whole is None:
                     left += len(items)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -30,9 +30,11 @@ from .protocol import Recipients, address_domain
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
+    "MAIL_ACCOUNT",
     "NO_BATCH",
-    "register_transport_name",
+    "AccountFormat",
     "BatchPolicy",
+    "ConfigSection",
     "RoutingOptions",
     "Endpoint",
     "Options",
@@ -42,20 +44,37 @@ __all__ = [
     "UserInfo",
     "find_config_file",
     "load_options",
+    "read_mail_account",
     "read_yaml",
+    "register_transport_name",
 ]
 
 _log = get_logger("config")
 
-#: the transports' names, as the transport registry (``_transport.factory``) registers them
-_TRANSPORTS: list[str] = []
+
+@dataclass(frozen=True, slots=True)
+class AccountFormat:
+    """How a transport's account is configured (its ``user:`` mapping): the keys it takes,
+    and ``read``, which makes the :class:`UserInfo` of a mapping with those keys (checking
+    each value, registering secrets so that no log shows them). ``required``: whether the
+    transport needs an account (the in-process transport does not)."""
+
+    keys: frozenset[str]
+    read: Callable[[ConfigSection], UserInfo]
+    required: bool = True
 
 
-def register_transport_name(name: str) -> None:
-    """Make ``name`` a transport a configuration may name (the transport registry's call,
-    at import: the configuration layer is below the transports)."""
-    if name not in _TRANSPORTS:
-        _TRANSPORTS.append(name)
+#: the transports' names and account formats, as the transport registry
+#: (``_transport.factory``) registers them
+_TRANSPORTS: dict[str, AccountFormat] = {}
+
+
+def register_transport_name(name: str, account: AccountFormat | None = None) -> None:
+    """Make ``name`` a transport a configuration may name, its account read as ``account``
+    says (default: :data:`MAIL_ACCOUNT`, a password login to an SMTP and an IMAP server).
+    The transport registry's call, at import: the configuration layer is below the
+    transports, which pass down how their accounts are read."""
+    _TRANSPORTS.setdefault(name, account or MAIL_ACCOUNT)
 
 
 DEFAULT_POLLING_PERIOD_NS: Final = 100_000_000
@@ -309,7 +328,7 @@ def load_options(config: Options | Mapping[str, Any] | str | os.PathLike[str] | 
                 "./email.yml, ~/email.yml): using the intraprocess transport"
             )
             return Options(
-                security=_read_security(_Reader({}, "<environment>", "email.", _TOP_KEYS))
+                security=_read_security(ConfigSection({}, "<environment>", "email.", _TOP_KEYS))
             )
         return _load_file(path)
     if isinstance(config, Mapping):
@@ -339,8 +358,9 @@ def _load_file(path: Path) -> Options:
     return _from_mapping(data, source)
 
 
-class _Reader:
-    """Typed access to one mapping level, with errors that name the file and the full key."""
+class ConfigSection:
+    """Typed access to one mapping level of a configuration, with errors that name the file
+    and the full key (what an :class:`AccountFormat` reads its ``user:`` mapping with)."""
 
     def __init__(self, data: Mapping[str, Any], source: str, prefix: str, known: frozenset[str]):
         self.data, self.source, self.prefix = data, source, prefix
@@ -396,13 +416,13 @@ class _Reader:
             raise self.error(name, f"expected true or false, got {value!r}")
         return value
 
-    def mapping(self, name: str, known: frozenset[str]) -> _Reader | None:
+    def mapping(self, name: str, known: frozenset[str]) -> ConfigSection | None:
         value = self.data.get(name)
         if value is None:
             return None
         if not isinstance(value, Mapping):
             raise self.error(name, f"expected a mapping, got {type(value).__name__}")
-        return _Reader(value, self.source, f"{self.key(name)}.", known)
+        return ConfigSection(value, self.source, f"{self.key(name)}.", known)
 
     def addresses(self, name: str) -> tuple[str, ...]:
         value = self.data.get(name)
@@ -467,17 +487,17 @@ def parse_endpoint(value: str, kind: str, *, source: str, key: str) -> Endpoint:
     return Endpoint(scheme, parts.hostname, port or _DEFAULT_PORTS[scheme])
 
 
-def _email_reader(data: Mapping[str, Any], source: str) -> _Reader:
+def _email_reader(data: Mapping[str, Any], source: str) -> ConfigSection:
     """The ``email:`` mapping (or the top level, for a file without that key)."""
     if "email" not in data:
-        return _Reader(data, source, "email.", _TOP_KEYS)
-    reader = _Reader(data, source, "", frozenset({"email"})).mapping("email", _TOP_KEYS)
+        return ConfigSection(data, source, "email.", _TOP_KEYS)
+    reader = ConfigSection(data, source, "", frozenset({"email"})).mapping("email", _TOP_KEYS)
     if reader is None:
         raise ConfigError("expected a mapping", source=source, key="email")
     return reader
 
 
-def _read_transport(reader: _Reader) -> str:
+def _read_transport(reader: ConfigSection) -> str:
     intraprocess = reader.boolean("intraprocess")
     transport = reader.string("transport")
     if transport is not None and transport not in _TRANSPORTS:
@@ -491,17 +511,27 @@ def _read_transport(reader: _Reader) -> str:
     return transport
 
 
-def _read_user(reader: _Reader, transport: str) -> tuple[UserInfo | None, _Reader | None]:
-    """``user:`` (required but for the intraprocess transport), and its reader."""
-    user_reader = reader.mapping("user", _USER_KEYS)
+def _read_user(
+    reader: ConfigSection, transport: str
+) -> tuple[UserInfo | None, ConfigSection | None]:
+    """``user:`` (as the transport's :class:`AccountFormat` reads it; required unless the
+    transport needs no account), and its section."""
+    account = _TRANSPORTS[transport]
+    user_reader = reader.mapping("user", account.keys)
     if user_reader is None:
-        if transport != "intraprocess":
+        if account.required:
             raise reader.error("user", f"required for the {transport} transport")
         return None, None
-    username = user_reader.string("username", required=True)
-    password = user_reader.string("password", required=True)
-    smtp_url = user_reader.string("url-smtp", required=True)
-    imap_url = user_reader.string("url-imap", required=True)
+    return account.read(user_reader), user_reader
+
+
+def read_mail_account(section: ConfigSection) -> UserInfo:
+    """A password login to an SMTP and an IMAP server (``url-smtp``, ``url-imap``,
+    ``username``, ``password``)."""
+    username = section.string("username", required=True)
+    password = section.string("password", required=True)
+    smtp_url = section.string("url-smtp", required=True)
+    imap_url = section.string("url-imap", required=True)
     assert username
     assert password
     assert smtp_url
@@ -509,18 +539,21 @@ def _read_user(reader: _Reader, transport: str) -> tuple[UserInfo | None, _Reade
     register_secret(password)
     for form in _encoded_credentials(username, password):
         register_secret(form)
-    source = reader.source
-    user = UserInfo(
-        parse_endpoint(smtp_url, "smtp", source=source, key=user_reader.key("url-smtp")),
-        parse_endpoint(imap_url, "imap", source=source, key=user_reader.key("url-imap")),
+    source = section.source
+    return UserInfo(
+        parse_endpoint(smtp_url, "smtp", source=source, key=section.key("url-smtp")),
+        parse_endpoint(imap_url, "imap", source=source, key=section.key("url-imap")),
         username,
         password,
     )
-    return user, user_reader
+
+
+#: the mail transports' account: a password login to an SMTP and an IMAP server
+MAIL_ACCOUNT: Final = AccountFormat(_USER_KEYS, read_mail_account)
 
 
 def _read_recipients(
-    reader: _Reader, transport: str, user: UserInfo | None, user_reader: _Reader | None
+    reader: ConfigSection, transport: str, user: UserInfo | None, user_reader: ConfigSection | None
 ) -> Recipients:
     """``from`` (else the username, when it is an address) and ``recipients:``."""
     from_ = reader.string("from")
@@ -547,7 +580,7 @@ def _read_recipients(
     return Recipients(from_, to, cc, bcc)
 
 
-def _read_tls(reader: _Reader) -> TLSOptions:
+def _read_tls(reader: ConfigSection) -> TLSOptions:
     tls_reader = reader.mapping("tls", _TLS_KEYS)
     if tls_reader is None:
         return TLSOptions()
@@ -562,7 +595,7 @@ def _read_tls(reader: _Reader) -> TLSOptions:
     )
 
 
-def _read_poll(reader: _Reader) -> PollOptions:
+def _read_poll(reader: ConfigSection) -> PollOptions:
     poll = PollOptions()
     poll_reader = reader.mapping("poll", _POLL_KEYS)
     if poll_reader is None:
@@ -577,7 +610,7 @@ def _read_poll(reader: _Reader) -> PollOptions:
     return poll
 
 
-def _read_on_receive(reader: _Reader) -> str:
+def _read_on_receive(reader: ConfigSection) -> str:
     on_receive = reader.string("on-receive") or "keep"
     if on_receive not in ("keep", "seen", "delete") and not (
         on_receive.startswith("move:") and on_receive[5:].strip()
@@ -588,7 +621,7 @@ def _read_on_receive(reader: _Reader) -> str:
     return on_receive
 
 
-def _read_sending(reader: _Reader) -> tuple[str, str | None]:
+def _read_sending(reader: ConfigSection) -> tuple[str, str | None]:
     """``send-guarantee`` and ``spool`` (required with the spool guarantee)."""
     send_guarantee = reader.string("send-guarantee") or "server"
     if send_guarantee not in SEND_GUARANTEES:
@@ -646,7 +679,7 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
     )
 
 
-def _read_max_email_bytes(reader: _Reader) -> int | None:
+def _read_max_email_bytes(reader: ConfigSection) -> int | None:
     if "max-email-bytes" not in reader.data:
         return None
     size = reader.size("max-email-bytes", 1)
@@ -658,7 +691,7 @@ def _read_max_email_bytes(reader: _Reader) -> int | None:
 _BATCH_KEYS: Final = frozenset({"linger-ms", "max-messages", "max-bytes"})
 
 
-def _read_batch(reader: _Reader) -> BatchPolicy:
+def _read_batch(reader: ConfigSection) -> BatchPolicy:
     """The ``batch`` section: ``linger-ms``, ``max-messages``, ``max-bytes`` (absent: off)."""
     section = reader.mapping("batch", _BATCH_KEYS)
     if section is None:
@@ -676,7 +709,7 @@ def _read_batch(reader: _Reader) -> BatchPolicy:
     return BatchPolicy(linger, most, size)
 
 
-def _read_routing(reader: _Reader, recipients: Recipients) -> RoutingOptions:
+def _read_routing(reader: ConfigSection, recipients: Recipients) -> RoutingOptions:
     """The ``routing`` section: ``hub`` (a name) and ``routes`` (hub name -> address)."""
     default_hub = recipients.from_.partition("@")[0] or "hub"
     section = reader.mapping("routing", _ROUTING_KEYS)
@@ -699,11 +732,11 @@ def _read_routing(reader: _Reader, recipients: Recipients) -> RoutingOptions:
     return RoutingOptions(hub, tuple(routes))
 
 
-def _read_security(reader: _Reader) -> SecurityOptions:
+def _read_security(reader: ConfigSection) -> SecurityOptions:
     """The ``security`` section, with the ``EMAILMW_SECURITY_*`` variables filling in."""
     sec = reader.mapping("security", _SECURITY_KEYS)
     data: Mapping[str, Any] = sec.data if sec is not None else {}
-    sec = sec or _Reader({}, reader.source, reader.key("security."), _SECURITY_KEYS)
+    sec = sec or ConfigSection({}, reader.source, reader.key("security."), _SECURITY_KEYS)
     env = os.environ.get
     keystore = sec.string("keystore") or env("EMAILMW_SECURITY_KEYSTORE") or None
     identity = sec.string("identity") or env("EMAILMW_SECURITY_IDENTITY") or None
@@ -738,7 +771,7 @@ def _read_security(reader: _Reader) -> SecurityOptions:
 
 
 def _identity_lists(
-    sec: _Reader, data: Mapping[str, Any], key: str
+    sec: ConfigSection, data: Mapping[str, Any], key: str
 ) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """A mapping of ROS name patterns to lists of identities (``encrypt``, ``servers``)."""
     found: list[tuple[str, tuple[str, ...]]] = []
@@ -763,7 +796,7 @@ def _identity_lists(
     return tuple(found)
 
 
-def _reply_domains(reader: _Reader, recipients: Recipients) -> frozenset[str] | None:
+def _reply_domains(reader: ConfigSection, recipients: Recipients) -> frozenset[str] | None:
     """``reply-domains``: a list of domains, or ``"*"`` for any; by default the domains of
     the configured From and recipients (a server answers its own organisation only)."""
     value = reader.data.get("reply-domains")

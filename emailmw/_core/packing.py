@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import hashlib
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,9 +31,11 @@ from .wire import format_date, parse_header_block, split_message
 __all__ = [
     "BATCH_COUNT_HEADER",
     "BODY_ENCODING_HEADER",
+    "PART_DIGEST_HEADER",
     "PART_HEADER",
     "PART_OF_HEADER",
     "PartOf",
+    "PieceDigest",
     "Reassembly",
     "ZSTD",
     "batch_parts",
@@ -166,13 +169,16 @@ def batch_parts(raw: bytes) -> list[bytes] | None:
 
 PART_HEADER: Final = "Part"
 PART_OF_HEADER: Final = "Part-Of"
+#: the whole message's body digest, in each of its parts: ``sha256=HEX`` of its UTF-8 bytes
+PART_DIGEST_HEADER: Final = "Part-Digest"
+_PART_HEADERS: Final = frozenset(h.lower() for h in (PART_HEADER, PART_OF_HEADER,
+                                                     PART_DIGEST_HEADER))  # fmt: skip
 BODY_ENCODING_HEADER: Final = "Body-Encoding"
 
 
-def _chunks(text: str, chunk_bytes: int) -> list[str]:
-    """``text`` cut into pieces of at most ``chunk_bytes`` UTF-8 bytes, never inside a
+def _chunks(data: bytes, chunk_bytes: int) -> list[str]:
+    """UTF-8 ``data`` cut into pieces of at most ``chunk_bytes`` bytes, never inside a
     character."""
-    data = text.encode("utf-8", "surrogatepass")
     pieces = []
     start = 0
     while start < len(data):
@@ -187,31 +193,61 @@ def _chunks(text: str, chunk_bytes: int) -> list[str]:
 def split_email(email_: Email, chunk_bytes: int) -> list[Email]:
     """``email_`` (its ``message_id`` set) as several emails, each carrying at most
     ``chunk_bytes`` UTF-8 bytes of its body (cut between characters), with every header of
-    the original, ``Part: i/N`` and ``Part-Of:`` the original's Message-ID, and a
-    Message-ID of its own. A body that fits is the email itself, alone."""
+    the original, ``Part: i/N``, ``Part-Of:`` the original's Message-ID and
+    ``Part-Digest:`` its body's digest (what binds each part to its whole: a signed part
+    names them), and a random Message-ID of its own (nobody can take a part's ID before
+    it is sent). A body that fits is the email itself, alone."""
     if email_.message_id is None:
         raise InvalidArgumentError("a message split into parts needs its Message-ID")
     if chunk_bytes < 4:
         raise InvalidArgumentError("chunk_bytes must be at least 4 (one character)")
     if len(email_.body) * 4 <= chunk_bytes or len(email_.body.encode()) <= chunk_bytes:
         return [email_]
-    pieces = _chunks(email_.body, chunk_bytes)
+    data = email_.body.encode("utf-8", "surrogatepass")
+    digest = f"sha256={hashlib.sha256(data).hexdigest()}"
+    pieces = _chunks(data, chunk_bytes)
+    del data
     total = len(pieces)
-    local, _, domain = email_.message_id.strip("<>").partition("@")
+    domain = email_.message_id.strip("<>").partition("@")[2] or "emailmw.invalid"
     parts = []
     for index in range(total):
         headers = Headers(
             [*email_.headers.items(), (PART_HEADER, f"{index + 1}/{total}"),
-             (PART_OF_HEADER, email_.message_id)]
+             (PART_OF_HEADER, email_.message_id), (PART_DIGEST_HEADER, digest)]
         )  # fmt: skip
         parts.append(
             email_.replace(
-                body=pieces[index],
-                headers=headers,
-                message_id=f"<{local}.part{index + 1}@{domain or 'emailmw.invalid'}>",
+                body=pieces[index], headers=headers, message_id=f"<{uuid.uuid4().hex}@{domain}>"
             )
         )
     return parts
+
+
+class PieceDigest:
+    """The digest of a body read in pieces (UTF-8 text), for :data:`PART_DIGEST_HEADER`:
+    :meth:`feed` passes the pieces on as it hashes them; :meth:`matches` then says whether
+    they make the body the parts named (True when they named none: a sender before
+    digests). Not thread-safe."""
+
+    def __init__(self, expected: str | None) -> None:
+        self.expected = expected
+        self._hash = hashlib.sha256()
+
+    def feed(self, pieces: Iterable[str]) -> Iterator[str]:
+        for piece in pieces:
+            self._hash.update(piece.encode("utf-8", "surrogatepass"))
+            yield piece
+
+    def matches(self) -> bool:
+        return self.expected is None or self.expected == f"sha256={self._hash.hexdigest()}"
+
+    @classmethod
+    def of(cls, body: str, expected: str | None) -> bool:
+        """Whether ``body`` (whole) is the one ``expected`` names."""
+        digest = cls(expected)
+        for _ in digest.feed((body,)):
+            pass
+        return digest.matches()
 
 
 class PartOf(NamedTuple):
@@ -242,14 +278,12 @@ def part_of(email_: Email) -> PartOf | None:
 
 def join_parts(parts: Sequence[Email]) -> Email:
     """The message the parts (all of them, in order) were split from: their bodies joined,
-    the headers of the first without ``Part``/``Part-Of``, the original Message-ID."""
+    the headers of the first without ``Part``/``Part-Of``/``Part-Digest``, the original
+    Message-ID. (:class:`PieceDigest` checks the body against the digest.)"""
     first = parts[0]
     found = part_of(first)
     assert found is not None
-    headers = Headers(
-        [(k, v) for k, v in first.headers.items()
-         if k.lower() not in (PART_HEADER.lower(), PART_OF_HEADER.lower())]
-    )  # fmt: skip
+    headers = Headers([(k, v) for k, v in first.headers.items() if k.lower() not in _PART_HEADERS])
     return first.replace(
         body="".join(part.body for part in parts), headers=headers, message_id=found.message_id
     )

@@ -54,6 +54,7 @@ __all__ = [
     "Unroutable",
     "ack_email",
     "address_domain",
+    "address_of",
     "classify",
     "outside_domains",
     "publish_email",
@@ -86,6 +87,11 @@ class Recipients:
     to: tuple[str, ...] = ()
     cc: tuple[str, ...] = ()
     bcc: tuple[str, ...] = ()
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        """Every address it goes to: ``to``, ``cc`` and ``bcc``."""
+        return (*self.to, *self.cc, *self.bcc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +305,11 @@ def read_metadata(headers: Headers) -> Metadata | Unroutable:
 def reply_addresses(request: Email) -> tuple[str, ...]:
     """Where the response to ``request`` goes: its Reply-To, else its From (RFC 5322)."""
     return request.reply_to or ((request.from_,) if request.from_ else ())
+
+
+def address_of(address: str) -> str:
+    """The bare address, lower case (``Name <User@Domain>`` -> ``user@domain``)."""
+    return parseaddr(address)[1].lower()
 
 
 def address_domain(address: str) -> str:

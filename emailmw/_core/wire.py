@@ -40,7 +40,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Final, NamedTuple
+from typing import Final
 
 from .errors import (
     ForeignEmailError,
@@ -65,7 +65,6 @@ __all__ = [
     "HEADER_PUBLISHER_SEQUENCE_NUMBER",
     "HEADER_REQUEST_SEQUENCE_NUMBER",
     "HEADER_SOURCE_TIMESTAMP",
-    "Head",
     "build",
     "check",
     "format_date",
@@ -632,32 +631,25 @@ def _decode_body(payload: bytes, cte: str, charset: str, max_size: int) -> str:
     return _decode_text(data, charset, "body")
 
 
-class Head(NamedTuple):
-    """An email's header block as :func:`parse` reads it: every field of :class:`Email` but
-    ``body``. For readers that need no :class:`Email` (the archive pipeline reads millions
-    of stored emails and needs no body)."""
-
-    subject: str
-    from_: str
-    to: tuple[str, ...]
-    cc: tuple[str, ...]
-    bcc: tuple[str, ...]
-    reply_to: tuple[str, ...]
-    headers: Headers
-    message_id: str | None
-    in_reply_to: str | None
-    references: tuple[str, ...]
-
-
-def parse_head(raw: bytes) -> Head:
+def parse_head(raw: bytes) -> Email:
     """The header block of RFC 5322 bytes, read and checked exactly as :func:`parse` reads
-    and checks it (the same errors for the same headers); the body is neither decoded nor
-    checked."""
-    return _parse_head(raw)[0]
+    and checks it (the same errors for the same headers), as an :class:`Email` whose
+    ``body`` is left unread (``""``): the body is neither decoded nor checked. For readers
+    that need no body (the archive pipeline reads millions of stored emails)."""
+    head = _parse_head(raw)[0]
+    return Email(head[0], "", *head[1:])
 
 
-def _parse_head(raw: bytes) -> tuple[Head, bytes, str, str]:
-    """(head, undecoded body, content-transfer-encoding, charset)."""
+#: an email's header fields as :func:`_parse_head` reads them: :class:`Email`'s fields
+#: but ``body``, in their order (``Email(head[0], body, *head[1:])``)
+_HeadFields = tuple[
+    str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], Headers,
+    str | None, str | None, tuple[str, ...],
+]  # fmt: skip
+
+
+def _parse_head(raw: bytes) -> tuple[_HeadFields, bytes, str, str]:
+    """(the header fields, undecoded body, content-transfer-encoding, charset)."""
     block, payload = split_message(raw)
     if 0 in block:  # one memchr; the builder never writes a NUL into a header
         raise MalformedEmailError("NUL byte in the header block")
@@ -701,7 +693,7 @@ def _parse_head(raw: bytes) -> tuple[Head, bytes, str, str]:
         raise MalformedEmailError("Subject decodes to lone surrogates")
     if content_type != "text/plain":
         raise ForeignEmailError(f"not a text/plain email: {content_type}")
-    head = Head(
+    head: _HeadFields = (
         subject, from_, to, cc, bcc, reply_to, Headers.from_folded(fields), message_id,
         in_reply_to, references,
     )  # fmt: skip
@@ -716,6 +708,4 @@ def parse(raw: bytes, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Email:
     or that try header injection through encoded words.
     """
     head, payload, cte, charset = _parse_head(raw)
-    # Head's fields are Email's after ``body``, in Email's order (tests/test_wire.py checks
-    # the names, and that parse and parse_head agree on every field)
     return Email(head[0], _decode_body(payload, cte, charset, max_size), *head[1:])

@@ -31,7 +31,7 @@ from .._core.errors import (
 from .._core.futures import Future, Pending
 from .._core.log import get_logger
 from .._core.packing import BODY_ENCODING_HEADER, ZSTD, compress_body
-from .._core.protocol import publish_email, request_email, response_email
+from .._core.protocol import address_of, publish_email, request_email, response_email
 from .._core.types import Ack, Email, Gid, MessageInfo, RequestId, ServiceInfo, ServiceRequest
 from .._core.waitables import Waitable, wait_until
 from .._core.wire import (
@@ -455,6 +455,15 @@ class ServiceClient(_Entity, Waitable):
     else any identity the permissions grant to serve it (as in SROS2). A response from
     another identity, or unsigned, is dropped and counted like a forgery.
 
+    ``only_recipients``: accept a response only from an account the request was sent to
+    (its signed ``From`` one of the request's To, Cc and Bcc addresses, its signature
+    verified): an identity with the serve grant that answers from another account is
+    dropped like a forgery. Off by default, as in SROS2 (any identity with the serve grant
+    may answer), because a server may answer from an account other than the one the
+    request was addressed to (an alias, or several accounts serving one service). It
+    narrows who may answer to the accounts the request was for; it cannot tell two
+    identities apart that sign as the same account (``servers`` pins identities).
+
     A response to :meth:`send_request` counts as taken when :meth:`get_response` returns
     it (with a ``state-file``, a restarted process gets it again until then); one to
     :meth:`send_request_async` when its future completes.
@@ -466,6 +475,7 @@ class ServiceClient(_Entity, Waitable):
         *,
         context: Context | None = None,
         servers: Iterable[str] | None = None,
+        only_recipients: bool = False,
     ) -> None:
         self._service = validate_name(service_name, "service name")
         Waitable.__init__(self)
@@ -487,12 +497,18 @@ class ServiceClient(_Entity, Waitable):
         if servers is None:
             servers = ctx.security.servers_for(self._service)
         self._servers = None if servers is None else frozenset(servers)
-        if self._servers is not None and ctx.security.mode == "off":
-            raise ConfigError(
-                f"{self!r}: servers= needs signatures checked: set security.verify to "
-                "enforce (or permissive) with a keystore"
-            )
+        for given, what in ((self._servers is not None, "servers="),
+                            (only_recipients, "only_recipients=")):  # fmt: skip
+            if given and ctx.security.mode == "off":
+                raise ConfigError(
+                    f"{self!r}: {what} needs signatures checked: set security.verify to "
+                    "enforce (or permissive) with a keystore"
+                )
         self._recipients = ctx.options.recipients
+        # the accounts a response may come from (only_recipients), as bare addresses
+        self._answering: frozenset[str] | None = (
+            frozenset(address_of(a) for a in self._recipients.all) if only_recipients else None
+        )
         self._guarantee = ctx.check_guarantee(None)
         ctx.register_client(self.gid.value, self)
 
@@ -518,19 +534,24 @@ class ServiceClient(_Entity, Waitable):
             entry is not None
             and email.in_reply_to == entry[1][0]
             and (self._servers is None or info.identity in self._servers)
+            and (
+                self._answering is None
+                or (info.identity is not None and address_of(email.from_) in self._answering)
+            )
         )
         if entry is None or not wanted:
             with self._lock:
                 self.unexpected_responses += 1
             _log.info(
                 "%r dropped response %s: it answers no request pending here (sequence "
-                "number %d, In-Reply-To %s), or comes from an identity it does not accept "
-                "(%s)",
+                "number %d, In-Reply-To %s), or comes from an identity or account it does "
+                "not accept (%s, %s)",
                 self,
                 email.message_id,
                 seq,
                 email.in_reply_to,
                 info.identity,
+                email.from_,
             )
             ticket.release()
             return

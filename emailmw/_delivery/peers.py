@@ -42,7 +42,7 @@ from .._core.config import NO_BATCH, BatchPolicy
 from .._core.log import get_logger
 from .._core.protocol import PublishRoute, Recipients, Route, Unroutable, classify, publish_email
 from .._core.types import Email, Gid
-from .._transport.base import EmailSender, FailureCallback
+from .._transport.base import EmailSender, FailureCallback, SenderWrapper
 
 __all__ = [
     "FEATURES",
@@ -400,15 +400,14 @@ class Peers:
             self._changed.notify_all()
 
 
-class PeerSender(EmailSender):
+class PeerSender(SenderWrapper):
     """The context's sender: batches only towards accounts whose readers all said they
     read batches (:class:`Peers`); the rest as ``inner`` does. Thread-safe as ``inner``."""
 
     def __init__(self, inner: EmailSender, peers: Peers, default: BatchPolicy) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._peers = peers
         self._default = default  # the configured ``batch``
-        self.address = inner.address
 
     def __repr__(self) -> str:
         return repr(self._inner)
@@ -426,15 +425,6 @@ class PeerSender(EmailSender):
             batch = NO_BATCH
         self._inner.send(email, guarantee=guarantee, on_failure=on_failure, batch=batch)
 
-    def flush(self, timeout: float | None = None) -> bool:
-        return self._inner.flush(timeout)
-
-    def max_email_bytes(self) -> int | None:
-        return self._inner.max_email_bytes()
-
-    def learn_max_email_bytes(self, timeout: float) -> int | None:
-        return self._inner.learn_max_email_bytes(timeout)
-
     def close(self) -> None:
         self._peers.close()
-        self._inner.close()
+        super().close()

@@ -43,6 +43,8 @@ from .._core.errors import ClosedError, EmailMWError, MalformedEmailError, State
 from .._core.log import RefusalLog, get_logger
 from .._core.packing import (
     BODY_ENCODING_HEADER,
+    PART_DIGEST_HEADER,
+    PieceDigest,
     Reassembly,
     decompress_pieces,
     grow,
@@ -585,7 +587,7 @@ class PollingManager:
                 )
             email, route = decision.email, decision.route
             del decision  # (a large part's body: held by one name only, see _unpacked)
-        if self._drop_duplicates and self._seen_before(email.message_id):
+        if self._drop_duplicates and self._seen_before(email.message_id, route):
             self.duplicates += 1
             _log.info("dropped email %s: a copy was handed out already", email.message_id)
             incoming.ack()
@@ -674,11 +676,19 @@ class PollingManager:
                 return None
             route = _route_of_joined(joined, items[0][1], parts)
             pieces = files.pieces(part.message_id, origin, numbers)
+            digest = PieceDigest(items[0][0].headers.get(PART_DIGEST_HEADER))
             encoding = joined.headers.get(BODY_ENCODING_HEADER)
             try:
                 if encoding is None:
-                    return joined.replace(body=grow(pieces)), route, _joined(joined, parts)
-                body = decompress_pieces(pieces, encoding, self._max_size)
+                    body = grow(digest.feed(pieces))
+                else:
+                    body = decompress_pieces(digest.feed(pieces), encoding, self._max_size)
+                if not digest.matches():  # parts of the signer's other message, or altered
+                    raise MalformedEmailError(
+                        f"its {len(parts)} parts do not make the body their Part-Digest names"
+                    )
+                if encoding is None:
+                    return joined.replace(body=body), route, _joined(joined, parts)
             except (MalformedEmailError, UnicodeDecodeError) as exc:
                 _log.warning("message %s not delivered: %s", joined.message_id, exc)
                 for each in parts:
@@ -744,9 +754,14 @@ class PollingManager:
             return None
         return lambda count: acknowledge(email, count)
 
-    def _seen_before(self, message_id: str | None) -> bool:
+    def _seen_before(self, message_id: str | None, route: Route) -> bool:
+        """Whether a copy of this email was handed out already: the same Message-ID from
+        the same verified signer (first wins per signer: nobody takes another's ID)."""
         if message_id is None:
             return False
+        signer = getattr(getattr(route, "info", None), "identity", None)
+        if signer:
+            message_id = f"{signer} {message_id}"
         recent = self._recent
         if message_id in recent:
             return True

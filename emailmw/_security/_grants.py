@@ -10,7 +10,14 @@ from .._core.addressing import Envelope
 from .._core.faces import Grant, face, grant_name, stem_send_name, unknown_face
 from .._core.payloads import REPLY_TYPES
 
-__all__ = ["REPLY_TYPES", "Grant", "grant_name", "routed_grants", "stem_send_name"]
+__all__ = [
+    "REPLY_TYPES",
+    "Grant",
+    "grant_name",
+    "relay_name",
+    "routed_grants",
+    "stem_send_name",
+]
 
 
 def routed_grants(envelope: Envelope, body: str, here: str) -> list[Grant] | str:
@@ -20,3 +27,9 @@ def routed_grants(envelope: Envelope, body: str, here: str) -> list[Grant] | str
     if unknown is not None:
         return unknown
     return face(envelope.face).needs(envelope, body, here)
+
+
+def relay_name(envelope: Envelope, here: str) -> str:
+    """The ``relay`` grant's name for relaying a routed email: ``/FACE/HUB``, its face and
+    the hub it goes to (an empty hub: ``here``)."""
+    return grant_name(envelope.face, envelope.to.hub or here)

@@ -14,6 +14,12 @@ A YAML file in the spirit of SROS2's permissions (grants per identity, default d
         stem: {send: ["/robot1/arm/cmd/*"], as: ["/base/station"]}
         ymp: {send: ["/robot1/motion/arm/*"], as: [base]}
         floctrl: {as: ["/plant/line1"], to: ["/plant/*"], topics: [status]}
+      gw:
+        relay: ["/stem/far", "/ymp/**"]
+
+``relay`` names ``/FACE/HUB``: the routed mail (of that face, to that hub) the identity may
+relay as a hub or gateway (every relay a message names in ``Route-Via`` needs it, checked
+at every hop).
 
 The faces have grants in their own vocabulary (``docs/security.md``): Stem ``send`` names
 ``/hub/cell/TYPE`` (``/hub/cell/cmd/CMD`` for a command) and ``as`` the cells
@@ -51,7 +57,7 @@ __all__ = [
     "name_matches",
 ]
 
-ACTIONS: Final = ("publish", "subscribe", "call", "serve")
+ACTIONS: Final = ("publish", "subscribe", "call", "serve", "relay")
 INTERNAL_PREFIX: Final = "/_emailmw/"
 
 
@@ -89,8 +95,8 @@ class Permissions:
     source: str = "<dict>"
 
     def allows(self, identity: str, action: str, name: str) -> bool:
-        """True when ``identity`` may do ``action`` (publish, subscribe, call, serve, or a
-        face's ``stem.send`` ...) on ``name``."""
+        """True when ``identity`` may do ``action`` (publish, subscribe, call, serve, relay,
+        or a face's ``stem.send`` ...) on ``name``."""
         if "." not in action and name.startswith(INTERNAL_PREFIX):
             return True
         patterns = self.grants.get(identity, {}).get(action, ())

@@ -45,7 +45,7 @@ from .._core.protocol import (
 from .._core.types import Email
 from .._core.wire import prepare_outgoing
 from ._encryption import decrypt, encrypt, is_encrypted
-from ._grants import routed_grants
+from ._grants import relay_name, routed_grants
 from ._keystore import Identity, Keystore, PublicIdentity
 from ._permissions import Permissions, load_permissions, name_matches
 from ._signing import (
@@ -147,6 +147,9 @@ class ReplayGuard:
             return "signed email without a Message-ID"
         with self._lock:
             if message_id in self._seen:
+                signer, _, bare = message_id.partition(" ")  # (a replay key: signer, ID)
+                if bare:
+                    return f"Message-ID {bare} (signed by {signer}) was accepted before"
                 return f"Message-ID {message_id} was accepted before"
         return None
 
@@ -314,7 +317,11 @@ class Security:
         email = prepare_outgoing(email, from_)
         route = classify(email, 0)
         relayed = isinstance(route, RoutedRoute) and route.envelope.hops > 0
-        if not relayed:  # a relay acts for the originator, whose grants are checked
+        if relayed:  # a relay acts for the originator, whose grants are checked; it needs
+            assert isinstance(route, RoutedRoute)  # the relay grant (where it knows the hub)
+            if route.envelope.to.hub:
+                self.check_local("relay", relay_name(route.envelope, self.hub))
+        else:
             needs = self._needs(email, route)
             if isinstance(needs, str):
                 raise PermissionDeniedError(f"cannot send {email.subject!r}: {needs}")
@@ -378,8 +385,9 @@ class Security:
                 )
         info = getattr(route, "info", None)
         source_ns = info.source_timestamp if info is not None else 0
-        if not (redelivered and who.message_id and self.replay.seen(who.message_id)):
-            replayed = self.replay.check(who.message_id, source_ns, arrival_ns)
+        key = who.replay_key
+        if not (redelivered and key and self.replay.seen(key)):
+            replayed = self.replay.check(key, source_ns, arrival_ns)
             if replayed is not None:
                 return "replayed", replayed, who
         needs = self._needs(email, route)
@@ -393,6 +401,16 @@ class Security:
                         f"identity {who.identity!r} has no grant to {action} {name!r}",
                         who,
                     )
+            if who.via:  # every relay it passed needs the relay grant, checked at every hop
+                assert isinstance(route, RoutedRoute)
+                relaying = relay_name(route.envelope, self.hub)
+                for relay in who.via:
+                    if not self.permissions.allows(relay, "relay", relaying):
+                        return (
+                            "denied",
+                            f"relay {relay!r} (Route-Via) has no grant to relay {relaying!r}",
+                            who,
+                        )
         return "verified", "", who
 
     def _custody(
@@ -449,9 +467,10 @@ class Security:
                 return Decision(False, status, reason, email, route)
             if status == "verified":
                 assert who is not None
-                assert who.message_id is not None  # the replay check refuses mail without
+                key = who.replay_key
+                assert key is not None  # the replay check refuses mail without a Message-ID
                 info = route.info  # type: ignore[union-attr]  # verified: an emailmw email
-                self.replay.accept(who.message_id, info.source_timestamp, now)
+                self.replay.accept(key, info.source_timestamp, now)
                 signature = read_signature(email)
                 assert isinstance(signature, Signature)
                 email = _signed_part(email, signature)
@@ -502,6 +521,12 @@ class _Verified:
     identity: str
     message_id: str | None
     via: tuple[str, ...]
+
+    @property
+    def replay_key(self) -> str | None:
+        """What the replay guard keeps: first wins per signer (its identity and the
+        Message-ID), so that nobody can take a Message-ID another identity will sign."""
+        return None if self.message_id is None else f"{self.identity} {self.message_id}"
 
 
 def _with_identity(route: Route, who: _Verified) -> Route:

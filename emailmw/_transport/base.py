@@ -30,6 +30,7 @@ __all__ = [
     "IncomingEmail",
     "OUTCOMES",
     "Readers",
+    "SenderWrapper",
     "Settle",
     "take_all",
 ]
@@ -269,6 +270,41 @@ class EmailSender(Closeable):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connection. Idempotent. Emails already sent are flushed first."""
+
+
+class SenderWrapper(EmailSender):
+    """A sender that changes what ``inner`` sends and nothing else: everything but
+    :meth:`send` goes to ``inner`` as it is (its ``address``, :meth:`flush`, the limits it
+    knows, :meth:`close`). Thread-safe as ``inner``; closing closes it."""
+
+    def __init__(self, inner: EmailSender) -> None:
+        self._inner = inner
+        self.address = inner.address
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} over {self._inner!r}>"
+
+    def send(
+        self,
+        email: Email,
+        *,
+        guarantee: str | None = None,
+        on_failure: FailureCallback | None = None,
+        batch: BatchPolicy | None = None,
+    ) -> None:
+        self._inner.send(email, guarantee=guarantee, on_failure=on_failure, batch=batch)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self._inner.flush(timeout)
+
+    def max_email_bytes(self) -> int | None:
+        return self._inner.max_email_bytes()
+
+    def learn_max_email_bytes(self, timeout: float) -> int | None:
+        return self._inner.learn_max_email_bytes(timeout)
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 class EmailReceiver(Closeable):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._core.config import Options, register_transport_name
+from .._core.config import MAIL_ACCOUNT, AccountFormat, Options, register_transport_name
 from .._core.errors import ConfigError, InvalidArgumentError
 from .base import EmailReceiver, EmailSender
 from .budget import ReceiveBudget
@@ -46,7 +46,8 @@ class TransportKind:
     the context's receive budget); ``group_stores``: the options -> a factory of the store
     of each delivery group (by name), None when its groups cannot span processes;
     ``build``: the whole transport at once instead (an in-process pair); ``probes``: the
-    doctor's checks of its servers, by protocol."""
+    doctor's checks of its servers, by protocol; ``account``: how its account (the
+    configuration's ``user:``) is read, including how it logs in."""
 
     name: str
     receiver: Callable[[Options, ReceiveBudget | None], EmailReceiver] | None = None
@@ -54,6 +55,7 @@ class TransportKind:
     group_stores: Callable[[Options], Callable[[str], GroupStore]] | None = None
     build: Callable[[Options, ReceiveBudget | None], Transport] | None = None
     probes: tuple[tuple[str, Probe], ...] = ()
+    account: AccountFormat = MAIL_ACCOUNT
 
 
 _KINDS: dict[str, TransportKind] = {}
@@ -66,7 +68,7 @@ def register_transport(kind: TransportKind) -> TransportKind:
     if kind.build is None and (kind.sender is None or kind.receiver is None):
         raise InvalidArgumentError(f"transport {kind.name!r} needs a sender and a receiver")
     _KINDS[kind.name] = kind
-    register_transport_name(kind.name)
+    register_transport_name(kind.name, kind.account)
     return kind
 
 
@@ -170,4 +172,7 @@ register_transport(TransportKind("native", _native_receiver, _native_sender, _im
                                  probes=_MAIL_PROBES))  # fmt: skip
 register_transport(TransportKind("curl", _curl_receiver, _curl_sender, _imap_stores,
                                  probes=_MAIL_PROBES))  # fmt: skip
-register_transport(TransportKind("intraprocess", build=_intraprocess))
+# (an in-process pair needs no account: ``user:``, when given, names the sender's address)
+register_transport(TransportKind("intraprocess", build=_intraprocess,
+                                 account=AccountFormat(MAIL_ACCOUNT.keys, MAIL_ACCOUNT.read,
+                                                       required=False)))  # fmt: skip

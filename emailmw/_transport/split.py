@@ -16,7 +16,7 @@ from .._core.errors import MessageTooLargeError
 from .._core.packing import split_email
 from .._core.types import Email
 from .._core.wire import new_message_id, prepare_outgoing
-from .base import EmailSender, FailureCallback, Readers
+from .base import EmailSender, FailureCallback, Readers, SenderWrapper
 
 __all__ = ["DEFAULT_MAX_EMAIL_BYTES", "SplittingSender"]
 
@@ -29,7 +29,7 @@ _HEADER_ROOM: Final = 64 * 1024
 _SURELY_FITS: Final = 256 * 1024
 
 
-class SplittingSender(EmailSender):
+class SplittingSender(SenderWrapper):
     """Sends what fits as it is and a larger message as parts, each through ``inner``
     (the same guarantee and batch policy for every part). With ``readers``, only towards
     accounts whose readers all said they read parts (a C++ ``rmw_email`` peer does not):
@@ -40,13 +40,9 @@ class SplittingSender(EmailSender):
     def __init__(
         self, inner: EmailSender, options: Options, readers: Readers | None = None
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._options = options
         self._readers = readers
-        self.address = inner.address
-
-    def __repr__(self) -> str:
-        return f"<SplittingSender over {self._inner!r}>"
 
     def max_email_bytes(self) -> int | None:
         return self._options.max_email_bytes or self._inner.max_email_bytes()
@@ -99,9 +95,3 @@ class SplittingSender(EmailSender):
             # (never batched: a part fills an email, and a reader that claims mail, a group
             # member, claims each part of one message itself, to join them)
             self._inner.send(part, guarantee=guarantee, on_failure=on_failure, batch=NO_BATCH)
-
-    def flush(self, timeout: float | None = None) -> bool:
-        return self._inner.flush(timeout)
-
-    def close(self) -> None:
-        self._inner.close()

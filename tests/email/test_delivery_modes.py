@@ -107,6 +107,15 @@ def _group_state(config: Path) -> dict[str, Any]:
         store.close()
 
 
+def _claims(config: Path, member: str) -> list[int]:
+    """The messages ``member`` of group ``crew`` has claimed and not settled."""
+    store = ImapGroupStore(load_options(config), "crew")
+    try:
+        return store.claimed(member)
+    finally:
+        store.close()
+
+
 def _member_count(config: Path) -> int:
     store = ImapGroupStore(load_options(config), "crew")
     try:
@@ -261,16 +270,28 @@ def test_a_paused_member_repeats_nothing_others_took_over_unflagged(
     them; resumed, it hands out none of what it held (its lease lapsed: checked, lost)
     and joins again under a new name. Every message is processed, and every later copy
     is flagged (stateful: no second active member replaying old messages)."""
-    paused = _member(group_setup["config"], mode, peers, "--take-every", "0.1")
+    # alone first, so that it holds claims whatever the others' pace (with all three in
+    # the group at once, the two fast members could steal its whole share first); slow
+    # enough (0.3 s a message) to hold claims still when the others are in
+    paused = _member(group_setup["config"], mode, peers, "--take-every", "0.3")
     assert _wait(lambda: _joined(group_setup["config"], 1))  # first in the order
-    others = [_member(group_setup["config"], mode, peers, "--take-every", "0.02")
-              for _ in range(2 if mode == "stateless" else 1)]  # fmt: skip
-    assert _wait(lambda: _joined(group_setup["config"], len(peers)))
     publisher = emailmw.Publisher("/work", context=group_setup["publisher"])
     for i in range(40):
         publisher.publish(f"n: {i}")
     assert _wait(lambda: len(_lines(paused)) >= 3)
-    paused.pause()
+    others = [_member(group_setup["config"], mode, peers, "--take-every", "0.02")
+              for _ in range(2 if mode == "stateless" else 1)]  # fmt: skip
+    assert _wait(lambda: _joined(group_setup["config"], len(peers)))
+    # stopped holding claims (under load a member may lose them between a look and the
+    # stop, its heartbeats late: then it goes on for a moment and is stopped again)
+    for _ in range(20):
+        assert _wait(lambda: len(_claims(group_setup["config"], _joins(paused)[-1])) >= 2)
+        paused.pause()
+        if _claims(group_setup["config"], _joins(paused)[-1]):
+            break
+        paused.resume()
+    else:
+        raise AssertionError("the member to be paused held no claims when stopped, 20 times")
     # stopped until the others saw it dead, took all its claims and removed its record
     assert _wait(lambda: _member_count(group_setup["config"]) == len(others))
     paused.resume()

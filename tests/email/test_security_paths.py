@@ -7,6 +7,7 @@ receiver goes on, on both transports."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -41,7 +42,7 @@ identities:
   talker: {publish: [/chatter, /secret], call: [/add]}
   robot: {publish: [/secret], serve: [/add]}
   mallory: {}
-  gw: {}
+  gw: {relay: ["/stem/**", "/ymp/**"]}
 """
 ALLOW_ALL = """\
 identities:
@@ -52,6 +53,7 @@ identities:
     stem: {send: ["/**"], as: ["/**"]}
     ymp: {send: ["/**"], as: ["*"]}
     floctrl: {as: ["/**"], to: ["/**"], topics: ["**"]}
+    relay: ["/**"]
   robot: {publish: ["/**"], serve: ["/**"]}
 """
 
@@ -202,7 +204,7 @@ def test_a_relay_keeps_the_originators_signature_and_cannot_speak_for_others(
     caplog: pytest.LogCaptureFixture,
     transport: str,
 ) -> None:
-    """Through a gateway (identity gw, granted nothing) the far cell sees the station as
+    """Through a gateway (identity gw, granted relaying alone) the far cell sees the station as
     originator and gw as the hop; mallory, an account holder on the first server, cannot
     speak as the station through it."""
     from .test_routing_servers import gateway_context
@@ -249,6 +251,192 @@ def test_a_relay_keeps_the_originators_signature_and_cannot_speak_for_others(
     assert seen == [("lab:station", "station", ("gw",))] * 2
     assert "denied" in reason
     assert "'mallory' has no grant to stem.as '/lab/station'" in reason
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_relayed_command_re_targeted_by_an_identity_without_the_relay_grant_is_refused(
+    mailserver: MailServer,
+    second_mailserver: MailServer,
+    third_mailserver: MailServer,
+    keystore: Keystore,
+    caplog: pytest.LogCaptureFixture,
+    transport: str,
+) -> None:
+    """Three servers, two gateways (identity gw, granted relaying): the station's command
+    goes a -> b -> c. Mallory (a trusted key, no grants) takes the stored relayed copy,
+    names herself in Route-Via as a relay does, re-signs it and sends it to another account
+    on c that also hosts hub ``far``: refused there (her relay hop has no grant), and that
+    receiver goes on with legitimate mail."""
+    from emailmw._core.addressing import Envelope
+    from emailmw._core.protocol import routed_email
+    from emailmw._core.wire import build, parse
+
+    a, b, c = mailserver, second_mailserver, third_mailserver
+    la, ga, gb1, gb2, gc = (a.fresh_account(), a.fresh_account(), b.fresh_account(),
+                            b.fresh_account(), c.fresh_account())  # fmt: skip
+    fc, other, direct = c.fresh_account(), c.fresh_account(), c.fresh_account()  # hosts of far
+    contexts: list[emailmw.Context] = []
+
+    def context(server: MailServer, address: str, identity: str, **more: Any) -> Any:
+        config = server.config(address, **secure(keystore, identity), **more)
+        contexts.append(emailmw.Context({"email": config}))
+        return contexts[-1]
+
+    seen: list[tuple[str, Any, Any]] = []
+
+    class Arm(stem.Cell):
+        def status_cmd(self, msg: stem.StemMessage) -> str:
+            assert msg.info is not None
+            seen.append((self.context.address, msg.info.identity, msg.info.via))
+            return "fine"
+
+    Arm("arm", context=context(c, fc, "arm", **hub("far", {"lab": gc})))
+    target = context(c, other, "arm", transport=transport, **transport_extra(transport),
+                     **hub("far", {"lab": direct}))  # fmt: skip
+    Arm("arm", context=target)
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="emailmw"),
+            emailmw.Gateway({"a": context(a, ga, "gw", routing={"hub": "gwa"}),
+                             "b": context(b, gb1, "gw", routing={"hub": "gwb1"})},
+                            {"lab": (la, "a"), "far": (gb2, "b")}) as gw1,
+            emailmw.Gateway({"b": context(b, gb2, "gw", routing={"hub": "gwb2"}),
+                             "c": context(c, gc, "gw", routing={"hub": "gwc"})},
+                            {"lab": (gb1, "b"), "far": (fc, "c")}) as gw2,
+        ):  # fmt: skip
+            gw1.start()
+            gw2.start()
+            station = stem.Cell("station", context=context(a, la, "station",
+                                                           **hub("lab", {"far": ga})))  # fmt: skip
+            assert station.request("far:arm", "status").result(60) == "fine"
+            assert seen == [(fc, "station", ("gw", "gw"))]
+            command = next(parse(_verbatim(p)) for p in wait_for_files(c.maildir(fc), 1)
+                           if b"Route-Hops: 2" in p.read_bytes())  # fmt: skip
+            # mallory: one hop more, herself in Route-Via, re-signed for the other account
+            route = emailmw._core.protocol.classify(command, 0)
+            envelope: Envelope = route.envelope.forwarded()  # type: ignore[union-attr]
+            copy = routed_email(envelope, command.subject, command.body, to=other,
+                                from_=c.address("alice"),
+                                timestamp_ns=route.info.source_timestamp)  # type: ignore[union-attr]  # fmt: skip
+            custody = [(k, v) for k, v in command.headers.items()
+                       if k.lower() in ("emailmw-origin", "route-via")]  # fmt: skip
+            copy = copy.replace(headers=[*copy.headers.items(), *custody])
+            evil = context(c, c.fresh_account(), "mallory")
+            inject(c, other, build(evil.security.outgoing(copy, c.address("alice"))))
+            (reason,) = wait_for_quarantined(caplog, 1)
+            assert "denied" in reason
+            assert "relay 'mallory' (Route-Via) has no grant to relay '/stem/far'" in reason
+            # the receiver goes on: a command sent to it straight is run
+            straight = stem.Cell("station", context=context(
+                c, direct, "station", **hub("lab", {"far": other})))  # fmt: skip
+            assert straight.request("far:arm", "status").result(60) == "fine"
+    finally:
+        for made_context in contexts:
+            made_context.shutdown()
+    assert seen[1:] == [(other, "station", ())]
+    assert folder_subjects(c, other, "Quarantine") != []
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ymp_through_a_gateway_needs_its_originators_signature(
+    mailserver: MailServer,
+    second_mailserver: MailServer,
+    keystore: Keystore,
+    caplog: pytest.LogCaptureFixture,
+    transport: str,
+) -> None:
+    """Behind a gateway, a host's connection check sees the gateway's account, so only a
+    signature proves who wrote a YMP message: an account holder on the first server who
+    claims to be host ``base`` (unsigned, relayed by a gateway that checks nothing itself)
+    and mallory (signed, no ``ymp.as base``) are both refused at the host in ``enforce``;
+    the station's request, signed as base, is answered."""
+    from .test_routing_servers import routed_raw
+
+    a, b = mailserver, second_mailserver
+    la, ga, rb, gb = a.fresh_account(), a.fresh_account(), b.fresh_account(), b.fresh_account()
+    contexts: list[emailmw.Context] = []
+
+    def context(server: MailServer, address: str, identity: str, **more: Any) -> Any:
+        security = secure(keystore, identity)
+        security["security"]["verify"] = more.pop("verify", "enforce")
+        contexts.append(emailmw.Context({"email": server.config(address, **security, **more)}))
+        return contexts[-1]
+
+    robot = context(b, rb, "arm", transport=transport, **transport_extra(transport),
+                    **hub("robot", {"base": gb}))  # fmt: skip
+    calls: list[str] = []
+    host = ymp.YmpHost(context=robot)
+    host.add_service("motion", "arm", {"move": lambda r: calls.append("move") or {"ok": 1}})
+    request = {"sender": {"host": "base", "protocol": "p", "service": "s"}, "id": "spoof",
+               "host": "robot", "protocol": "motion", "service": "arm", "action": "move",
+               "payload": {}}  # fmt: skip
+    envelope = {"Route-To": "robot:ymp:", "Route-From": "base:ymp:", "Route-Face": "ymp"}
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="emailmw"),
+            emailmw.Gateway({"a": context(a, ga, "gw", verify="off", routing={"hub": "gwa"}),
+                             "b": context(b, gb, "gw", verify="off", routing={"hub": "gwb"})},
+                            {"base": (la, "a"), "robot": (rb, "b")}) as gateway,
+        ):  # fmt: skip
+            gateway.start()
+            inject(a, ga, routed_raw(ga, envelope, json.dumps(request), "spoofed"))
+            evil = context(a, a.fresh_account(), "mallory", **hub("base", {"robot": ga}))
+            ymp.YmpHost(context=evil).request("robot", "motion", "arm", "move", {})
+            reasons = wait_for_quarantined(caplog, 2)
+            base = context(a, la, "station", **hub("base", {"robot": ga}))
+            answer = ymp.YmpHost(context=base).request("robot", "motion", "arm", "move", {})
+            assert answer.result(60).payload == {"ok": 1}
+    finally:
+        for made_context in contexts:
+            made_context.shutdown()
+    assert calls == ["move"]
+    assert any("relayed without its originator's signature" in r for r in reasons), reasons
+    assert any("'mallory' has no grant to ymp.as 'base'" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_part_sent_first_by_another_grant_holder_takes_no_slot(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    made: Made,
+    caplog: pytest.LogCaptureFixture,
+    transport: str,
+) -> None:
+    """robot may publish /secret too. Having seen part 1 of talker's split message, it
+    sends its own part 2 first, with the real part 2's Message-ID and Part-Of: the part
+    counts only for robot's message (never complete: given up at part-timeout), the
+    real part 2 is no replay, and talker's message arrives whole; part IDs are random."""
+    from emailmw._core.packing import split_email
+    from emailmw._core.protocol import Recipients, publish_email
+    from emailmw._core.types import Gid
+    from emailmw._core.wire import build, new_message_id
+
+    inbox = account()
+    listener = made(inbox, "arm", transport, **{"part-timeout": 2})
+    sub = emailmw.Subscription("/secret", context=listener)
+    talker, robot = made(account(), "talker", to=inbox), made(account(), "robot", to=inbox)
+    body = "".join(f"line {i:05d} of talker's message\n" for i in range(300))
+    recipients = Recipients(talker.address, (inbox,))
+    whole = publish_email("/secret", body, recipients=recipients, gid=Gid.new(),
+                          sequence_number=0, timestamp_ns=time.time_ns())  # fmt: skip
+    whole = whole.with_message_id(new_message_id(talker.address))
+    parts = [talker.security.outgoing(p, talker.address) for p in split_email(whole, 2048)]
+    assert len(parts) >= 3
+    assert not any(".part" in str(p.message_id) for p in parts)  # (were <ID.partN@...>)
+    assert len({p.message_id for p in parts}) == len(parts)
+    forged = parts[1].replace(body="robot's own part 2\n" * 100, from_=robot.address)
+    unsigned = [(k, v) for k, v in forged.headers.items()
+                if k.lower() not in ("emailmw-signature", "emailmw-recipients")]  # fmt: skip
+    forged = robot.security.outgoing(forged.replace(headers=unsigned), robot.address)
+    assert forged.message_id == parts[1].message_id
+    with caplog.at_level(logging.WARNING, logger="emailmw"):
+        for email in [parts[0], forged, *parts[1:]]:
+            inject(mailserver, inbox, build(email))
+        assert emailmw.wait_for_message(sub, 60) == body
+        assert wait_for(lambda: any(f"parts 2 of {len(parts)} came" in r.getMessage()
+                                    for r in caplog.records), 30)  # fmt: skip
+    assert sub.get_message() is None
+    assert not any("replayed" in r.getMessage() for r in caplog.records)
 
 
 def _verbatim(stored: Path) -> bytes:
@@ -333,14 +521,17 @@ def test_a_receiver_down_longer_than_the_window_loses_nothing_and_still_refuses_
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("accepts", ["servers", "only_recipients"])
 def test_a_client_takes_responses_only_from_the_servers_it_accepts(
     mailserver: MailServer,
     account: Callable[[], str],
     made: Made,
     caplog: pytest.LogCaptureFixture,
     transport: str,
+    accepts: str,
 ) -> None:
-    """robot may serve /add (on its own account), but the client accepts arm only: its
+    """robot may serve /add (on its own account), but the client accepts arm only
+    (``servers``), or the account it sent the request to only (``only_recipients``): its
     forged answer to the client's pending call is dropped; the real one returns."""
     from .test_security_server import _read_request
 
@@ -353,7 +544,9 @@ def test_a_client_takes_responses_only_from_the_servers_it_accepts(
 
     emailmw.ServiceServer("/add", add, context=made(server_box, "arm", to=client_box))
     client_ctx = made(client_box, "talker", transport, to=server_box)
-    client = emailmw.ServiceClient("/add", context=client_ctx, servers=["arm"])
+    option: dict[str, Any] = {"servers": ["arm"]} if accepts == "servers" else {
+        "only_recipients": True}  # fmt: skip
+    client = emailmw.ServiceClient("/add", context=client_ctx, **option)
     answer: list[str] = []
     caller = threading.Thread(target=lambda: answer.append(client.call("2 3", 60)))
     caller.start()

@@ -460,7 +460,7 @@ identities:
     stem: {as: ["/robot/arm"]}
     ymp: {as: [robot]}
     floctrl: {as: ["/plant/*"], to: ["/plant/*"], topics: [status]}
-  robot: {}
+  robot: {relay: ["/stem/robot"]}
 """
 
 
@@ -589,7 +589,7 @@ def test_a_relayed_message_keeps_its_originators_signature(
     from emailmw._delivery.routing import forwarded_message_id
 
     base = _face_security(keystore, tmp_path, "talker", hub="base")
-    relay = _face_security(keystore, tmp_path, "robot", hub="gw")  # no grants at all
+    relay = _face_security(keystore, tmp_path, "robot", hub="gw")  # relays Stem to robot only
     robot = _face_security(keystore, tmp_path, "listener", hub="robot")
     status = '{"type":"cmd","cmd":"status","msg_id":5}'
     first = base.outgoing(_routed("stem", "robot:arm", "base:station", status), "b@example.test")
@@ -628,6 +628,55 @@ def test_a_relayed_message_keeps_its_originators_signature(
     assert _decide_routed(robot, sign(lying, keystore.identity("robot")))[2].startswith(
         "signed by 'robot', but the last hop is 'talker'"
     )
+
+
+def test_relaying_is_a_grant_checked_for_every_relay_at_every_hop(
+    keystore: Keystore, tmp_path: Path
+) -> None:
+    """A trusted identity without the relay grant that re-signs a relayed copy (naming
+    itself in Route-Via, as a relay does) is refused wherever the copy arrives, and a
+    relay cannot send what it may not relay; a granted relay's copy is delivered."""
+    from emailmw._core.addressing import Envelope
+    from emailmw._core.protocol import routed_email
+
+    base = _face_security(keystore, tmp_path, "talker", hub="base")
+    robot = _face_security(keystore, tmp_path, "listener", hub="robot")
+    status = '{"type":"cmd","cmd":"status","msg_id":7}'
+    first = base.outgoing(_routed("stem", "robot:arm", "base:station", status), "b@example.test")
+
+    def copy_by(email: Email, relay: str) -> Email:
+        """What a relay sends on: one hop more, its identity appended, signed by it."""
+        route = classify(email, 0)
+        envelope: Envelope = route.envelope.forwarded()  # type: ignore[union-attr]
+        copy = routed_email(envelope, email.subject, email.body, to="robot@example.test",
+                            from_=f"{relay}@example.test",
+                            timestamp_ns=route.info.source_timestamp)  # type: ignore[union-attr]  # fmt: skip
+        via = [v for v in [email.headers.get("Route-Via", ""), relay] if v]
+        custody = [("Emailmw-Origin", email.headers["Emailmw-Origin"]),
+                   ("Route-Via", ", ".join(via))]  # fmt: skip
+        copy = copy.replace(headers=[*copy.headers.items(), *custody])
+        copy = prepare_outgoing(copy.with_message_id(f"<{relay}.{time.time_ns()}@x>"), "r@x")
+        return sign(copy, keystore.identity(relay))
+
+    granted = copy_by(first, "robot")
+    assert _decide_routed(robot, granted)[:2] == (True, "verified")
+    for chain, refused in ((copy_by(first, "listener"), "listener"),  # no relay grant
+                           (copy_by(granted, "listener"), "listener"),  # granted, then not
+                           (copy_by(copy_by(first, "talker"), "robot"), "talker")):  # fmt: skip
+        deliver, status, reason = _decide_routed(
+            _face_security(keystore, tmp_path, "listener", hub="robot"), chain
+        )
+        assert (deliver, status) == (False, "denied"), reason
+        assert reason == f"relay {refused!r} (Route-Via) has no grant to relay '/stem/robot'"
+    # a relay may not send on what it may not relay (its own permissions say so first)
+    other = base.outgoing(_routed("stem", "far:arm", "base:station", status), "b@example.test")
+    relay = _face_security(keystore, tmp_path, "robot", hub="gw")
+    route = classify(other, 0)
+    forwarded = routed_email(route.envelope.forwarded(), other.subject, other.body,  # type: ignore[union-attr]
+                             to="far@example.test", from_="gw@example.test",
+                             timestamp_ns=time.time_ns())  # fmt: skip
+    with pytest.raises(PermissionDeniedError, match="may not relay '/stem/far'"):
+        relay.outgoing(forwarded, "gw@example.test")
 
 
 def test_signed_mail_is_for_its_recipients_only(keystore: Keystore, tmp_path: Path) -> None:

@@ -668,15 +668,15 @@ class GroupReceiver(EmailReceiver):
                 store.claim(work.claim, self.member)
                 self.counts["claimed"] += len(work.claim)
             left = []
-            for record in dead:  # a dead member whose claims are all taken is forgotten
-                taken = work.take.get(record.member)
-                if not dead_claims[record.member] or (taken and not store.claimed(record.member)):
-                    store.remove_member(record)
+            for gone in dead:  # a dead member whose claims are all taken is forgotten
+                taken = work.take.get(gone.member)
+                if not dead_claims[gone.member] or (taken and not store.claimed(gone.member)):
+                    store.remove_member(gone)
                 else:
-                    left.append(record)
+                    left.append(gone)
             self._dead = left
         finally:
-            store.unlock(record)
+            store.unlock(record)  # (in this member's name: ``record`` is its own)
         return True
 
     def _confirm_claims(self) -> None:
@@ -708,9 +708,17 @@ class GroupReceiver(EmailReceiver):
         read_at = max(now, self._clock())  # (dated when read: see _membership)
         self._liveness.update(records, read_at)
         alive = self._liveness.alive(records, read_at)
-        holder = next((r for r in records if r.locking), None)
+        named = [r for r in records if r.locking]
+        holder = next((r for r in named if r.member != self.member), None)
         first = alive[:1] == [self.member]
-        if holder is not None:
+        if holder is None and named:
+            # named after this member alone, which does not hold it (its release failed
+            # half way): nobody else may break a lock a live member names, so this one
+            # does (its own name goes with its next release when another names it too)
+            holder = named[0]
+            self._unnamed_since = None
+            broken, why = True, f"it names {self.member}, which does not hold it"
+        elif holder is not None:
             self._unnamed_since = None
             broken = first and holder.member not in alive
             why = f"its holder {holder.member} is dead"

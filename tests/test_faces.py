@@ -576,6 +576,11 @@ def test_a_gateway_file_with_a_mistake_is_one_line_naming_the_key(tmp_path: Any)
             "routes": {"x": {"to": "x@x.test", "via": "a"}},
             "supernode": {"account": "c", "orchestra": "A"},
         },
+        # a mistake inside an account: named in this file (was "<dict>: key 'email.tls'")
+        "accounts.b.tls": {
+            "accounts": {"a": account, "b": {**account, "tls": "yes"}},
+            "routes": {"x": {"to": "x@x.test", "via": "a"}},
+        },
     }
     for key, data in cases.items():
         path = tmp_path / "gw.yml"

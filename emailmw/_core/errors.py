@@ -69,6 +69,7 @@ class ConfigError(EmailMWError, ValueError):
     """
 
     def __init__(self, message: str, *, source: str = "<dict>", key: str | None = None) -> None:
+        self.message = message
         self.source = source
         self.key = key
         where = source if key is None else f"{source}: key '{key}'"

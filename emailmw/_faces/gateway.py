@@ -115,7 +115,14 @@ def load_gateway(path: str | os.PathLike[str]) -> Gateway:
             if isinstance(account, str):
                 options = load_options(base / account)
             elif isinstance(account, Mapping):
-                options = load_options({"email": dict(account)})
+                try:
+                    options = load_options({"email": dict(account)})
+                except ConfigError as exc:  # (named in the gateway's file, not "<dict>")
+                    if exc.source != "<dict>":
+                        raise
+                    inner = exc.key.removeprefix("email.") if exc.key else ""
+                    key = f"accounts.{name}" + (f".{inner}" if inner else "")
+                    raise ConfigError(exc.message, source=source, key=key) from None
             else:
                 raise ConfigError(
                     "expected an email configuration (a mapping) or a file name",

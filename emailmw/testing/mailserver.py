@@ -742,6 +742,10 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(os.environ.get("EMAILMW_TEST_MAIL_STATE", "/tmp/emailmw-testmail")),
     )
     parser.add_argument("--keep", action="store_true", help="for 'start': keep existing mail")
+    parser.add_argument(
+        "--out", type=Path, metavar="FILE",
+        help="for 'config': write it to FILE, readable by its owner only (it holds a password)",
+    )  # fmt: skip
     for name in _PORTS:
         flag = "--" + name.replace("_", "-")
         parser.add_argument(
@@ -775,7 +779,15 @@ def main(argv: list[str] | None = None) -> int:
                     "(python -m emailmw.testing.mailserver start)"
                 )
             account = args.user if "@" in args.user else server.address(args.user)
-            print(yaml.safe_dump({"email": server.config(account)}, sort_keys=False), end="")
+            text = yaml.safe_dump({"email": server.config(account)}, sort_keys=False)
+            if args.out is None:
+                print(text, end="")
+            else:  # (made private before the password is written)
+                fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                os.fchmod(fd, 0o600)
+                with os.fdopen(fd, "w") as out:
+                    out.write(text)
+                print(f"[mailserver] wrote {args.out} (0600: it holds the password)")
     except MailServerError as exc:
         print(f"[mailserver] ERROR: {exc}", file=sys.stderr)
         return 1

@@ -51,6 +51,11 @@ def test_a_second_server_takes_free_ports_and_the_command_line_says_which(
         config = yaml.safe_load(cli(state_dir, "config", "alice").stdout)["email"]
         assert config["user"]["url-smtp"] == f"smtps://127.0.0.1:{second.smtps_port}"
         assert config["user"]["url-imap"] == f"imaps://127.0.0.1:{second.imaps_port}"
+        # written to a file: its owner's alone (it holds the password), as doctor wants
+        out = state_dir / "email.yml"
+        assert cli(state_dir, "config", "alice", "--out", str(out)).returncode == 0
+        assert out.stat().st_mode & 0o777 == 0o600
+        assert yaml.safe_load(out.read_text())["email"] == config
     assert cli(state_dir, "status").returncode == 3
 
 

@@ -369,10 +369,12 @@ def _takes_info(callback: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
-class Client(Generic[T]):
+class Client(Executable, Generic[T]):
     """A typed service client (rclpy's ``Client``): :meth:`call_async` returns a
     :class:`~emailmw.task.Future`; :meth:`wait_for_service` waits until the graph has a
-    server."""
+    server. Its future completes as the response arrives; an executor that spins its node
+    counts a response as work, as rclpy's does (``spin_once(node)`` without a timeout
+    returns once a response came: the official examples' loop)."""
 
     def __init__(
         self,
@@ -388,6 +390,18 @@ class Client(Generic[T]):
         self._core = ServiceClient(name, context=node.context)
         self._lock = threading.Lock()
         self._pending: list[Future[Any]] = []
+        self._answered = GuardCondition()  # a call completed since the executor last looked
+
+    def waitables(self) -> Sequence[Waitable]:
+        return (self._answered,)
+
+    def take(self, now: float) -> list[Work]:
+        """A response (or a failure) completed a call's future: that was this client's
+        work (its future's callbacks are scheduled in the executor on their own)."""
+        if not self._answered.triggered:
+            return []
+        self._answered._take()
+        return [_nothing]
 
     @property
     def srv_name(self) -> str:
@@ -426,6 +440,7 @@ class Client(Generic[T]):
             self._pending.append(future)
         relay(sent, future, lambda raw: deserialize(self.srv_type.Response, raw[0]))
         future._when_done(abandoned)
+        future._when_done(lambda _: self._answered.trigger())
         return future
 
     def remove_pending_request(self, future: Future[Any]) -> None:
@@ -454,6 +469,10 @@ class Client(Generic[T]):
         """Close the client: pending calls fail with :class:`~emailmw.ClosedError`."""
         self._core.close()
         return True
+
+
+def _nothing() -> None:
+    """The work of a response, done already: its future completed as it arrived."""
 
 
 def _servers(graph: Graph, service: str) -> int:

@@ -210,11 +210,11 @@ class Node:
         return expanded if only_expand else self._args.remap(expanded, self._name)
 
     def executables(self) -> list[Executable]:
-        """What an executor runs of this node: its subscriptions, services, timers, guard
-        conditions and other waitables (actions)."""
+        """What an executor runs of this node: its subscriptions, services, clients (a
+        response is work), timers, guard conditions and other waitables (actions)."""
         with self._lock:
-            return [*self.subscriptions, *self.services, *self.timers, *self.guards,
-                    *self.waitables]  # fmt: skip
+            return [*self.subscriptions, *self.services, *self.clients, *self.timers,
+                    *self.guards, *self.waitables]  # fmt: skip
 
     def add_waitable(self, waitable: Executable) -> None:
         """Let an executor run ``waitable`` with this node's other entities (an action

@@ -150,6 +150,18 @@ def test_service_server_and_async_client(run: Callable[..., Program]) -> None:
     server.assert_clean(server.stop(signal.SIGTERM))  # spin returns; main goes on and ends
 
 
+def test_an_async_client_spinning_once_without_a_timeout_gets_its_response(
+    run: Callable[..., Program],
+) -> None:
+    """The official ``client_async`` loop: ``spin_once(node)`` with no timeout returns once
+    the response came (it waited forever: a response was no work for the executor)."""
+    server = run("service_member_function")
+    client = run("client_async")
+    client.wait_for(r"Result of add_two_ints: for 41 \+ 1 = 42")
+    client.assert_clean(client.wait())
+    server.assert_clean(server.stop(signal.SIGTERM))
+
+
 def test_a_parameter_node_set_from_another_process(run: Callable[..., Program]) -> None:
     node = run("python_parameters_node", "--ros-args", "-p", "my_parameter:=earth")
     node.wait_for(r"\[minimal_param_node\]: Hello earth!")

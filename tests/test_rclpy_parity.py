@@ -71,6 +71,10 @@ def test_the_modules_and_names_are_rclpys() -> None:
         "emailmw.exceptions": ["ParameterNotDeclaredException", "ROSInterruptException"],
         "emailmw.utilities": ["remove_ros_args", "ok", "try_shutdown"],
         "emailmw.signals": ["SignalHandlerOptions"],
+        "emailmw.publisher": ["Publisher"],
+        "emailmw.subscription": ["Subscription"],
+        "emailmw.context": ["Context"],
+        "emailmw.serialization": ["serialize_message", "deserialize_message"],
         "emailmw.std_msgs.msg": ["String", "Header", "Float64MultiArray"],
         "emailmw.geometry_msgs.msg": ["Point", "Pose", "Twist", "Vector3", "Quaternion",
                                       "PoseStamped", "TransformStamped"],
@@ -85,6 +89,45 @@ def test_the_modules_and_names_are_rclpys() -> None:
     for name in ("init", "shutdown", "try_shutdown", "ok", "spin", "spin_once",
                  "spin_until_future_complete", "create_node", "get_global_executor"):  # fmt: skip
         assert callable(getattr(emailmw, name)), name
+
+
+def test_the_entities_are_the_classes_rclpy_modules_name(default: Any) -> None:
+    """``rclpy.publisher.Publisher`` is what ``create_publisher`` returns, and so on."""
+    import emailmw.context
+    import emailmw.publisher
+    import emailmw.subscription
+
+    node = emailmw.create_node("modules")
+    assert isinstance(node.create_publisher(String, "/m", 10), emailmw.publisher.Publisher)
+    subscription = node.create_subscription(String, "/m", lambda m: None, 10)
+    assert isinstance(subscription, emailmw.subscription.Subscription)
+    assert isinstance(node.context, emailmw.context.Context)
+
+
+def test_serialize_message_gives_ros_2_cdr_and_back() -> None:
+    """Byte for byte what ROS 2 gives (rosbags' own ROS 2 type store, not emailmw's
+    types), and back to an equal message."""
+    pytest.importorskip("rosbags")
+    from rosbags.typesys import Stores, get_typestore
+
+    from emailmw.geometry_msgs.msg import Twist
+    from emailmw.serialization import deserialize_message, serialize_message
+
+    ros2 = get_typestore(Stores.ROS2_HUMBLE)
+    twist = Twist()
+    twist.linear.x, twist.angular.z = 1.5, -0.25
+    theirs = ros2.types["geometry_msgs/msg/Twist"](
+        linear=ros2.types["geometry_msgs/msg/Vector3"](x=1.5, y=0.0, z=0.0),
+        angular=ros2.types["geometry_msgs/msg/Vector3"](x=0.0, y=0.0, z=-0.25),
+    )
+    for ours, theirs_raw, kind in (
+        (String(data="hello ü"), ros2.serialize_cdr(ros2.types["std_msgs/msg/String"](
+            data="hello ü"), "std_msgs/msg/String"), String),
+        (twist, ros2.serialize_cdr(theirs, "geometry_msgs/msg/Twist"), Twist),
+    ):  # fmt: skip
+        raw = serialize_message(ours)
+        assert raw == bytes(theirs_raw)
+        assert deserialize_message(raw, kind) == ours
 
 
 def test_ros_args_give_parameters_names_and_log_levels(tmp_path: Path) -> None:

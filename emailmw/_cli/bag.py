@@ -8,6 +8,7 @@ import importlib.util
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,10 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
     p = add("record", run=record, help="record topics into a bag")
     p.add_argument("topics", nargs="*", metavar="TOPIC")
     p.add_argument("-a", "--all", action="store_true", help="every topic (new ones too)")
-    p.add_argument("-o", "--output", required=True, type=Path, metavar="DIR")
+    p.add_argument(
+        "-o", "--output", type=Path, metavar="DIR",
+        help="its directory (default: rosbag2_YYYY_MM_DD-HH_MM_SS, as ros2's)",
+    )  # fmt: skip
     p.add_argument("-s", "--storage", default="mcap", choices=["mcap"])
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument("--count", type=int, metavar="N", help="stop after N messages")
@@ -56,10 +60,17 @@ def _stopping() -> threading.Event:
     return stop
 
 
+def default_bag_name(now: float | None = None) -> Path:
+    """ros2 bag record's default: ``rosbag2_YYYY_MM_DD-HH_MM_SS`` (local time), here."""
+    return Path(time.strftime("rosbag2_%Y_%m_%d-%H_%M_%S", time.localtime(now)))
+
+
 def record(args: argparse.Namespace) -> int:
     _need_extra()
     if not args.all and not args.topics:
         raise CommandError("name the topics to record, or record them all with -a")
+    if args.output is None:
+        args.output = default_bag_name()
     if args.output.exists():
         raise CommandError(f"-o {args.output}: exists already; give a new directory")
     return _record(args)

@@ -161,13 +161,15 @@ def set_(args: argparse.Namespace) -> int:
 def _set(context: Context, args: argparse.Namespace, parameter: Parameter[Any]) -> int:
     remote = _Remote(context, args.node)
     try:
-        (result,) = remote.set([parameter])
+        # (one result a parameter set: more when the node's pre-set callbacks set more)
+        results = remote.set([parameter])
     finally:
         remote.close()
-    if result.successful:
+    failed = next((r for r in results if not r.successful), None)
+    if results and failed is None:
         print("Set parameter successful")
         return 0
-    print(f"Set parameter failed: {result.reason}")
+    print(f"Set parameter failed: {failed.reason if failed else 'no result'}")
     return 1
 
 
@@ -244,7 +246,8 @@ def load(context: Context, args: argparse.Namespace) -> int:
     finally:
         remote.close()
     failed = 0
-    for parameter, result in zip(parameters, results, strict=True):
+    # (the node's pre-set callbacks may set more than was asked: those results follow)
+    for parameter, result in zip(parameters, results, strict=False):
         if result.successful:
             print(f"Set parameter {parameter.name} successful")
         else:

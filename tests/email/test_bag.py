@@ -5,6 +5,7 @@ timing, and described as ``ros2 bag info`` describes them."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -40,10 +41,10 @@ def recorded(
     mailserver: MailServer, account: Callable[[], str], tmp_path: Path
 ) -> Iterator[dict[str, Any]]:
     """``COUNT`` messages on each of three typed topics and one untyped one, published while
-    ``emailmw bag record`` runs on the same account, and the bag it wrote."""
+    ``emailmw bag record`` runs on the same account, and the bag it wrote (named as
+    ros2 names one when no ``-o`` is given: ``rosbag2_YYYY_MM_DD-HH_MM_SS``)."""
     address = account()
     config = write_config(tmp_path / "email.yml", mailserver.config(address))
-    bag = tmp_path / "live"
     with emailmw.Context(config) as ctx:
         node = emailmw.Node("robot", context=ctx, announce_period=60)
         chatter = node.create_publisher(std_msgs.msg.String, "/chatter", 100)
@@ -53,9 +54,8 @@ def recorded(
         round_trip(ctx, 30)
         recorder = subprocess.Popen(
             [sys.executable, "-m", "emailmw", "--config", str(config), "bag", "record",
-             "/chatter", "/cmd_vel", "/counts", "/raw", "-o", str(bag),
-             "--count", str(4 * COUNT)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+             "/chatter", "/cmd_vel", "/counts", "/raw", "--count", str(4 * COUNT)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         )  # fmt: skip
         said = Recorder[str]()
         reader = threading.Thread(target=lambda: [said(line) for line in recorder.stderr or ()])
@@ -73,6 +73,8 @@ def recorded(
         reader.join(10)
         err = "".join(said.items)
         assert recorder.returncode == 0, err
+        (bag,) = tmp_path.glob("rosbag2_*")
+        assert re.fullmatch(r"rosbag2_\d{4}_\d\d_\d\d-\d\d_\d\d_\d\d", bag.name)
         yield {"bag": bag, "config": config, "ctx": ctx, "address": address, "tmp": tmp_path}
 
 

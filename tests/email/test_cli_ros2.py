@@ -124,6 +124,20 @@ def test_param_set_is_seen_by_the_node_and_its_limits_hold(system: dict[str, Any
     bad = cli(system["config"], "param", "set", "/robot", "speed", "{a: [")
     one_line_error(bad, "VALUE")
 
+    # a pre-set callback that sets another parameter too: one line, no traceback (was:
+    # "too many values to unpack", the set done all the same)
+    def also_label(parameters: list[Any]) -> list[Any]:
+        return [*parameters, Parameter("label", value="set with speed")]
+
+    node.add_pre_set_parameters_callback(also_label)
+    try:
+        assert ok(system["config"], "param", "set", "/robot", "speed", "2") == (
+            "Set parameter successful\n"
+        )
+    finally:
+        node.remove_pre_set_parameters_callback(also_label)
+    assert node.get_parameter("label").value == "set with speed"
+
 
 def test_param_describe(system: dict[str, Any]) -> None:
     out = ok(system["config"], "param", "describe", "/robot", "speed", "fixed")

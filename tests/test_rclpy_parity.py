@@ -75,6 +75,7 @@ def test_the_modules_and_names_are_rclpys() -> None:
         "emailmw.subscription": ["Subscription"],
         "emailmw.context": ["Context"],
         "emailmw.serialization": ["serialize_message", "deserialize_message"],
+        "emailmw.parameter_client": ["AsyncParameterClient"],
         "emailmw.std_msgs.msg": ["String", "Header", "Float64MultiArray"],
         "emailmw.geometry_msgs.msg": ["Point", "Pose", "Twist", "Vector3", "Quaternion",
                                       "PoseStamped", "TransformStamped"],
@@ -128,6 +129,49 @@ def test_serialize_message_gives_ros_2_cdr_and_back() -> None:
         raw = serialize_message(ours)
         assert raw == bytes(theirs_raw)
         assert deserialize_message(raw, kind) == ours
+
+
+def test_an_async_parameter_client_reads_and_sets_another_nodes_parameters(
+    default: Any, tmp_path: Path
+) -> None:
+    from emailmw.parameter import parameter_value_to_python
+    from emailmw.parameter_client import AsyncParameterClient
+
+    target = emailmw.create_node("target")
+    target.declare_parameter("speed", 3)
+    target.declare_parameter("label", "x")
+    asker = emailmw.create_node("asker")
+    executor = SingleThreadedExecutor()
+    executor.add_node(target)
+    executor.add_node(asker)
+    _spin_in_thread(executor)
+    try:
+        client = AsyncParameterClient(asker, "/target")
+        assert client.wait_for_services(10)
+        assert client.services_are_ready()
+        got = client.get_parameters(["speed", "label"]).result(10)
+        assert [parameter_value_to_python(v) for v in got.values] == [3, "x"]
+        called = threading.Event()
+        done = client.set_parameters([Parameter("speed", value=5)], lambda f: called.set())
+        assert done.result(10).results[0].successful
+        assert called.wait(10)  # (the callback runs in the executor spinning the node)
+        assert target.get_parameter("speed").value == 5
+        assert {"speed", "label"} <= set(client.list_parameters().result(10).result.names)
+        types = client.get_parameter_types(["speed"]).result(10).types
+        assert types == [Parameter.Type.INTEGER.value]
+        assert client.describe_parameters(["speed"]).result(10).descriptors[0].name == "speed"
+        path = tmp_path / "params.yaml"
+        path.write_text("/target:\n  ros__parameters:\n    speed: 7\n"
+                        "/**:\n  ros__parameters:\n    label: everyone\n")  # fmt: skip
+        client.load_parameter_file(str(path)).result(10)
+        assert (target.get_parameter("speed").value, target.get_parameter("label").value) == (
+            7, "x")  # fmt: skip
+        assert client.load_parameter_file_atomically(str(path), True).result(10).result.successful
+        assert target.get_parameter("label").value == "everyone"
+        assert client.delete_parameters(["label"]).result(10).results[0].successful
+        assert not target.has_parameter("label")
+    finally:
+        executor.shutdown()
 
 
 def test_ros_args_give_parameters_names_and_log_levels(tmp_path: Path) -> None:

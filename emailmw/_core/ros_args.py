@@ -215,12 +215,16 @@ def _matches(pattern: str, node_name: str, fqn: str) -> bool:
     return False
 
 
-def read_params_file(path: str | Path, node_name: str, fqn: str) -> dict[str, Any]:
+def read_params_file(
+    path: str | Path, node_name: str, fqn: str, *, wildcards: bool = True
+) -> dict[str, Any]:
     """The parameters a params file gives node ``node_name`` (``fqn``): its wildcard
-    sections first, then the node's own."""
+    sections first (unless ``wildcards`` is False), then the node's own."""
     sections = parameter_dict_from_yaml_file(path)
     values: dict[str, Any] = {}
     for pattern, params in sorted(sections.items(), key=lambda kv: "*" not in kv[0]):
+        if not wildcards and "*" in pattern:
+            continue
         if _matches(pattern, node_name, fqn):
             values.update(params)
     return values

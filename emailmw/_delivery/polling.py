@@ -54,7 +54,7 @@ from .._core.packing import (
 from .._core.protocol import PublishRoute, Route, Unroutable, classify
 from .._core.types import Email, Headers
 from .._core.wire import DEFAULT_MAX_MESSAGE_SIZE
-from .._security import Security
+from .._security import Security, signer_key
 from .._transport.base import Claim, ClaimState, Done, EmailReceiver, IncomingEmail
 
 __all__ = [
@@ -761,7 +761,7 @@ class PollingManager:
             return False
         signer = getattr(getattr(route, "info", None), "identity", None)
         if signer:
-            message_id = f"{signer} {message_id}"
+            message_id = signer_key(signer, message_id)
         recent = self._recent
         if message_id in recent:
             return True

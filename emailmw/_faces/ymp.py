@@ -17,7 +17,6 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from email.utils import parseaddr
 from typing import Any, Final
 
 from .._core.addressing import Address, Envelope
@@ -25,6 +24,7 @@ from .._core.errors import RoutingError
 from .._core.futures import Future, Pending
 from .._core.log import get_logger
 from .._core.payloads import YmpAnswer, YmpRequest, read_ymp_packet
+from .._core.protocol import address_of
 from .._delivery.context import Context, resolve
 from .._delivery.routing import FaceEndpoint, Refused, Routed
 
@@ -149,12 +149,12 @@ class YmpHost(FaceEndpoint[_Work]):
             return Refused("a packet's messages come from more than one sender host")
         sender_host = hosts.pop()
         route = self._router.route(sender_host)
-        connection = parseaddr(message.mail_from)[1].lower()
+        connection = address_of(message.mail_from)
         if route is None:
             return Refused(
                 f"sender.host {sender_host!r} has no route here: its connection is unknown"
             )
-        if parseaddr(route.address)[1].lower() != connection:
+        if address_of(route.address) != connection:
             return Refused(
                 f"sender.host {sender_host!r} does not match the connection: the email "
                 f"comes from {connection}, that host's mail comes from {route.address}"

@@ -10,7 +10,7 @@ from ._encryption import decrypt, encrypt, is_encrypted
 from ._grants import REPLY_TYPES, routed_grants, stem_send_name
 from ._keystore import Identity, Keystore, PublicIdentity, check_identity_name
 from ._permissions import Permissions, load_permissions, name_matches
-from ._policy import Decision, ReplayGuard, Security, route_action
+from ._policy import Decision, ReplayGuard, Security, route_action, signer_key
 from ._sender import SecureSender
 from ._signing import (
     ENCRYPTION_HEADER,
@@ -54,6 +54,7 @@ __all__ = [
     "route_action",
     "routed_grants",
     "sign",
+    "signer_key",
     "stem_send_name",
     "verify",
 ]

@@ -65,12 +65,19 @@ from ._signing import (
     verify_origin,
 )
 
-__all__ = ["Decision", "ReplayGuard", "Security", "route_action"]
+__all__ = ["Decision", "ReplayGuard", "Security", "route_action", "signer_key"]
 
 _log = get_logger("security")
 _NS: Final = 1_000_000_000
 _RECIPIENTS: Final = RECIPIENTS_HEADER.lower()
 _VIA: Final = VIA_HEADER.lower()
+
+
+def signer_key(identity: str, message_id: str) -> str:
+    """What "seen before" is keyed on for signed mail: the signer with the Message-ID
+    (first wins per signer, so that nobody can take a Message-ID another identity will
+    sign). :meth:`ReplayGuard.check` reads it back for its reason."""
+    return f"{identity} {message_id}"
 
 
 def route_action(route: Route) -> tuple[str, str] | None:
@@ -147,7 +154,7 @@ class ReplayGuard:
             return "signed email without a Message-ID"
         with self._lock:
             if message_id in self._seen:
-                signer, _, bare = message_id.partition(" ")  # (a replay key: signer, ID)
+                signer, _, bare = message_id.partition(" ")  # (a signer_key: signer, ID)
                 if bare:
                     return f"Message-ID {bare} (signed by {signer}) was accepted before"
                 return f"Message-ID {message_id} was accepted before"
@@ -526,7 +533,7 @@ class _Verified:
     def replay_key(self) -> str | None:
         """What the replay guard keeps: first wins per signer (its identity and the
         Message-ID), so that nobody can take a Message-ID another identity will sign."""
-        return None if self.message_id is None else f"{self.identity} {self.message_id}"
+        return None if self.message_id is None else signer_key(self.identity, self.message_id)
 
 
 def _with_identity(route: Route, who: _Verified) -> Route:

@@ -260,15 +260,14 @@ class MailServer:
         directory.mkdir(parents=True, exist_ok=True)
         cert_path, key_path = directory / "cert.pem", directory / "key.pem"
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(
-                key.private_bytes(
-                    serialization.Encoding.PEM,
-                    serialization.PrivateFormat.PKCS8,
-                    serialization.NoEncryption(),
-                )
-            )
+        _write_private(
+            key_path,
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ),
+        )
         return cert_path, key_path
 
     def maildir(self, address: str) -> Path:
@@ -729,6 +728,15 @@ class MailServer:
             os.chmod(tls / name, mode)
 
 
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``path``, readable by its owner only (made so before anything is written, an
+    existing file's mode too): a key, or a configuration holding a password."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m emailmw.testing.mailserver",
@@ -782,11 +790,8 @@ def main(argv: list[str] | None = None) -> int:
             text = yaml.safe_dump({"email": server.config(account)}, sort_keys=False)
             if args.out is None:
                 print(text, end="")
-            else:  # (made private before the password is written)
-                fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                os.fchmod(fd, 0o600)
-                with os.fdopen(fd, "w") as out:
-                    out.write(text)
+            else:
+                _write_private(args.out, text.encode())
                 print(f"[mailserver] wrote {args.out} (0600: it holds the password)")
     except MailServerError as exc:
         print(f"[mailserver] ERROR: {exc}", file=sys.stderr)

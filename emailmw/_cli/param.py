@@ -96,6 +96,15 @@ class _Remote:
         request = SetParameters.Request(parameters=[p.to_parameter_msg() for p in parameters])
         return list(self.call(SetParameters, "set_parameters", request).results)
 
+    def set_one(self, parameter: Parameter[Any]) -> str | None:
+        """Set (or delete) one parameter: None when it worked, else why not. One result
+        a parameter set: more when the node's pre-set callbacks set more with it."""
+        results = self.set([parameter])
+        failed = next((r for r in results if not r.successful), None)
+        if not results:
+            return "no result"
+        return None if failed is None else str(failed.reason)
+
     def close(self) -> None:
         self._node.destroy_node()
 
@@ -161,15 +170,13 @@ def set_(args: argparse.Namespace) -> int:
 def _set(context: Context, args: argparse.Namespace, parameter: Parameter[Any]) -> int:
     remote = _Remote(context, args.node)
     try:
-        # (one result a parameter set: more when the node's pre-set callbacks set more)
-        results = remote.set([parameter])
+        failed = remote.set_one(parameter)
     finally:
         remote.close()
-    failed = next((r for r in results if not r.successful), None)
-    if results and failed is None:
+    if failed is None:
         print("Set parameter successful")
         return 0
-    print(f"Set parameter failed: {failed.reason if failed else 'no result'}")
+    print(f"Set parameter failed: {failed}")
     return 1
 
 
@@ -260,11 +267,11 @@ def load(context: Context, args: argparse.Namespace) -> int:
 def delete(context: Context, args: argparse.Namespace) -> int:
     remote = _Remote(context, args.node)
     try:
-        (result,) = remote.set([Parameter(args.name, Parameter.Type.NOT_SET, None)])
+        failed = remote.set_one(Parameter(args.name, Parameter.Type.NOT_SET, None))
     finally:
         remote.close()
-    if result.successful:
+    if failed is None:
         print("Deleted parameter successfully")
         return 0
-    print(f"Deleting parameter failed: {result.reason}")
+    print(f"Deleting parameter failed: {failed}")
     return 1

@@ -177,6 +177,22 @@ def test_param_delete(system: dict[str, Any]) -> None:
         "Deleted parameter successfully\n"
     )
     assert not node.has_parameter("scratch")
+    # a pre-set callback that sets another parameter with it: one line, as for set (was:
+    # "too many values to unpack")
+    node.declare_parameter("scratch", 1, ParameterDescriptor(dynamic_typing=True))
+
+    def also_label(parameters: list[Any]) -> list[Any]:
+        return [*parameters, Parameter("label", value="set with a delete")]
+
+    node.add_pre_set_parameters_callback(also_label)
+    try:
+        assert ok(system["config"], "param", "delete", "/robot", "scratch") == (
+            "Deleted parameter successfully\n"
+        )
+    finally:
+        node.remove_pre_set_parameters_callback(also_label)
+    assert not node.has_parameter("scratch")
+    assert node.get_parameter("label").value == "set with a delete"
 
 
 def test_param_of_a_missing_node_is_one_line(system: dict[str, Any]) -> None:

@@ -79,3 +79,30 @@ def test_a_documented_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
         return
     assert not snippet.until_stopped, f"{snippet.page}:{snippet.line} ended:\n{out}\n{err}"
     assert process.returncode == 0, f"{snippet.page}:{snippet.line}:\n{err}"
+
+
+def _yaml_blocks() -> list[tuple[str, int, str]]:
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for match in re.finditer(r"```yaml\n(.*?)```", text, re.S):
+            # (a fragment with "..." leaves out what the page says goes there)
+            if match.group(1).startswith("email:") and "..." not in match.group(1):
+                line = text.count("\n", 0, match.start(1)) + 1
+                found.append((str(page.relative_to(ROOT)), line, match.group(1)))
+    return found
+
+
+YAML_BLOCKS = _yaml_blocks()
+
+
+@pytest.mark.parametrize(("page", "line", "text"), YAML_BLOCKS,
+                         ids=[f"{p}:{n}" for p, n, _ in YAML_BLOCKS])  # fmt: skip
+def test_a_documented_configuration_loads(page: str, line: int, text: str, tmp_path: Path) -> None:
+    """Every whole ``email:`` configuration the pages show is one emailmw accepts (its keys
+    and values checked; no server is asked, no command run)."""
+    from emailmw._core.config import load_options
+
+    path = tmp_path / "email.yml"
+    path.write_text(text)
+    load_options(path)

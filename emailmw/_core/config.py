@@ -12,7 +12,6 @@ Every error is a :class:`~emailmw.ConfigError` naming the file, the key and what
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit
 import email_validator
 import yaml
 
+from .credentials import MECHANISMS, Credential, Mechanism, command_secret, refresh_token_secret
 from .errors import ConfigError, InvalidArgumentError, yaml_error
 from .log import get_logger, register_secret
 from .protocol import Recipients, address_domain
@@ -126,7 +126,13 @@ _SIZE_UNITS: Final = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mi
 _HUB_RE: Final = re.compile(r"[^\s\x00-\x1f\x7f*]+")
 _TLS_KEYS: Final = frozenset({"ca-file", "verify", "starttls"})
 _POLL_KEYS: Final = frozenset({"interval", "idle-after", "idle-refresh"})
-_USER_KEYS: Final = frozenset({"url-smtp", "url-imap", "username", "password"})
+_USER_KEYS: Final = frozenset(
+    {"url-smtp", "url-imap", "username", "password", "auth", "password-command",
+     "token-command", "oauth2"}
+)  # fmt: skip
+_OAUTH2_KEYS: Final = frozenset(
+    {"token-url", "client-id", "client-secret", "refresh-token", "scope", "ca-file"}
+)
 _RECIPIENT_KEYS: Final = frozenset({"to", "cc", "bcc"})
 
 
@@ -149,12 +155,31 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class UserInfo:
-    """The mail account. ``password`` never appears in ``repr()`` or logs."""
+    """The mail account. ``password`` never appears in ``repr()`` or logs.
+
+    ``credential``, when set, is where the secret comes from instead of ``password``: a
+    command (``password-command``), or an OAuth2 token (``auth: oauth2``). Log in with
+    :meth:`secret` and :attr:`mechanism`; after a refused login, :meth:`refresh`."""
 
     smtp: Endpoint
     imap: Endpoint
     username: str
-    password: str = field(repr=False)
+    password: str = field(default="", repr=False)
+    credential: Credential | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def mechanism(self) -> Mechanism:
+        """How to log in: ``password``, ``xoauth2`` or ``oauthbearer``."""
+        return self.credential.mechanism if self.credential is not None else "password"
+
+    def secret(self) -> str:
+        """The password or access token to log in with now (a credential fetches it when
+        needed; raises :class:`~emailmw.AuthenticationError` when that fails)."""
+        return self.credential.secret() if self.credential is not None else self.password
+
+    def refresh(self, refused: str) -> str | None:
+        """A fresh secret after the server refused ``refused``, or None (none to try)."""
+        return self.credential.refresh(refused) if self.credential is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,14 +462,6 @@ class ConfigSection:
         return validate_address(value, source=self.source, key=self.key(name))
 
 
-def _encoded_credentials(username: str, password: str) -> list[str]:
-    """The password as SASL puts it on the wire (RFC 4616 PLAIN with and without an
-    authorization identity, the LOGIN mechanism's lone password), in base64: log lines
-    redact these too, whichever library writes them."""
-    forms = (f"\0{username}\0{password}", f"{username}\0{username}\0{password}", password)
-    return [base64.b64encode(form.encode()).decode("ascii") for form in forms]
-
-
 def validate_address(value: str, *, source: str = "<dict>", key: str | None = None) -> str:
     """Check an address's syntax (no DNS); return it stripped. Special-use domains are allowed."""
     value = value.strip()
@@ -526,26 +543,84 @@ def _read_user(
 
 
 def read_mail_account(section: ConfigSection) -> UserInfo:
-    """A password login to an SMTP and an IMAP server (``url-smtp``, ``url-imap``,
-    ``username``, ``password``)."""
+    """A login to an SMTP and an IMAP server (``url-smtp``, ``url-imap``, ``username``)
+    with a password (``password``, or ``password-command``: a command printing it), or, with
+    ``auth: oauth2`` (XOAUTH2; or ``oauthbearer``), an OAuth2 access token from
+    ``token-command`` or from the refresh token of an ``oauth2:`` mapping (``token-url``,
+    ``client-id``, ``client-secret``, ``refresh-token``, ``scope``, ``ca-file``)."""
     username = section.string("username", required=True)
-    password = section.string("password", required=True)
+    assert username
+    source = section.source
+    auth = section.string("auth") or "password"
+    mechanism = MECHANISMS.get(auth)
+    if mechanism is None:
+        raise ConfigError(
+            f"expected one of: {', '.join(MECHANISMS)}, got {auth!r}",
+            source=source,
+            key=section.key("auth"),
+        )
+    given = [k for k in ("password", "password-command", "token-command", "oauth2")
+             if section.data.get(k) is not None]  # fmt: skip
+    allowed = ("password", "password-command") if mechanism == "password" else (
+        "token-command", "oauth2")  # fmt: skip
+    wrong = [k for k in given if k not in allowed]
+    if wrong:
+        raise ConfigError(
+            f"not with auth: {auth} (expected {' or '.join(allowed)})",
+            source=source,
+            key=section.key(wrong[0]),
+        )
+    if len(given) != 1:
+        raise ConfigError(
+            f"required (or {allowed[1]})" if not given else f"give only one of {given}",
+            source=source,
+            key=section.key(allowed[0]),
+        )
     smtp_url = section.string("url-smtp", required=True)
     imap_url = section.string("url-imap", required=True)
-    assert username
-    assert password
     assert smtp_url
     assert imap_url
-    register_secret(password)
-    for form in _encoded_credentials(username, password):
-        register_secret(form)
-    source = section.source
+    smtp = parse_endpoint(smtp_url, "smtp", source=source, key=section.key("url-smtp"))
+    imap = parse_endpoint(imap_url, "imap", source=source, key=section.key("url-imap"))
+    which = given[0]
+    if which == "password":
+        password = section.string("password", required=True)
+        assert password
+        return UserInfo(smtp, imap, username, password, Credential.password(password, username))
+    if which in ("password-command", "token-command"):
+        command = section.string(which, required=True)
+        assert command
+        fetch = command_secret(command, section.key(which))
+        return UserInfo(
+            smtp, imap, username,
+            credential=Credential.fetched(fetch, mechanism, username, describe=section.key(which)),
+        )  # fmt: skip
+    oauth = section.mapping("oauth2", _OAUTH2_KEYS)
+    assert oauth is not None
+    token_url = oauth.string("token-url", required=True)
+    client_id = oauth.string("client-id", required=True)
+    refresh_token = oauth.string("refresh-token", required=True)
+    assert token_url
+    assert client_id
+    assert refresh_token
+    if urlsplit(token_url).scheme != "https":
+        raise ConfigError(
+            "expected an https:// URL (the refresh token travels to it)",
+            source=source,
+            key=oauth.key("token-url"),
+        )
+    client_secret = oauth.string("client-secret")
+    for secret in (refresh_token, client_secret):
+        if secret:
+            register_secret(secret)
+    fetch = refresh_token_secret(
+        token_url, client_id, client_secret, refresh_token, oauth.string("scope"),
+        timeout=30.0, ca_file=oauth.string("ca-file"),
+    )  # fmt: skip
     return UserInfo(
-        parse_endpoint(smtp_url, "smtp", source=source, key=section.key("url-smtp")),
-        parse_endpoint(imap_url, "imap", source=source, key=section.key("url-imap")),
-        username,
-        password,
-    )
+        smtp, imap, username,
+        credential=Credential.fetched(fetch, mechanism, username, describe=oauth.key("token-url")),
+    )  # fmt: skip
 
 
 #: the mail transports' account: a password login to an SMTP and an IMAP server

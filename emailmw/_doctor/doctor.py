@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .._core.config import Options, find_config_file, load_options
 from .._core.errors import EmailMWError
+from .._core.log import redact
 from .._core.qos import (
     DurabilityPolicy,
     QoSCompatibility,
@@ -162,14 +163,16 @@ def judge_server(probe: ServerProbe, options: Options, now: dt.datetime) -> list
         else:
             out.append(_pass(f"{p} tls", f"{probe.tls} TLS, chain and host name verified"))
     if probe.login_error:
-        return [
-            *out,
-            _fail(
-                f"{p} login",
-                f"{probe.login_error}: check email.user.username and email.user.password",
-            ),
-        ]
-    out.append(_pass(f"{p} login", "logged in"))
+        secret = (
+            "email.user.password (or password-command)"
+            if options.user is None or options.user.mechanism == "password"
+            else "the token email.user's token-command or oauth2 gives"
+        )
+        return [*out, _fail(f"{p} login", f"{probe.login_error}: check email.user.username "
+                                          f"and {secret}")]  # fmt: skip
+    oauth = options.user is not None and options.user.mechanism != "password"
+    how = f" ({options.user.mechanism.upper()})" if oauth and options.user else ""
+    out.append(_pass(f"{p} login", f"logged in{how}"))
     return out
 
 
@@ -510,11 +513,9 @@ def run(
 
 
 def _scrubbed(check: Check, options: Options) -> Check:
-    """``check`` with the password cut out, should a server's message have quoted it."""
-    secret = options.user.password if options.user is not None else ""
-    if secret and secret in check.message:
-        return Check(check.status, check.name, check.message.replace(secret, "<redacted>"))
-    return check
+    """``check`` with every secret cut out, should a server's message have quoted one."""
+    message = redact(check.message)
+    return check if message == check.message else Check(check.status, check.name, message)
 
 
 def _guarded(probe: Probe, options: Options, protocol: str) -> ServerProbe:

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .._core.config import Endpoint, Options, TLSOptions, load_options
+from .._core.config import Endpoint, Options, TLSOptions, UserInfo, load_options
 from .._core.errors import ConfigError
+from .._core.log import register_secret
 from .._transport.common import ResumePosition, ssl_context
 from .._transport.errors import imap_errors
 from .._transport.imap import open_imap_folder
@@ -29,7 +30,10 @@ __all__ = ["stage_imap_folder"]
 _BATCH = 500
 
 
-def _account(url: str, config: str | None) -> tuple[Endpoint, str, str, str, TLSOptions]:
+def _account(url: str, config: str | None) -> tuple[UserInfo, str, TLSOptions]:
+    """The account of ``url`` (``imap[s]://user@host[:port]/FOLDER``), its folder and TLS
+    options: logged in with ``EMAILMW_IMAP_PASSWORD``, else as the configuration's
+    ``user:`` says when its username is the URL's (password, command or OAuth2)."""
     parts = urlsplit(url)
     if parts.scheme not in ("imap", "imaps") or not parts.hostname or not parts.username:
         raise ConfigError("expected imap[s]://user@host[:port]/FOLDER", source=url)
@@ -42,16 +46,19 @@ def _account(url: str, config: str | None) -> tuple[Endpoint, str, str, str, TLS
     options: Options | None = None
     if config or os.environ.get("EMAILMW_CONFIG_FILE") or os.environ.get("EMAIL_CONFIG_FILE"):
         options = load_options(config)
+    mine: UserInfo | None = None
     if options is not None and options.user is not None and options.user.username == user:
-        password = password or options.user.password
-        tls = options.tls
-    if not password:
-        raise ConfigError(
-            f"no password for {user}: give a config whose user.username is {user} "
-            "(--config or EMAILMW_CONFIG_FILE), or set EMAILMW_IMAP_PASSWORD",
-            source=url,
-        )
-    return endpoint, user, password, folder, tls
+        mine, tls = options.user, options.tls
+    if password:
+        register_secret(password)
+        return UserInfo(endpoint, endpoint, user, password), folder, tls
+    if mine is not None:
+        return dataclasses.replace(mine, smtp=endpoint, imap=endpoint), folder, tls
+    raise ConfigError(
+        f"no password for {user}: give a config whose user.username is {user} "
+        "(--config or EMAILMW_CONFIG_FILE), or set EMAILMW_IMAP_PASSWORD",
+        source=url,
+    )
 
 
 def stage_imap_folder(
@@ -64,7 +71,8 @@ def stage_imap_folder(
     """Fetch what is new in the folder into a Maildir under ``staging_root``; return it.
     Raises a :class:`~emailmw.TransportError` (:class:`~emailmw.AuthenticationError`,
     :class:`~emailmw.ConnectError`, ...) when the folder cannot be read."""
-    endpoint, user, password, folder, tls = _account(url, config)
+    account, folder, tls = _account(url, config)
+    endpoint, user = account.imap, account.username
     staging = staging_root / f"{endpoint.host}_{endpoint.port}" / user / folder.replace("/", "_")
     server = endpoint.url
     position = ResumePosition(
@@ -76,7 +84,7 @@ def stage_imap_folder(
     )
     with imap_errors(server, "connecting", username=user, connected=False):
         client, info = open_imap_folder(
-            endpoint, user, password, context=ssl_context(tls, server),
+            endpoint, account, context=ssl_context(tls, server),
             starttls=tls.starttls, timeout=60, folder=folder, readonly=True,
         )  # fmt: skip
     with client, imap_errors(server, "staging", username=user, connected=True):

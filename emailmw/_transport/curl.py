@@ -31,6 +31,7 @@ import pycurl
 
 from .._core.config import Endpoint, Options, UserInfo
 from .._core.errors import (
+    AuthenticationError,
     ClosedError,
     InvalidArgumentError,
     ReceiveError,
@@ -39,6 +40,7 @@ from .._core.errors import (
 )
 from .._core.log import get_logger, redact
 from .._core.types import Email
+from .auth import curl_login_options
 from .base import IncomingEmail
 from .budget import ReceiveBudget
 from .common import (
@@ -165,8 +167,9 @@ class CurlContext:
         self.endpoint = endpoint
         self.server = endpoint.url
         handle = pycurl.Curl()
-        handle.setopt(pycurl.USERNAME, user.username)
-        handle.setopt(pycurl.PASSWORD, user.password)
+        self._user = user
+        self._secret = user.secret()
+        curl_login_options(handle, user, self._secret)
         handle.setopt(pycurl.CONNECTTIMEOUT_MS, int(options.timeout * 1000))
         handle.setopt(pycurl.TIMEOUT_MS, int(options.timeout * 1000))
         handle.setopt(pycurl.NOSIGNAL, 1)
@@ -197,6 +200,18 @@ class CurlContext:
             handle.setopt(pycurl.VERBOSE, 1)
             handle.setopt(pycurl.DEBUGFUNCTION, self._debug)
         self.handle = handle
+
+    def renew_login(self, refused: bool) -> bool:
+        """Before a transfer (``refused`` False): log the next connection in with the
+        credential's current secret (a token about to expire is fetched anew). After a
+        refused login (True): with a fresh secret; False when there is none to try."""
+        secret = self._user.refresh(self._secret) if refused else self._user.secret()
+        if secret is None:
+            return False
+        if secret != self._secret:
+            self._secret = secret
+            curl_login_options(self.handle, self._user, secret)
+        return True
 
     def _debug(self, kind: int, data: bytes) -> None:
         if kind == pycurl.INFOTYPE_HEADER_IN and (found := _EHLO_SIZE.search(data)):
@@ -262,11 +277,21 @@ class CurlExecutor:
         self._lock = threading.Lock()
 
     def _perform(self, doing: str, setup: Callable[[pycurl.Curl], None]) -> None:
+        """One transfer; a refused login (nothing was done) is tried once more with a
+        fresh secret when the credential has one (an OAuth2 token that expired)."""
         handle = self._context.handle
         with self._lock:
+            self._context.renew_login(refused=False)
             setup(handle)
-            with curl_errors(self.server, doing, self._failure, self._last_answer):
-                handle.perform()
+            try:
+                with curl_errors(self.server, doing, self._failure, self._last_answer):
+                    handle.perform()
+            except AuthenticationError:
+                if not self._context.renew_login(refused=True):
+                    raise
+                setup(handle)
+                with curl_errors(self.server, doing, self._failure, self._last_answer):
+                    handle.perform()
 
     def _last_answer(self) -> int:
         """The server's last answer code (0: none): 4xx or none is worth another try."""
@@ -283,6 +308,8 @@ class CurlExecutor:
             return chunk
 
         def setup(handle: pycurl.Curl) -> None:
+            nonlocal sent
+            sent = 0  # (again from the start when the transfer is tried once more)
             handle.setopt(pycurl.URL, self._context.url())
             handle.setopt(pycurl.MAIL_FROM, f"<{from_}>")
             handle.setopt(pycurl.MAIL_RCPT, recipients)

@@ -26,7 +26,8 @@ import imapclient
 import imapclient.exceptions
 from imapclient import response_parser
 
-from .._core.config import Endpoint, Options
+from .._core.config import Endpoint, Options, UserInfo
+from .auth import imap_login
 
 __all__ = [
     "body",
@@ -41,8 +42,7 @@ __all__ = [
 
 def open_imap_folder(
     endpoint: Endpoint,
-    username: str,
-    password: str,
+    user: UserInfo,
     *,
     context: ssl.SSLContext,
     starttls: bool,
@@ -65,7 +65,7 @@ def open_imap_folder(
     try:
         if not implicit and starttls:
             client.starttls(context)
-        client.login(username, password)
+        imap_login(client, user)
         info: dict[bytes, Any] = client.select_folder(folder, readonly=readonly)
     except BaseException:
         with contextlib.suppress(Exception):
@@ -82,8 +82,7 @@ def open_account_folder(
     assert options.user is not None
     return open_imap_folder(
         options.user.imap,
-        options.user.username,
-        options.user.password,
+        options.user,
         context=context,
         starttls=options.tls.starttls,
         timeout=options.timeout,

@@ -40,6 +40,7 @@ from .._core.errors import (
 )
 from .._core.log import get_logger
 from .._core.types import Email
+from .auth import smtp_login
 from .base import IncomingEmail
 from .budget import ReceiveBudget
 from .common import (
@@ -117,7 +118,7 @@ class AiosmtplibSubmitter(Submitter):
         try:
             with smtp_login_errors(self.server, self._user.username):
                 await smtp.connect()
-                await smtp.login(self._user.username, self._user.password)
+                await smtp_login(smtp, self._user)
                 advertised = smtp.esmtp_extensions.get("size", "")
                 if advertised.isdigit() and int(advertised) > 0:
                     self.size_limit = int(advertised)

@@ -26,6 +26,7 @@ from typing import Any
 
 from .._core.config import Endpoint, Options
 from .._core.errors import EmailMWError
+from .auth import imap_login, smtp_login
 from .common import ssl_context
 from .errors import imap_errors, smtp_login_errors
 
@@ -202,7 +203,7 @@ async def _smtp(probe: ServerProbe, options: Options) -> ServerProbe:
             greeting = await smtp.connect()
             probe = replace(probe, verified=mode != "none" and options.tls.verify,
                             greeting=greeting.message)  # fmt: skip
-            await smtp.login(user.username, user.password)
+            await smtp_login(smtp, user)
         probe = replace(probe, logged_in=True)
     except EmailMWError as exc:
         reason = _verify_error(exc)
@@ -277,7 +278,7 @@ def probe_imap(options: Options, *, clock: bool = True) -> ServerProbe:
     try:
         try:
             with imap_errors(server, "logging in", username=user.username, connected=True):
-                client.login(user.username, user.password)
+                imap_login(client, user)
         except EmailMWError as exc:
             return replace(probe, login_error=str(exc))
         probe = replace(probe, logged_in=True)

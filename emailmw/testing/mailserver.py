@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import socket
 import ssl
@@ -281,12 +282,16 @@ class MailServer:
         to: str | list[str] | None = None,
         transport: str = "native",
         tls: bool = True,
+        auth: str = "password",
+        token_lifetime: float = 3600.0,
         **extra: Any,
     ) -> dict[str, Any]:
         """An emailmw configuration (the ``email:`` mapping) for ``address`` on this server.
 
         ``tls=True`` uses implicit TLS (smtps/imaps) verified against :attr:`ca_file`;
-        ``False`` uses the plain ports with STARTTLS, still verified.
+        ``False`` uses the plain ports with STARTTLS, still verified. ``auth``:
+        ``password``, or ``oauth2`` / ``oauthbearer`` with a ``token-command`` that asks
+        this helper for a token living ``token_lifetime`` seconds (:meth:`oauth2_token`).
         """
         smtp = (
             f"smtps://{self.host}:{self.smtps_port}"
@@ -298,13 +303,18 @@ class MailServer:
             if tls
             else (f"imap://{self.host}:{self.imap_port}")
         )
+        command = self.token_command(address, token_lifetime)
         config: dict[str, Any] = {
             "transport": transport,
             "user": {
                 "url-smtp": smtp,
                 "url-imap": imap,
                 "username": address,
-                "password": self.password,
+                **(
+                    {"password": self.password}
+                    if auth == "password"
+                    else {"auth": auth, "token-command": command}
+                ),
             },
             "recipients": {"to": to if to is not None else address},
             "tls": {"ca-file": str(self.ca_file)},
@@ -600,6 +610,7 @@ class MailServer:
         self._mkdir(state / "mail", 0o770, self.vmail_user, self.vmail_user)
         self._mkdir(state / "dovecot/lib", 0o750, "root", "dovecot")
         self._make_certificates()
+        self._make_oauth2_key()
 
         users = "".join(f"{self.address(u)}:{{PLAIN}}{self.password}::::::\n" for u in self.users)
         (state / "dovecot/users").write_text(users)
@@ -641,6 +652,69 @@ class MailServer:
         )
         if check.returncode:
             raise MailServerError(f"dovecot rejects its configuration: {check.stderr.strip()}")
+
+    def _make_oauth2_key(self) -> None:
+        """The key that signs the OAuth2 access tokens of :meth:`oauth2_token` (kept across
+        restarts), its public half where Dovecot's ``oauth2`` passdb validates tokens
+        locally (``introspection_mode = local``: no token endpoint is asked)."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        private = self.state_dir / "tls" / "oauth2.key"
+        if not private.exists():
+            key = ec.generate_private_key(ec.SECP256R1())
+            _write_private(
+                private,
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                ),
+            )
+        loaded = serialization.load_pem_private_key(private.read_bytes(), None)
+        public = loaded.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        keys = self.state_dir / "dovecot" / "oauth2-keys"
+        # Dovecot looks the key up as <azp>/<alg>/<kid> ("default" when the token has none)
+        (keys / "default" / "ES256").mkdir(parents=True, exist_ok=True)
+        for d in (keys, keys / "default", keys / "default" / "ES256"):
+            os.chmod(d, 0o755)
+        (keys / "default" / "ES256" / "default").write_bytes(public)
+        (self.state_dir / "dovecot" / "oauth2.conf.ext").write_text(
+            "introspection_mode = local\n"
+            f"local_validation_key_dict = fs:posix:prefix={keys}/\n"
+            "username_attribute = email\n"
+        )
+
+    def token_command(self, address: str, lifetime: float = 3600.0) -> str:
+        """A shell command printing a fresh :meth:`oauth2_token` (a ``token-command:``)."""
+        helper = [sys.executable, "-m", "emailmw.testing.mailserver", "token", address]
+        return shlex.join([*helper, "--state", str(self.state_dir), "--lifetime", str(lifetime)])
+
+    def oauth2_token(self, address: str, *, lifetime: float = 3600.0) -> str:
+        """An OAuth2 access token for ``address`` that this server accepts (XOAUTH2 and
+        OAUTHBEARER, on IMAP and on SMTP submission through Dovecot's SASL) until
+        ``lifetime`` seconds from now: a JWT (ES256) signed by the server's key, as an
+        identity provider would issue it."""
+        import base64
+
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, utils
+
+        def b64(data: bytes) -> bytes:
+            return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+        key = serialization.load_pem_private_key(
+            (self.state_dir / "tls" / "oauth2.key").read_bytes(), None
+        )
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        now = int(time.time())
+        claims = {"sub": address, "email": address, "iat": now, "nbf": now - 1,
+                  "exp": now + max(1, round(lifetime)), "jti": os.urandom(8).hex()}  # fmt: skip
+        signing = b64(b'{"alg":"ES256","typ":"JWT"}') + b"." + b64(json.dumps(claims).encode())
+        r, s = utils.decode_dss_signature(key.sign(signing, ec.ECDSA(hashes.SHA256())))
+        return (signing + b"." + b64(r.to_bytes(32, "big") + s.to_bytes(32, "big"))).decode()
 
     @staticmethod
     def _mkdir(path: Path, mode: int, user: str, group: str) -> None:
@@ -742,14 +816,26 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m emailmw.testing.mailserver",
         description="local Postfix + Dovecot for emailmw",
     )
-    parser.add_argument("command", choices=["install", "start", "stop", "status", "config"])
-    parser.add_argument("user", nargs="?", default="alice", help="for 'config': the account")
+    parser.add_argument(
+        "command", choices=["install", "start", "stop", "status", "config", "token"]
+    )
+    parser.add_argument(
+        "user", nargs="?", default="alice", help="for 'config' and 'token': the account"
+    )
     parser.add_argument(
         "--state",
         type=Path,
         default=Path(os.environ.get("EMAILMW_TEST_MAIL_STATE", "/tmp/emailmw-testmail")),
     )
     parser.add_argument("--keep", action="store_true", help="for 'start': keep existing mail")
+    parser.add_argument(
+        "--auth", choices=["password", "oauth2", "oauthbearer"], default="password",
+        help="for 'config': log in with the password or an OAuth2 token (a token-command)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lifetime", type=float, default=3600.0, metavar="SECONDS",
+        help="for 'token' (and 'config --auth oauth2'): how long a token lives",
+    )  # fmt: skip
     parser.add_argument(
         "--out", type=Path, metavar="FILE",
         help="for 'config': write it to FILE, readable by its owner only (it holds a password)",
@@ -787,12 +873,18 @@ def main(argv: list[str] | None = None) -> int:
                     "(python -m emailmw.testing.mailserver start)"
                 )
             account = args.user if "@" in args.user else server.address(args.user)
-            text = yaml.safe_dump({"email": server.config(account)}, sort_keys=False)
+            if args.command == "token":
+                print(server.oauth2_token(account, lifetime=args.lifetime))
+                return 0
+            email = server.config(account, auth=args.auth, token_lifetime=args.lifetime)
+            text = yaml.safe_dump({"email": email}, sort_keys=False)
             if args.out is None:
                 print(text, end="")
             else:
                 _write_private(args.out, text.encode())
-                print(f"[mailserver] wrote {args.out} (0600: it holds the password)")
+                print(
+                    f"[mailserver] wrote {args.out} (0600: it holds the password or token command)"
+                )
     except MailServerError as exc:
         print(f"[mailserver] ERROR: {exc}", file=sys.stderr)
         return 1

@@ -130,7 +130,7 @@ def test_a_callback_that_raises_is_a_nack_not_an_ack(
     peers: list[Peer], tmp_path: Path, transport: str,
 ) -> None:  # fmt: skip
     """A stateless group of 3 where one member's callback raises on every 5th message:
-    each such message is offered again (to another member) and processed, none lost (was
+    each such message is offered again (to any member) and processed, none lost (was
     22 of 300 lost: a raise counted as settled); a message every callback raises on is
     quarantined after max-deliveries (5), never lost silently."""
     group, sender = account(), account()
@@ -143,6 +143,17 @@ def test_a_callback_that_raises_is_a_nack_not_an_ack(
                  "--raise-every", "5", "--raise-on", "always-fails")  # fmt: skip
     peers.append(flaky)
     flaky.wait_ready()
+    talker = email_context(sender, to=group)
+    pub = emailmw.Node("talker", context=talker).create_publisher(std_msgs.msg.String, "/work", 10)
+    # The flaky member alone first, until it has raised: with all three in from the start,
+    # the other two could take every message before the flaky one has five (CI saw it).
+    for i in range(20):
+        pub.publish(std_msgs.msg.String(data=f"m{i}"))
+    assert talker.flush(30)
+    more = deadline_loop(120)
+    while more() and not _raised(flaky):
+        time.sleep(0.05)
+    assert _raised(flaky), "the flaky member never raised"
     others = [
         Peer("sub", config, "/work", "--mode", "stateless", "--group", "crew", "--node",
              "--raise-on", "always-fails")
@@ -152,15 +163,12 @@ def test_a_callback_that_raises_is_a_nack_not_an_ack(
     for peer in others:
         peer.wait_ready()
     members = [flaky, *others]
-    talker = email_context(sender, to=group)
-    pub = emailmw.Node("talker", context=talker).create_publisher(std_msgs.msg.String, "/work", 10)
-    for i in range(60):
+    for i in range(20, 60):
         pub.publish(std_msgs.msg.String(data=f"m{i}"))
     pub.publish(std_msgs.msg.String(data="always-fails"))  # seq 60
     assert talker.flush(30)
     lines = _wait_processed(members, 60)
     assert {x["seq"] for x in lines} >= set(range(60)), "a message whose callback raised is lost"
-    assert _raised(flaky), "the flaky member never raised"
     # the message every callback raises on: handed out max-deliveries times, then set aside
     more = deadline_loop(120)
     while more() and "Quarantine" not in _folders_with(mailserver, group, b"/work"):

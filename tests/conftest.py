@@ -55,7 +55,9 @@ def mailserver() -> Iterator[MailServer]:
         pytest.skip(reason)
     given = os.environ.get("EMAILMW_TEST_MAIL_STATE")
     state = Path(given) if given else Path(tempfile.mkdtemp(prefix="emailmw-test-", dir="/tmp"))
-    server = MailServer(state_dir=state)
+    server = MailServer(
+        state_dir=state, max_userip_connections=int(os.environ.get("EMAILMW_TEST_MAX_CONN", "500"))
+    )
     server.start(fresh=True)
     yield server
     server.stop()

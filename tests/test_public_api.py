@@ -10,7 +10,7 @@ import emailmw
 
 # Changing this list is changing the public API: say so in the commit (#37 added the
 # rclpy-shaped modules, the message packages, Parameter, create_node, try_shutdown; #39
-# BatchPolicy and NO_BATCH).
+# BatchPolicy and NO_BATCH; #48 ConnectionLimitError).
 PUBLIC = [
     "Ack",
     "ActionType",
@@ -20,6 +20,7 @@ PUBLIC = [
     "ClosedError",
     "ConfigError",
     "ConnectError",
+    "ConnectionLimitError",
     "Context",
     "ContextAlreadyInitializedError",
     "ContextError",

@@ -27,6 +27,7 @@ from .credentials import MECHANISMS, Credential, Mechanism, command_secret, refr
 from .errors import ConfigError, InvalidArgumentError, yaml_error
 from .log import get_logger, register_secret
 from .protocol import Recipients, address_domain
+from .providers import PROVIDERS, with_profile
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "Options",
     "PollOptions",
     "SecurityOptions",
+    "SendLimits",
     "TLSOptions",
     "UserInfo",
     "find_config_file",
@@ -105,6 +107,8 @@ _TOP_KEYS: Final = frozenset(
         "security",
         "routing",
         "batch",
+        "limits",
+        "provider",
         "max-email-bytes",
         "part-timeout",
     }
@@ -194,6 +198,21 @@ class TLSOptions:
     ca_file: str | None = None
     verify: bool = True
     starttls: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SendLimits:
+    """What the provider lets an account send (``limits:``; None: no limit): emails in any
+    60 s and in any 24 h (rolling, as providers count), and recipients of one SMTP
+    transaction. The outbox paces itself to stay within them (``docs/providers.md``)."""
+
+    emails_per_minute: int | None = None
+    emails_per_day: int | None = None
+    recipients_per_email: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.emails_per_minute, self.emails_per_day))
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +332,8 @@ class Options:
     routing: RoutingOptions = field(default_factory=RoutingOptions)
     #: batching of every message this context sends (``batch``; NO_BATCH: off)
     batch: BatchPolicy = NO_BATCH
+    #: what the provider lets the account send (``limits``)
+    limits: SendLimits = field(default_factory=SendLimits)
     #: the largest email to send; a larger message goes as parts (None: the server's
     #: advertised SIZE once known, else 10 MB)
     max_email_bytes: int | None = None
@@ -507,11 +528,23 @@ def parse_endpoint(value: str, kind: str, *, source: str, key: str) -> Endpoint:
 def _email_reader(data: Mapping[str, Any], source: str) -> ConfigSection:
     """The ``email:`` mapping (or the top level, for a file without that key)."""
     if "email" not in data:
-        return ConfigSection(data, source, "email.", _TOP_KEYS)
+        return _with_provider(ConfigSection(data, source, "email.", _TOP_KEYS))
     reader = ConfigSection(data, source, "", frozenset({"email"})).mapping("email", _TOP_KEYS)
     if reader is None:
         raise ConfigError("expected a mapping", source=source, key="email")
-    return reader
+    return _with_provider(reader)
+
+
+def _with_provider(reader: ConfigSection) -> ConfigSection:
+    """``provider:``: the profile's defaults under the keys the mapping leaves out."""
+    name = reader.string("provider")
+    if name is None:
+        return reader
+    provider = PROVIDERS.get(name)
+    if provider is None:
+        raise reader.error("provider", f"expected one of {', '.join(PROVIDERS)}, got {name!r}")
+    return ConfigSection(with_profile(reader.data, provider), reader.source, reader.prefix,
+                         _TOP_KEYS)  # fmt: skip
 
 
 def _read_transport(reader: ConfigSection) -> str:
@@ -748,6 +781,7 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         security=security,
         routing=_read_routing(reader, recipients),
         batch=_read_batch(reader),
+        limits=_read_limits(reader),
         max_email_bytes=_read_max_email_bytes(reader),
         part_timeout=reader.number("part-timeout", 600.0),
         source=source,
@@ -764,6 +798,19 @@ def _read_max_email_bytes(reader: ConfigSection) -> int | None:
 
 
 _BATCH_KEYS: Final = frozenset({"linger-ms", "max-messages", "max-bytes"})
+_LIMIT_KEYS: Final = frozenset({"emails-per-minute", "emails-per-day", "recipients-per-email"})
+
+
+def _read_limits(reader: ConfigSection) -> SendLimits:
+    """The ``limits`` section: ``emails-per-minute``, ``emails-per-day``,
+    ``recipients-per-email`` (each a positive integer; absent: no limit)."""
+    section = reader.mapping("limits", _LIMIT_KEYS)
+    if section is None:
+        return SendLimits()
+    values: list[int | None] = []
+    for key in ("emails-per-minute", "emails-per-day", "recipients-per-email"):
+        values.append(section.integer(key, 1) if key in section.data else None)
+    return SendLimits(*values)
 
 
 def _read_batch(reader: ConfigSection) -> BatchPolicy:

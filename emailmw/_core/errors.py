@@ -16,6 +16,7 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "ConnectError",
+    "ConnectionLimitError",
     "ContextAlreadyInitializedError",
     "ContextError",
     "ContextNotInitializedError",
@@ -166,6 +167,12 @@ class ConnectError(TransportError):
     """The server could not be reached (refused, unreachable, timed out)."""
 
 
+class ConnectionLimitError(ConnectError):
+    """The server refuses another connection for the account: it has as many open as the
+    server allows (Dovecot's ``mail_max_userip_connections``, 10 by default; Gmail's 15).
+    Not a wrong password: close other clients of the account, or have the limit raised."""
+
+
 class AuthenticationError(TransportError):
     """The server rejected the username or password."""
 
@@ -178,11 +185,21 @@ class SendError(TransportError):
     """The SMTP server refused or failed to accept an email.
 
     ``temporary`` is True when trying again later may succeed (a 4xx answer, no answer):
-    senders retry those themselves; False for a permanent refusal (5xx).
+    senders retry those themselves; False for a permanent refusal (5xx). ``throttled``: the
+    server refused for a rate or a quota (``421``, ``4.7.x``, ``5.4.5``; temporary too):
+    the outbox holds all sending for a while instead of retrying at once.
     """
 
-    def __init__(self, message: str, *, server: str | None = None, temporary: bool = False):
-        self.temporary = temporary
+    def __init__(
+        self,
+        message: str,
+        *,
+        server: str | None = None,
+        temporary: bool = False,
+        throttled: bool = False,
+    ):
+        self.temporary = temporary or throttled
+        self.throttled = throttled
         super().__init__(message, server=server)
 
 

@@ -39,7 +39,13 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from .._core.errors import ClosedError, EmailMWError, MalformedEmailError, StateError
+from .._core.errors import (
+    ClosedError,
+    ConnectionLimitError,
+    EmailMWError,
+    MalformedEmailError,
+    StateError,
+)
 from .._core.log import RefusalLog, get_logger
 from .._core.packing import (
     BODY_ENCODING_HEADER,
@@ -70,6 +76,19 @@ __all__ = [
 _log = get_logger("polling")
 _BACKOFF_MIN: Final = 0.1
 _BACKOFF_MAX: Final = 1.0
+#: a server that refuses another connection for the account: each try is a full login
+_LIMIT_BACKOFF_MAX: Final = 30.0
+
+
+def next_backoff(backoff: float, error: BaseException) -> tuple[float, float]:
+    """How long to wait after a receiving failure, and the backoff after that: doubling
+    from 0.1 s to 1 s; to 30 s while the server refuses another connection for the
+    account (:class:`~emailmw.ConnectionLimitError`: no login storm)."""
+    cap = _LIMIT_BACKOFF_MAX if isinstance(error, ConnectionLimitError) else _BACKOFF_MAX
+    wait = min(backoff, cap)
+    return wait, min(wait * 2, cap)
+
+
 #: while parts wait for the rest, how often the polling thread looks at their time
 _PART_CHECK_S: Final = 5.0
 #: How many Message-IDs the polling thread remembers to drop duplicates.
@@ -504,9 +523,9 @@ class PollingManager:
                 break
             except Exception as exc:  # noqa: BLE001 - the thread must survive any error
                 self._report(self._health.failed(exc, time.monotonic()))
-                _log.debug("receiving failed (%s); retrying in %.1f s", exc, backoff)
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
+                wait, backoff = next_backoff(backoff, exc)
+                _log.debug("receiving failed (%s); retrying in %.1f s", exc, wait)
+                self._stopping.wait(wait)
                 continue
             if self._health.attempts:
                 self._report(self._health.succeeded(time.monotonic()))

@@ -18,6 +18,7 @@ import imapclient
 import imapclient.exceptions
 
 from .._core.config import UserInfo
+from .errors import connection_limit
 
 if TYPE_CHECKING:
     import pycurl
@@ -45,7 +46,9 @@ def imap_login(client: imapclient.IMAPClient, user: UserInfo) -> None:
     secret = user.secret()
     try:
         _imap_auth(client, user, secret)
-    except imapclient.exceptions.LoginError:
+    except imapclient.exceptions.LoginError as exc:
+        if connection_limit(str(exc)):
+            raise  # (not the secret: a fresh one would be refused the same way)
         fresh = user.refresh(secret)
         if fresh is None:
             raise

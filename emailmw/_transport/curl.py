@@ -24,7 +24,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import pycurl
@@ -91,6 +91,8 @@ def parse_status(data: bytes) -> dict[str, int]:
 
 #: the SIZE line of an EHLO answer (RFC 1870)
 _EHLO_SIZE: Final = re.compile(rb"^250[- ]SIZE[ \t]+(\d{1,15})", re.MULTILINE | re.IGNORECASE)
+#: a server's refusal: SMTP 4xx/5xx, IMAP's tagged NO/BAD or an untagged BYE
+_REFUSAL: Final = re.compile(rb"^(?:[45]\d\d[ -]|\S+ (?:NO|BAD)\b|\* BYE\b)")
 _SIZE_LINE_RE: Final = re.compile(rb"^\* \d+ FETCH \((.*)\)\r?$", re.MULTILINE)
 _SIZE_RE: Final = re.compile(rb"RFC822\.SIZE (\d+)")
 _DATE_RE: Final = re.compile(
@@ -195,11 +197,32 @@ class CurlContext:
         )  # fmt: skip
         #: the SMTP ``SIZE`` the server advertised in its EHLO answer (None: not yet)
         self.size_limit: int | None = None
-        if self._verbose or endpoint.scheme in ("smtp", "smtps"):
+        #: the server's last refusal in this transfer (SMTP: what it said, e.g. its 4.7.x)
+        self.last_reply = ""
+        self._watching = self._verbose or endpoint.scheme in ("smtp", "smtps")
+        if self._watching:
             # (what the server answers, read as it comes: SIZE, and the verbose log)
             handle.setopt(pycurl.VERBOSE, 1)
             handle.setopt(pycurl.DEBUGFUNCTION, self._debug)
         self.handle = handle
+
+    @contextlib.contextmanager
+    def watching_replies(self) -> Iterator[None]:
+        """Read what the server answers during the block (IMAP does not otherwise: a
+        refused login tried once more says why, e.g. a connection limit)."""
+        if self._watching:
+            yield
+            return
+        self.handle.setopt(pycurl.VERBOSE, 1)
+        self.handle.setopt(pycurl.DEBUGFUNCTION, self._debug)
+        try:
+            yield
+        finally:
+            self.handle.setopt(pycurl.VERBOSE, 0)
+
+    @property
+    def username(self) -> str:
+        return self._user.username
 
     def renew_login(self, refused: bool) -> bool:
         """Before a transfer (``refused`` False): log the next connection in with the
@@ -214,6 +237,8 @@ class CurlContext:
         return True
 
     def _debug(self, kind: int, data: bytes) -> None:
+        if kind == pycurl.INFOTYPE_HEADER_IN and _REFUSAL.match(data):
+            self.last_reply = data[:300].decode("utf-8", "replace")
         if kind == pycurl.INFOTYPE_HEADER_IN and (found := _EHLO_SIZE.search(data)):
             size = int(found.group(1))
             self.size_limit = size if size > 0 else None
@@ -282,15 +307,23 @@ class CurlExecutor:
         handle = self._context.handle
         with self._lock:
             self._context.renew_login(refused=False)
+            self._context.last_reply = ""
             setup(handle)
+            said = lambda: self._context.last_reply  # noqa: E731
+            user = self._context.username
             try:
-                with curl_errors(self.server, doing, self._failure, self._last_answer):
+                with curl_errors(self.server, doing, self._failure, self._last_answer, said, user):
                     handle.perform()
             except AuthenticationError:
-                if not self._context.renew_login(refused=True):
-                    raise
+                # once more: with a fresh secret if there is one, reading what the server
+                # says (a refusal for too many connections is not a wrong password)
+                self._context.renew_login(refused=True)
+                self._context.last_reply = ""
                 setup(handle)
-                with curl_errors(self.server, doing, self._failure, self._last_answer):
+                with (
+                    self._context.watching_replies(),
+                    curl_errors(self.server, doing, self._failure, self._last_answer, said, user),
+                ):
                     handle.perform()
 
     def _last_answer(self) -> int:
@@ -400,6 +433,7 @@ class CurlSubmitter(Submitter):
                 f"{envelope.message_id} to {', '.join(envelope.recipients)}: {detail}",
                 server=exc.server,
                 temporary=exc.temporary,
+                throttled=exc.throttled,
             ) from exc
 
     def close(self) -> None:
@@ -428,6 +462,7 @@ class CurlReceiver(MailboxReceiver):
             CurlContext(options.user.imap, options.user, options), ReceiveError
         )
         self._period = options.polling_period_ns / 1e9
+        self._capabilities: frozenset[bytes] | None = None
         keep = options.on_receive == "keep" and not options.quarantine
         self._select = "EXAMINE" if keep else "SELECT"
         self._lock = threading.Lock()
@@ -474,17 +509,38 @@ class CurlReceiver(MailboxReceiver):
             self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Seen)")
         elif action == "delete":
             self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Deleted)")
-            self._executor.imap(f"UID EXPUNGE {ids}")
+            self._expunge(ids)
         else:
             folder = action.partition(":")[2]
             try:
-                self._executor.imap(f'UID MOVE {ids} "{folder}"')
+                self._move(ids, folder)
             except ReceiveError:
                 # libcurl opens a new connection after a failed command: nothing selected
                 with contextlib.suppress(ReceiveError):  # a folder nobody made yet
                     self._executor.imap(f'CREATE "{folder}"')
                 self._select_folder()
-                self._executor.imap(f'UID MOVE {ids} "{folder}"')
+                self._move(ids, folder)
+
+    def _has(self, capability: str) -> bool:
+        """Whether the server offers ``capability`` (asked once: ``CAPABILITY``)."""
+        if self._capabilities is None:
+            answer = self._executor.imap("CAPABILITY").upper()
+            self._capabilities = frozenset(answer.replace(b"\r\n", b" ").split())
+        return capability.encode() in self._capabilities
+
+    def _expunge(self, ids: str) -> None:
+        """``UID EXPUNGE`` with UIDPLUS (RFC 4315), else ``EXPUNGE`` (the folder's every
+        message flagged ``\\Deleted``)."""
+        self._executor.imap(f"UID EXPUNGE {ids}" if self._has("UIDPLUS") else "EXPUNGE")
+
+    def _move(self, ids: str, folder: str) -> None:
+        """``UID MOVE`` with MOVE (RFC 6851), else ``UID COPY``, ``\\Deleted``, expunge."""
+        if self._has("MOVE"):
+            self._executor.imap(f'UID MOVE {ids} "{folder}"')
+            return
+        self._executor.imap(f'UID COPY {ids} "{folder}"')
+        self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Deleted)")
+        self._expunge(ids)
 
     # -- receiving --------------------------------------------------------------------
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import ssl
 from collections.abc import Callable, Iterator
+from typing import Final
 
 from .._core.errors import (
     AuthenticationError,
     ConnectError,
+    ConnectionLimitError,
     ReceiveError,
     SendError,
     TLSError,
@@ -25,7 +28,9 @@ from .._core.errors import (
 
 __all__ = [
     "curl_errors",
+    "connection_limit",
     "imap_errors",
+    "is_throttle",
     "is_tls_failure",
     "smtp_login_errors",
     "smtp_send_errors",
@@ -43,6 +48,29 @@ def is_tls_failure(exc: BaseException | None) -> bool:
 
 # ----------------------------------------------------------------------------- IMAP
 
+#: how servers say an account has too many connections: Dovecot ("Maximum number of
+#: connections from user+IP exceeded"), Gmail ("Too many simultaneous connections"),
+#: Courier ("Maximum connection limit reached"), the LIMIT response code (RFC 5530)
+_CONNECTION_LIMIT: Final = re.compile(
+    r"maximum number of connections|too many simultaneous connections|"
+    r"maximum connection limit|\[LIMIT\]|too many connections",
+    re.I,
+)
+
+
+def connection_limit(text: str) -> bool:
+    """Whether a server's refusal says the account has as many connections as allowed."""
+    return bool(_CONNECTION_LIMIT.search(text))
+
+
+def _limit_error(username: str, server: str) -> ConnectionLimitError:
+    return ConnectionLimitError(
+        f"the server refuses another connection for {username}: the account has as many "
+        "open as it allows (Dovecot's mail_max_userip_connections, 10 by default): close "
+        "other clients of the account, or have the limit raised",
+        server=server,
+    )
+
 
 @contextlib.contextmanager
 def imap_errors(server: str, doing: str, *, username: str, connected: bool) -> Iterator[None]:
@@ -56,7 +84,9 @@ def imap_errors(server: str, doing: str, *, username: str, connected: bool) -> I
         yield
     except (imapclient.exceptions.IMAPClientError, OSError) as exc:
         error: TransportError
-        if isinstance(exc, imapclient.exceptions.LoginError):
+        if connection_limit(str(exc)):
+            error = _limit_error(username, server)
+        elif isinstance(exc, imapclient.exceptions.LoginError):
             error = AuthenticationError(f"login as {username} refused", server=server)
         elif is_tls_failure(exc):
             error = TLSError(f"TLS handshake failed: {exc}", server=server)
@@ -104,10 +134,12 @@ def smtp_send_errors(server: str, what: str, *, broken: Callable[[], None]) -> I
         yield
     except aiosmtplib.SMTPRecipientsRefused as exc:
         codes = [r.code for r in exc.recipients]
+        said = ", ".join(str(r) for r in exc.recipients)
         raise SendError(
-            f"{what}: recipients refused: {', '.join(str(r) for r in exc.recipients)}",
+            f"{what}: recipients refused: {said}",
             server=server,
             temporary=all(400 <= code < 500 for code in codes),
+            throttled=any(is_throttle(r.code, str(r.message)) for r in exc.recipients),
         ) from exc
     except aiosmtplib.SMTPResponseException as exc:  # sender refused, data refused, ...
         broken()
@@ -119,7 +151,22 @@ def smtp_send_errors(server: str, what: str, *, broken: Callable[[], None]) -> I
 
 def _refused(exc: object, what: str, server: str) -> SendError:
     code = int(getattr(exc, "code", 0))
-    return SendError(f"{what}: {exc}", server=server, temporary=400 <= code < 500)
+    throttled = is_throttle(code, str(getattr(exc, "message", exc)))
+    return SendError(
+        f"{what}: {exc}", server=server, temporary=400 <= code < 500, throttled=throttled
+    )
+
+
+_THROTTLE_TEXT: Final = re.compile(
+    r"\b(?:4\.7\.\d+|5\.4\.5)\b|quota|rate limit|too many|too much mail|try again later", re.I
+)
+
+
+def is_throttle(code: int, text: str) -> bool:
+    """Whether an SMTP answer says the account sends too much (a rate or quota, to wait
+    out): ``421``; an enhanced status ``4.7.x`` or ``5.4.5`` (Gmail's daily quota); or
+    words providers use (quota, rate limit, too many, too much mail, try again later)."""
+    return code == 421 or (400 <= code < 600 and bool(_THROTTLE_TEXT.search(text)))
 
 
 # ----------------------------------------------------------------------------- curl
@@ -158,7 +205,12 @@ def _curl_codes() -> tuple[frozenset[int], frozenset[int], frozenset[int]]:
 
 @contextlib.contextmanager
 def curl_errors(
-    server: str, doing: str, failure: type[TransportError], answer: Callable[[], int]
+    server: str,
+    doing: str,
+    failure: type[TransportError],
+    answer: Callable[[], int],
+    said: Callable[[], str] = lambda: "",
+    username: str | None = None,
 ) -> Iterator[None]:
     """One libcurl transfer: a refused login (not a 4xx answer) is an
     :class:`AuthenticationError`, a TLS failure a :class:`TLSError`, no connection a
@@ -175,7 +227,9 @@ def curl_errors(
         detail = exc.args[1] if len(exc.args) > 1 else str(exc)
         last = answer()
         error: TransportError
-        if code in auth and not (400 <= last < 500):
+        if code in auth and connection_limit(said()):
+            error = _limit_error(username or "the account", server)
+        elif code in auth and not (400 <= last < 500):
             error = AuthenticationError(f"login refused: {detail}", server=server)
         elif code in tls:
             error = TLSError(f"TLS failed: {detail}", server=server)
@@ -186,6 +240,7 @@ def curl_errors(
                 f"{doing} failed: {detail} (curl error {code})",
                 server=server,
                 temporary=last == 0 or 400 <= last < 500,
+                throttled=is_throttle(last, f"{detail} {said()}"),
             )
         else:
             error = failure(f"{doing} failed: {detail} (curl error {code})", server=server)

@@ -31,6 +31,9 @@ from .auth import imap_login
 
 __all__ = [
     "body",
+    "can_idle",
+    "expunge_uids",
+    "move_uids",
     "idle_check",
     "internal_ns",
     "open_account_folder",
@@ -89,6 +92,34 @@ def open_account_folder(
         folder=options.folder,
         readonly=readonly,
     )
+
+
+def expunge_uids(client: imapclient.IMAPClient, uids: list[int]) -> None:
+    """Expunge ``uids`` (flagged ``\\Deleted``): ``UID EXPUNGE`` where the server has
+    UIDPLUS (RFC 4315); else a plain ``EXPUNGE``, which also removes any other message of
+    the folder flagged ``\\Deleted`` (no server without UIDPLUS offers better)."""
+    if client.has_capability("UIDPLUS"):
+        client.uid_expunge(uids)
+    else:
+        client.expunge()
+
+
+def move_uids(client: imapclient.IMAPClient, uids: list[int], folder: str) -> None:
+    """Move ``uids`` to ``folder``: ``UID MOVE`` where the server has MOVE (RFC 6851);
+    else ``COPY``, flag ``\\Deleted``, expunge (:func:`expunge_uids`): not atomic, a
+    copy may stay behind when the connection drops in between (found again, flagged as a
+    repeat by emailmw's receivers)."""
+    if client.has_capability("MOVE"):
+        client.move(uids, folder)
+        return
+    client.copy(uids, folder)
+    client.delete_messages(uids, silent=True)
+    expunge_uids(client, uids)
+
+
+def can_idle(client: imapclient.IMAPClient) -> bool:
+    """Whether the server offers IDLE (RFC 2177); without it a receiver keeps polling."""
+    return bool(client.has_capability("IDLE"))
 
 
 def body(item: dict[bytes, Any]) -> bytes | None:

@@ -52,8 +52,11 @@ from .common import (
 from .errors import imap_errors, smtp_login_errors, smtp_send_errors
 from .imap import (
     body,
+    can_idle,
+    expunge_uids,
     idle_check,
     internal_ns,
+    move_uids,
     open_account_folder,
     stashed_news,
     uid_fetch,
@@ -266,16 +269,16 @@ class NativeReceiver(MailboxReceiver):
             client.add_flags(uids, [imapclient.SEEN], silent=True)
         elif action == "delete":
             client.delete_messages(uids, silent=True)
-            client.uid_expunge(uids)
+            expunge_uids(client, uids)
         else:
             folder = action.partition(":")[2]
             try:
-                client.move(uids, folder)
+                move_uids(client, uids, folder)
             except imapclient.exceptions.IMAPClientError:
                 if client.folder_exists(folder):
                     raise
                 client.create_folder(folder)  # a quarantine folder nobody made yet
-                client.move(uids, folder)
+                move_uids(client, uids, folder)
 
     # -- receiving --------------------------------------------------------------------
 
@@ -325,6 +328,13 @@ class NativeReceiver(MailboxReceiver):
                 continue
             if time.monotonic() - self._last_activity < self._options.poll.idle_after:
                 if self._nudge.wait(min(self._options.poll.interval, remaining)):
+                    continue
+                assert self._client is not None
+                self._check = self._announces_mail(self._client.noop()[1])
+            elif self._client is not None and not can_idle(self._client):
+                # (a server without IDLE: polled, every polling-period once mail is quiet)
+                period = self._options.polling_period_ns / 1e9
+                if self._nudge.wait(min(period, remaining)):
                     continue
                 assert self._client is not None
                 self._check = self._announces_mail(self._client.noop()[1])

@@ -58,12 +58,17 @@ from .._core.protocol import HEADER_RESENT
 from .._core.types import Email
 from .._core.wire import build, envelope_recipients, new_message_id, prepare_outgoing
 from .base import EmailSender, FailureCallback
+from .quota import SendBudget
 
 __all__ = ["Submission", "Outbox", "Spool", "Submitter"]
 
 _log = get_logger("outbox")
 _BACKOFF_MIN: Final = 0.1
 _BACKOFF_MAX: Final = 2.0
+#: after a server's answer that the account sends too much (421, 4.7.x, 5.4.5): all sending
+#: waits, from this long, doubling up to the maximum
+_THROTTLE_MIN: Final = 1.0
+_THROTTLE_MAX: Final = 300.0
 #: what an attempt returns when the outbox closes before the email was sent (it stays in
 #: the spool for the next process)
 _LEFT: Final = TransportError("left for the next process")
@@ -271,6 +276,10 @@ class Outbox(EmailSender):
         self._stopping = threading.Event()
         self._probe_wanted = False  # someone waits to know the server's SIZE
         self._probed = threading.Event()
+        self._budget = SendBudget(options.limits)
+        self._held_by = ""  # what holds sending now (logged once per episode)
+        self._throttle = _THROTTLE_MIN
+        self._day_warned = 0.0
         self._spool: Spool | None = None
         if options.spool is not None:
             self._spool = Spool(options.spool)
@@ -467,16 +476,17 @@ class Outbox(EmailSender):
         only when there is traffic to share it: an email queued while the outbox was idle
         goes at once (with whatever joined it meanwhile); one queued while a submission
         was in flight waits, with the lock released, for more to join until its
-        ``linger`` is over or the batch is full. Called with the lock held."""
+        ``linger`` is over or the batch is full. While the provider's budget (``limits``)
+        says to wait, the batch keeps growing (up to its ``max-messages`` and
+        ``max-bytes``): fewer, larger emails. Called with the lock held."""
         head = self._queue.popleft()
         run = self._busy = [head]
-        if not head.batch.enabled or head.envelope is None:
-            return run
-        size = len(head.envelope.raw)
+        batching = head.batch.enabled and head.envelope is not None
+        size = len(head.envelope.raw) if head.envelope is not None else 0
         until = head.queued_at + head.batch.linger_ms / 1000
         scanned = 0  # queued items looked at (those that do not join stay in place)
         while True:
-            while scanned < len(self._queue) and len(run) < head.batch.max_messages:
+            while batching and scanned < len(self._queue) and len(run) < head.batch.max_messages:
                 follower = self._queue[scanned]
                 if not follower.joins(head, len(run), size):
                     if follower.same_stream(head):
@@ -487,11 +497,35 @@ class Outbox(EmailSender):
                 run.append(follower)
                 assert follower.envelope is not None
                 size += len(follower.envelope.raw)
+            if self._stopping.is_set():
+                return run
+            # the provider's budget (limits:): wait, and let the batch grow meanwhile
+            hold = self._budget.delay(time.monotonic()) if self._budget.active else 0.0
+            if hold > 0:
+                self._note_hold()
+                self._cond.wait(hold)
+                continue
             full = len(run) >= head.batch.max_messages
             remaining = until - time.monotonic()
-            if head.idle or full or remaining <= 0 or self._stopping.is_set() or self._closed:
+            if not batching or head.idle or full or remaining <= 0 or self._closed:
                 return run
             self._cond.wait(remaining)
+
+    def _note_hold(self) -> None:
+        """One log line when the budget starts holding sending (not one per email)."""
+        now = time.monotonic()
+        holder = self._budget.holder(now)
+        if holder != self._held_by:
+            self._held_by = holder
+            _log.info("%s: sending paced by %s; batches gather what waits", self, holder)
+        left = self._budget.day_left_s(now)
+        if left is not None and left < 3600 and now - self._day_warned > 3600:
+            self._day_warned = now
+            _log.warning(
+                "%s: at the current rate the day's sending budget (emails-per-day) runs out in "
+                "%.0f min; then sending waits for the oldest of the day to age out",
+                self, left / 60,
+            )  # fmt: skip
 
     def _deliver_batch(self, run: list[_Item]) -> None:
         """Send ``run`` as one batch email; each of its emails is accepted or refused with
@@ -575,17 +609,47 @@ class Outbox(EmailSender):
         given_up: Callable[[], bool],
     ) -> TransportError | None:
         """Submit ``envelope`` until it is accepted (None), refused for good, past
-        ``deadline`` or given up (the error), or the outbox closes (:data:`_LEFT`)."""
+        ``deadline`` or given up (the error), or the outbox closes (:data:`_LEFT`).
+
+        With ``limits.recipients-per-email``, the recipients go in several transactions of
+        the same bytes (the same Message-ID); one accepted is not sent again when another
+        is retried. Each transaction counts against the budget. A throttling answer (421,
+        4.7.x, 5.4.5) holds all sending, from 1 s doubling to 300 s, without losing it."""
+        most = self._options.limits.recipients_per_email or len(envelope.recipients)
+        chunks = [
+            dataclasses.replace(envelope, recipients=envelope.recipients[i : i + most])
+            for i in range(0, len(envelope.recipients), most)
+        ]
         backoff = _BACKOFF_MIN
         while True:
             if given_up():
                 return SendError("cancelled by its caller", server=self._server)
             try:
-                self._submitter.submit(envelope)
+                while chunks:
+                    self._submitter.submit(chunks[0])
+                    self._budget.spent(time.monotonic())
+                    self._throttle = _THROTTLE_MIN
+                    chunks.pop(0)
             except SendError as exc:
                 if not exc.temporary:
                     return exc
                 error: TransportError = exc
+                if exc.throttled:
+                    self._budget.throttled(time.monotonic(), self._throttle)
+                    _log.warning(
+                        "%s: the server throttles sending (%s): holding all sending %.0f s",
+                        self, exc, self._throttle,
+                    )  # fmt: skip
+                    wait = self._throttle
+                    self._throttle = min(self._throttle * 2, _THROTTLE_MAX)
+                    if deadline is not None and time.monotonic() + wait > deadline:
+                        return SendError(
+                            f"not accepted within {self._options.timeout} s: {error}",
+                            server=self._server,
+                        )
+                    if self._stopping.wait(wait):
+                        return _LEFT
+                    continue
             except AuthenticationError as exc:
                 if server:
                     return exc

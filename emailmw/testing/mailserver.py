@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import yaml
 
@@ -57,6 +58,14 @@ __all__ = [
 PACKAGES = ("postfix", "dovecot-core", "dovecot-imapd", "dovecot-lmtpd", "openssl")
 _SBIN = "/usr/sbin:/sbin"
 _TEMPLATES = ("dovecot.conf", "main.cf", "master.cf")
+#: what Dovecot 2.3 offers after login (its own list, for a server that drops some)
+_DOVECOT_CAPABILITIES: Final = (
+    "IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE SORT SORT=DISPLAY THREAD=REFERENCES "
+    "THREAD=REFS THREAD=ORDEREDSUBJECT MULTIAPPEND URL-PARTIAL CATENATE UNSELECT CHILDREN "
+    "NAMESPACE UIDPLUS LIST-EXTENDED I18NLEVEL=1 CONDSTORE QRESYNC ESEARCH ESORT SEARCHRES "
+    "WITHIN CONTEXT=SEARCH LIST-STATUS BINARY MOVE SNIPPET=FUZZY PREVIEW=FUZZY PREVIEW "
+    "STATUS=SIZE SAVEDATE LITERAL+ NOTIFY SPECIAL-USE"
+)
 _PORTS = ("smtp_port", "smtps_port", "imap_port", "imaps_port")
 
 
@@ -178,6 +187,16 @@ class MailServer:
     ready_timeout: float = 30.0
     #: Postfix's message_size_limit (it advertises it as SIZE)
     message_size_limit: int = 52_428_800
+    #: a provider's sending rate: at most this many messages per client in
+    #: ``rate_time_unit`` seconds, then ``450 4.7.1`` (0: no limit)
+    message_rate_limit: int = 0
+    rate_time_unit: int = 60
+    #: Dovecot's mail_max_userip_connections: IMAP sessions per account and client IP
+    #: (Dovecot's default is 10; tests that open many sessions need more)
+    max_userip_connections: int = 500
+    #: capabilities the IMAP server does not offer (of IDLE, MOVE, UIDPLUS, CONDSTORE ...):
+    #: it advertises Dovecot's list without them (:meth:`without_capabilities`)
+    dropped_capabilities: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
@@ -630,6 +649,10 @@ class MailServer:
             "imaps_port": self.imaps_port,
             "vmail_user": self.vmail_user,
             "message_size_limit": self.message_size_limit,
+            "message_rate_limit": self.message_rate_limit,
+            "rate_time_unit": self.rate_time_unit,
+            "max_userip_connections": self.max_userip_connections,
+            "imap_capability": self._capability_list(),
             "vmail_uid": uid,
             "vmail_gid": gid,
             "ssl_dh": f"ssl_dh = <{dh}" if os.access(dh, os.R_OK) else "",
@@ -652,6 +675,31 @@ class MailServer:
         )
         if check.returncode:
             raise MailServerError(f"dovecot rejects its configuration: {check.stderr.strip()}")
+
+    def _capability_list(self) -> str:
+        if not self.dropped_capabilities:
+            return ""
+        dropped = {c.upper() for c in self.dropped_capabilities}
+        if "CONDSTORE" in dropped:
+            dropped.add("QRESYNC")  # (QRESYNC implies CONDSTORE)
+        return " ".join(c for c in _DOVECOT_CAPABILITIES.split() if c not in dropped)
+
+    def without_capabilities(self, *names: str) -> None:
+        """Make the running IMAP server stop offering ``names`` (none: all again), as a
+        server without them would; new sessions see it (Dovecot reloads its
+        configuration). Dovecot still answers the commands: what a client sends tells
+        whether it degrades."""
+        self.dropped_capabilities = tuple(names)
+        text = self._dc_conf.read_text()
+        line = f"  imap_capability = {self._capability_list()}"
+        text = re.sub(r"(?m)^  imap_capability = .*$", line, text)
+        self._dc_conf.write_text(text)
+        self.doveadm("reload")
+        self.kick_all()
+
+    def kick_all(self) -> None:
+        """End every IMAP session (``doveadm kick``)."""
+        self._run("doveadm", "-c", str(self._dc_conf), "kick", "*", check=False)
 
     def _make_oauth2_key(self) -> None:
         """The key that signs the OAuth2 access tokens of :meth:`oauth2_token` (kept across

@@ -101,8 +101,8 @@ def _counted(server: MailServer, address: str, counter: Path, lifetime: float) -
 def test_tokens_that_expire_mid_stream_lose_nothing(
     mailserver: MailServer, account: Callable[[], str], tmp_path: Path, transport: str
 ) -> None:
-    """Tokens living 4 s, a stream of 40 messages over 10 s while the server drops every
-    IMAP session every 2.5 s: each new login takes a token fetched ahead of expiry (the
+    """Tokens living 2 s, a stream of 24 messages over 6 s while the server drops every
+    IMAP session every 1.5 s: each new login takes a token fetched ahead of expiry (the
     command runs again), and every message arrives."""
     sender, receiver = account(), account()
     contexts = []
@@ -110,7 +110,7 @@ def test_tokens_that_expire_mid_stream_lose_nothing(
     for address, to in ((receiver, receiver), (sender, receiver)):
         config = mailserver.config(address, to=to, transport=transport, auth="oauth2",
                                    **transport_extra(transport))  # fmt: skip
-        config["user"]["token-command"] = _counted(mailserver, address, counters[address], 4)
+        config["user"]["token-command"] = _counted(mailserver, address, counters[address], 2)
         contexts.append(emailmw.Context({"email": config}))
     listener, talker = contexts
     try:
@@ -119,9 +119,9 @@ def test_tokens_that_expire_mid_stream_lose_nothing(
         pub = emailmw.Publisher("/stream", context=talker)
         got: list[str] = []
         start = kicked = time.monotonic()
-        for i in range(40):
+        for i in range(24):
             pub.publish(f"m{i}")
-            if time.monotonic() - kicked > 2.5:
+            if time.monotonic() - kicked > 1.5:
                 mailserver.kick(receiver)
                 mailserver.kick(sender)
                 kicked = time.monotonic()
@@ -131,8 +131,8 @@ def test_tokens_that_expire_mid_stream_lose_nothing(
                 if found is not None:
                     got.append(found)
         assert talker.flush(60)
-        got += _receive(sub, 40 - len(got))
-        assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(40)]
+        got += _receive(sub, 24 - len(got))
+        assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(24)]
         assert len(counters[receiver].read_text().splitlines()) >= 3, "no token fetched anew"
     finally:
         for ctx in contexts:

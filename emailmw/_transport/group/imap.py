@@ -34,10 +34,11 @@ from typing import Any, Final, TypeVar
 import imapclient
 
 from ..._core.config import Options
+from ..._core.errors import ReceiveError
 from ..._core.log import get_logger
 from ..common import ssl_context, uid_set
 from ..errors import imap_errors
-from ..imap import body, open_account_folder, uid_fetch
+from ..imap import body, expunge_uids, open_account_folder, uid_fetch
 from .model import GroupStore, Head, Holding, MemberRecord
 
 __all__ = ["ImapGroupStore"]
@@ -87,7 +88,16 @@ class ImapGroupStore(GroupStore):
     def _run(self, doing: str, work: Callable[[imapclient.IMAPClient], T]) -> T:
         with self._errors(doing):
             if self._client is None:
-                self._client, _ = open_account_folder(self._options, self._ssl, readonly=False)
+                client, _ = open_account_folder(self._options, self._ssl, readonly=False)
+                if not client.has_capability("MOVE"):
+                    with contextlib.suppress(Exception):
+                        client.logout()
+                    raise ReceiveError(
+                        "a group claims mail with IMAP MOVE (RFC 6851, atomic), which this "
+                        "server does not offer: use a plain subscription, or a server with MOVE",
+                        server=self._server,
+                    )
+                self._client = client
                 self._selected = self._options.folder
             return work(self._client)
 
@@ -178,7 +188,7 @@ class ImapGroupStore(GroupStore):
             self._view(client, self._members_folder())
             uids = [uid for uid in (record.order, record.marker) if uid]
             client.delete_messages(uids, silent=True)
-            client.uid_expunge(uids)
+            expunge_uids(client, uids)
             folder = self._claims(record.member)
             if client.folder_exists(folder) and not self._all(client, folder):
                 self._select(client, self._options.folder)

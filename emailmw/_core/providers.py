@@ -1,0 +1,88 @@
+"""Provider profiles (``email.provider:``): what a mail provider's accounts need, filled in
+for the keys a configuration leaves out (every value stays overridable): the servers, the
+way to log in, and the sending limits the provider publishes (``docs/providers.md`` says
+where each comes from; providers change them without notice)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = ["PROVIDERS", "Provider", "with_profile"]
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """One provider: its ``user:`` defaults (servers, ``auth``) and ``limits:``."""
+
+    name: str
+    user: Mapping[str, str] = field(default_factory=dict)
+    limits: Mapping[str, int] = field(default_factory=dict)
+    #: what logging in needs, for errors and the docs
+    login: str = ""
+
+
+PROVIDERS: Final[dict[str, Provider]] = {
+    p.name: p
+    for p in (
+        Provider(
+            "gmail",
+            {"url-smtp": "smtps://smtp.gmail.com:465", "url-imap": "imaps://imap.gmail.com:993"},
+            {"emails-per-day": 500, "recipients-per-email": 100},
+            "OAuth2 (auth: oauthbearer or oauth2), or an app password (2-step verification)",
+        ),
+        Provider(
+            "gmail-workspace",
+            {"url-smtp": "smtps://smtp.gmail.com:465", "url-imap": "imaps://imap.gmail.com:993"},
+            {"emails-per-day": 2000, "recipients-per-email": 100},
+            "OAuth2 (auth: oauthbearer or oauth2), or an app password (2-step verification)",
+        ),
+        Provider(
+            "outlook",
+            {
+                "url-smtp": "smtp://smtp.office365.com:587",
+                "url-imap": "imaps://outlook.office365.com:993",
+                "auth": "oauth2",
+            },
+            {"emails-per-minute": 30, "recipients-per-email": 500},
+            "OAuth2 (XOAUTH2): Microsoft turned basic authentication off",
+        ),
+        Provider(
+            "fastmail",
+            {
+                "url-smtp": "smtps://smtp.fastmail.com:465",
+                "url-imap": "imaps://imap.fastmail.com:993",
+            },
+            {},
+            "an app password",
+        ),
+        Provider(
+            "icloud",
+            {"url-smtp": "smtp://smtp.mail.me.com:587", "url-imap": "imaps://imap.mail.me.com:993"},
+            {"emails-per-day": 1000, "recipients-per-email": 500},
+            "an app-specific password",
+        ),
+        Provider(
+            "yahoo",
+            {
+                "url-smtp": "smtps://smtp.mail.yahoo.com:465",
+                "url-imap": "imaps://imap.mail.yahoo.com:993",
+            },
+            {},
+            "an app password, or OAuth2 (auth: oauth2)",
+        ),
+        Provider("generic"),
+    )
+}
+
+
+def with_profile(email: Mapping[str, Any], provider: Provider) -> dict[str, Any]:
+    """The ``email:`` mapping with ``provider``'s defaults under what it says itself
+    (``user:`` and ``limits:`` merged key by key: a key given wins)."""
+    out = dict(email)
+    for key, defaults in (("user", provider.user), ("limits", provider.limits)):
+        given = email.get(key)
+        if defaults and (given is None or isinstance(given, Mapping)):
+            out[key] = {**defaults, **(given or {})}
+    return out

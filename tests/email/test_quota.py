@@ -1,0 +1,135 @@
+"""A provider's limits over the real server: the outbox paces itself under ``limits:``
+(batches grow instead of the budget being exceeded), and a server that answers
+``450 4.7.1 too much mail`` (Postfix's per-client message rate, as a provider throttles)
+holds the outbox without losing a message; a connection beyond the server's limit is one
+clear error."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import emailmw
+from emailmw.testing.mailserver import MailServer
+from tests.conftest import MakeContext
+from tests.helpers import deadline_loop
+
+from .helpers import TRANSPORTS, transport_extra
+
+
+def _receive(sub: emailmw.Subscription, count: int, timeout: float = 60) -> list[str]:
+    got: list[str] = []
+    more = deadline_loop(timeout)
+    while len(got) < count and more():
+        found = emailmw.wait_for_message(sub, 1)
+        if found is not None:
+            got.append(found)
+    return got
+
+
+def _emails(server: MailServer, address: str) -> int:
+    maildir = server.maildir(address)
+    return sum(1 for sub in ("new", "cur") for _ in (maildir / sub).glob("*"))
+
+
+def test_a_10_hz_topic_under_30_emails_a_minute_arrives_whole_in_fewer_emails(
+    mailserver: MailServer, account: Callable[[], str], email_context: MakeContext
+) -> None:
+    """``limits: {emails-per-minute: 30}`` (one every 2 s, a burst of 3) and a topic
+    published at 10 Hz for 4 s, batching allowed by the reader: all 40 messages arrive,
+    in at most 3 + 4/2 + 2 emails (the budget), not 40."""
+    sender, receiver = account(), account()
+    listener = email_context(receiver)
+    sub = emailmw.Subscription("/paced", context=listener)
+    listener.start_receiving()
+    talker = email_context(sender, to=receiver, limits={"emails-per-minute": 30},
+                           batch={"linger-ms": 5})  # fmt: skip
+    assert talker.wait_for_readers("batch", 30)
+    pub = emailmw.Publisher("/paced", context=talker, guarantee="memory")
+    start = time.monotonic()
+    for i in range(40):
+        pub.publish(f"m{i}")
+        time.sleep(max(0.0, start + (i + 1) * 0.1 - time.monotonic()))
+    assert talker.flush(30)
+    got = _receive(sub, 40)
+    assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(40)]
+    assert _emails(mailserver, receiver) <= 3 + 4 // 2 + 2
+
+
+@pytest.fixture(scope="module")
+def rate_limited(mailserver: MailServer) -> Iterator[MailServer]:
+    """A server of this module's own with a provider's limits: its Postfix takes 3
+    messages per client in 3 s, then answers ``450 4.7.1 Error: too much mail`` (its anvil
+    rate limit), and its Dovecot allows 2 IMAP sessions per account and address."""
+    del mailserver  # (started after the run's: the packages are there)
+    state = Path(f"/tmp/emailmw-rate-{uuid.uuid4().hex[:8]}")
+    server = MailServer(state_dir=state, message_rate_limit=3, rate_time_unit=3, pool_size=10,
+                        max_userip_connections=2)  # fmt: skip
+    server.start(fresh=True)
+    yield server
+    server.stop()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_throttling_server_holds_the_outbox_and_nothing_is_lost(
+    rate_limited: MailServer, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    """6 messages at once to a server that takes 3 per 3 s: the refusals (450 4.7.1) hold
+    all sending (1 s, 2 s ...), said once each; every message arrives, each once."""
+    caplog.set_level(logging.WARNING, logger="emailmw")
+    sender, receiver = rate_limited.fresh_account(), rate_limited.fresh_account()
+    extra = transport_extra(transport)
+    listener = emailmw.Context({"email": rate_limited.config(receiver, transport=transport,
+                                                            **extra)})  # fmt: skip
+    talker = emailmw.Context({"email": rate_limited.config(sender, to=receiver,
+                                                          transport=transport)})  # fmt: skip
+    try:
+        sub = emailmw.Subscription("/throttled", context=listener)
+        listener.start_receiving()
+        pub = emailmw.Publisher("/throttled", context=talker, guarantee="memory")
+        for i in range(6):
+            pub.publish(f"m{i}")
+        assert talker.flush(60)
+        got = _receive(sub, 6)
+        assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(6)]
+        holds = [r.getMessage() for r in caplog.records if "throttles sending" in r.getMessage()]
+        assert holds, "the server never throttled: the test tests nothing"
+        assert all("4.7.1" in line or "450" in line for line in holds)
+    finally:
+        talker.shutdown()
+        listener.shutdown()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_connection_beyond_the_servers_limit_is_one_clear_error_not_a_login_refusal(
+    rate_limited: MailServer, transport: str
+) -> None:
+    """Two receiving contexts on one account fill the server's 2 sessions; a third is
+    refused with :class:`ConnectionLimitError`, one line saying what to do (was an
+    ``AuthenticationError``: "login refused", as if the password were wrong)."""
+    address = rate_limited.fresh_account()
+    config = {"email": rate_limited.config(address, transport=transport)}
+    contexts = []
+    try:
+        for _ in range(2):
+            ctx = emailmw.Context(config)
+            contexts.append(ctx)
+            emailmw.Subscription("/full", context=ctx)
+            ctx.start_receiving()
+        with pytest.raises(emailmw.ConnectionLimitError) as info:
+            contexts.append(emailmw.Context(config))
+        message = str(info.value)
+        assert "refuses another connection" in message
+        assert "mail_max_userip_connections" in message
+        assert "\n" not in message
+        assert not isinstance(info.value, emailmw.AuthenticationError)
+    finally:
+        for ctx in contexts:
+            ctx.shutdown()

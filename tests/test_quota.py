@@ -1,0 +1,241 @@
+"""The provider's budget (``limits:``): the pacing state machine alone, on a simulated
+clock, then the outbox that obeys it, with a scripted SMTP connection (the same over the
+real server is in ``tests/email/test_quota.py``)."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from emailmw import ConfigError, Email, SendError
+from emailmw._core.config import SendLimits, load_options
+from emailmw._transport.errors import is_throttle
+from emailmw._transport.outbox import Outbox, Submission
+from emailmw._transport.quota import SendBudget
+
+from .test_outbox import Scripted
+
+
+def _simulate(budget: SendBudget, seconds: float, every: float) -> list[float]:
+    """Demand an email every ``every`` s for ``seconds``; send whenever the budget lets."""
+    sent: list[float] = []
+    now, wanted = 0.0, 0
+    while now < seconds:
+        wanted = max(wanted, int(now / every) + 1)
+        if len(sent) < wanted and budget.delay(now) == 0:
+            budget.spent(now)
+            sent.append(now)
+            continue
+        now += min(budget.delay(now) or every, every)
+    return sent
+
+
+def _most_in_window(sent: list[float], window: float) -> int:
+    return max((bisect.bisect_left(sent, t + window) - i for i, t in enumerate(sent)), default=0)
+
+
+def test_a_minute_limit_is_never_exceeded_and_is_used_evenly() -> None:
+    """20 a minute against a 10 Hz demand for 10 minutes: never more than 20 in any 60 s
+    (the hard cap), about 20 a minute sustained, and spread (a burst of 2, then one every
+    3 s; the cap makes one gap in a minute 6 s), not 20 at once and a minute of silence."""
+    sent = _simulate(SendBudget(SendLimits(emails_per_minute=20)), 600, 0.1)
+    assert _most_in_window(sent, 60) <= 20
+    assert 195 <= len(sent) <= 201
+    assert _most_in_window(sent, 6) <= 3
+    assert max(b - a for a, b in itertools.pairwise(sent)) <= 6.0 + 1e-9
+
+
+def test_a_day_limit_lets_an_hours_share_go_at_once_then_paces() -> None:
+    budget = SendBudget(SendLimits(emails_per_day=2400))  # 100 an hour
+    sent = _simulate(budget, 7200, 1.0)  # one a second wanted
+    assert sent[:100] == [float(i) for i in range(100)]  # an hour's share without waiting
+    assert 290 <= len(sent) <= 302  # then one every 36 s
+    assert _most_in_window(sent, 86_400) <= 2400
+
+
+def test_the_hard_cap_holds_when_the_day_is_spent_and_frees_as_sends_age_out() -> None:
+    budget = SendBudget(SendLimits(emails_per_day=48))
+    for i in range(48):
+        now = i * 1800.0  # one every half hour: the pace allows it
+        assert budget.delay(now) == 0
+        budget.spent(now)
+    now = 47 * 1800.0 + 1
+    assert budget.delay(now) > 0
+    assert budget.used(now) == {"emails-per-day": (48, 48)}
+    assert budget.delay(86_400.0 + 1) == 0  # the first send aged out
+
+
+def test_a_throttled_server_holds_everything() -> None:
+    budget = SendBudget(SendLimits())
+    assert not budget.active
+    budget.throttled(10.0, 30.0)
+    assert budget.delay(20.0) == pytest.approx(20.0)
+    assert budget.holder(20.0) == "the server throttles sending"
+    assert budget.delay(41.0) == 0
+
+
+def test_the_days_budget_forecast_uses_the_recent_rate() -> None:
+    budget = SendBudget(SendLimits(emails_per_day=2400))
+    assert budget.day_left_s(0.0) is None
+    for i in range(60):
+        budget.spent(float(i * 10))  # 6 a minute
+    assert budget.day_left_s(595.0) == pytest.approx((2400 - 60) / (60 / 600))
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "throttle"),
+    [
+        (421, "4.7.0 Try again later, closing connection", True),
+        (450, "4.7.1 Error: too much mail from 127.0.0.1", True),
+        (550, "5.4.5 Daily user sending quota exceeded", True),
+        (452, "4.5.3 Too many recipients", True),
+        (550, "5.1.1 user unknown", False),
+        (451, "4.3.0 Temporary lookup failure", False),
+        (250, "ok, rate limit noted", False),
+    ],
+)
+def test_what_counts_as_throttling(code: int, text: str, throttle: bool) -> None:
+    assert is_throttle(code, text) is throttle
+
+
+def test_limits_are_checked_when_read() -> None:
+    base = {"intraprocess": True}
+    with pytest.raises(ConfigError, match=r"key 'email.limits.emails-per-day'.*integer >= 1"):
+        load_options({"email": {**base, "limits": {"emails-per-day": 0}}})
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_options({"email": {**base, "limits": {"emails-per-hour": 5}}})
+    options = load_options({"email": {**base, "limits": {"emails-per-minute": 20}}})
+    assert options.limits == SendLimits(emails_per_minute=20)
+
+
+def _outbox(submitter: Scripted, **extra: object) -> Outbox:
+    config: dict[str, object] = {
+        "user": {"url-smtp": "smtps://scripted", "url-imap": "imaps://scripted",
+                 "username": "me@example.test", "password": "pw"},
+        "recipients": {"to": "you@example.test"},
+        "timeout": 5,
+        **extra,
+    }  # fmt: skip
+    return Outbox(submitter, load_options(config))
+
+
+@pytest.fixture
+def closing() -> Iterator[Callable[[Outbox], Outbox]]:
+    made: list[Outbox] = []
+    yield lambda outbox: made.append(outbox) or outbox
+    for outbox in made:
+        outbox.close()
+
+
+def _email(n: int, to: tuple[str, ...] = ("you@example.test",)) -> Email:
+    return Email("/t", f"m{n}", "me@example.test", to, message_id=f"<{n}@x>")
+
+
+class Recording(Scripted):
+    def __init__(self, *outcomes: Exception | None) -> None:
+        super().__init__(*outcomes)
+        self.envelopes: list[tuple[float, Submission]] = []
+
+    def submit(self, envelope: Submission) -> None:
+        self.envelopes.append((time.monotonic(), envelope))
+        super().submit(envelope)
+
+
+def test_the_outbox_paces_and_batches_grow_instead(closing: Callable[[Outbox], Outbox]) -> None:
+    """60 a minute (one a second, a burst of 6) and 40 messages at once, batching allowed:
+    all accepted, in at most 6 + 2 emails (the batches grew), none lost."""
+    submitter = Recording()
+    outbox = closing(_outbox(submitter, limits={"emails-per-minute": 60},
+                             batch={"linger-ms": 5}))  # fmt: skip
+    for i in range(40):
+        outbox.send(_email(i), guarantee="memory")
+    assert outbox.flush(10)
+    assert len(submitter.envelopes) <= 8
+    carried = sum(env.raw.count(b"Message-ID: <") for _, env in submitter.envelopes)
+    assert carried >= 40
+
+
+def test_a_throttling_answer_holds_sending_and_loses_nothing(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    """The server says 450 4.7.1 (too much mail), then 550 5.4.5 (the day's quota: a 5xx,
+    yet to be waited out): both retried after a hold (1 s, then 2 s), accepted, in order."""
+    too_much = SendError("450 4.7.1 too much mail", temporary=True, throttled=True)
+    quota = SendError("550 5.4.5 Daily user sending quota exceeded", throttled=True)
+    submitter = Recording(too_much, quota)
+    outbox = closing(_outbox(submitter))
+    for i in range(3):
+        outbox.send(_email(i), guarantee="memory")
+    assert outbox.flush(15)
+    assert submitter.accepted == ["<0@x>", "<1@x>", "<2@x>"]
+    times = [t for t, _ in submitter.envelopes]
+    assert times[1] - times[0] >= 0.95
+    assert times[2] - times[1] >= 1.95
+
+
+def test_recipients_go_in_chunks_and_an_accepted_chunk_is_not_sent_again(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    to = tuple(f"r{i}@example.test" for i in range(5))
+    submitter = Recording(None, SendError("451 try later", temporary=True))
+    outbox = closing(_outbox(submitter, limits={"recipients-per-email": 2}))
+    outbox.send(_email(0, to=to))
+    chunks = [env.recipients for _, env in submitter.envelopes]
+    assert chunks == [
+        ("r0@example.test", "r1@example.test"),
+        ("r2@example.test", "r3@example.test"),  # refused for now
+        ("r2@example.test", "r3@example.test"),
+        ("r4@example.test",),
+    ]
+
+
+def test_no_limits_no_pacing(closing: Callable[[Outbox], Outbox], tmp_path: Path) -> None:
+    submitter = Recording()
+    outbox = closing(_outbox(submitter))
+    start = time.monotonic()
+    for i in range(20):
+        outbox.send(_email(i))
+    assert time.monotonic() - start < 2
+    assert len(submitter.envelopes) == 20
+
+
+def test_a_provider_profile_fills_in_what_is_left_out_and_every_value_overrides() -> None:
+    recipients = {"recipients": {"to": "a@b.test"}}
+    gmail = load_options({"email": {"provider": "gmail", **recipients, "user": {
+        "username": "r@gmail.com", "password-command": "pass gmail"}}})  # fmt: skip
+    assert gmail.user is not None
+    assert str(gmail.user.smtp) == "smtps://smtp.gmail.com:465"
+    assert gmail.limits == SendLimits(emails_per_day=500, recipients_per_email=100)
+    mine = load_options({"email": {"provider": "outlook", **recipients,
+                                   "limits": {"emails-per-minute": 10},
+                                   "user": {"username": "r@contoso.com", "auth": "oauthbearer",
+                                            "token-command": "t",
+                                            "url-imap": "imaps://imap.contoso.com"}}})  # fmt: skip
+    assert mine.user is not None
+    assert (mine.user.mechanism, str(mine.user.imap)) == (
+        "oauthbearer",
+        "imaps://imap.contoso.com:993",
+    )
+    assert str(mine.user.smtp) == "smtp://smtp.office365.com:587"
+    assert mine.limits == SendLimits(emails_per_minute=10, recipients_per_email=500)
+    with pytest.raises(ConfigError, match=r"key 'email\.provider': expected one of gmail"):
+        load_options({"email": {"provider": "hotmail", **recipients}})
+
+
+def test_a_receiver_refused_for_its_connection_limit_backs_off_to_30_s_not_1() -> None:
+    from emailmw import ConnectionLimitError, ReceiveError
+    from emailmw._delivery.polling import next_backoff
+
+    waits, backoff = [], 0.1
+    for _ in range(12):
+        wait, backoff = next_backoff(backoff, ConnectionLimitError("full", server="imaps://x"))
+        waits.append(wait)
+    assert waits[:3] == [0.1, 0.2, 0.4]
+    assert waits[-1] == 30.0
+    assert sum(waits) > 120  # a dozen logins in over two minutes, not in twelve seconds
+    assert next_backoff(8.0, ReceiveError("gone")) == (1.0, 1.0)

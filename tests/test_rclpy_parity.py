@@ -174,6 +174,17 @@ def test_an_async_parameter_client_reads_and_sets_another_nodes_parameters(
         executor.shutdown()
 
 
+def test_waiting_for_a_missing_nodes_parameter_services_is_one_deadline(default: Any) -> None:
+    """``wait_for_services(0.3)`` for a node that is not there returns False after about
+    0.3 s in all, as rclpy's (one deadline shared by the node's six services)."""
+    from emailmw.parameter_client import AsyncParameterClient
+
+    client = AsyncParameterClient(emailmw.create_node("asker"), "/nobody")
+    start = time.monotonic()
+    assert not client.wait_for_services(0.3)
+    assert time.monotonic() - start < 1.0
+
+
 def test_ros_args_give_parameters_names_and_log_levels(tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
     params.write_text(

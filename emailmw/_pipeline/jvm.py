@@ -7,9 +7,11 @@ These JVM options remove most of that without changing a result:
 * ``-XX:SharedArchiveFile``: a dynamic CDS archive of the classes Spark loaded in an earlier
   run on this machine, mapped instead of loaded and verified. The first run records it
   (``-XX:ArchiveClassesAtExit``; the JVM writes it as it exits, which :func:`stop_session`
-  waits for) under ``$EMAILMW_CACHE_DIR`` (default ``~/.cache/emailmw``), keyed by the
-  Java binary and the PySpark installation. A stale or damaged archive is ignored by the
-  JVM (``-Xshare:auto``), never fatal.
+  waits for, at most 30 s: then the JVM is ended, the file removed and recording skipped
+  on this machine for a week) under ``$EMAILMW_CACHE_DIR`` (default ``~/.cache/emailmw``),
+  keyed by the Java binary and the PySpark installation. Files a JVM that is gone left
+  half-written are removed. A stale or damaged archive is ignored by the JVM
+  (``-Xshare:auto``), never fatal.
 * ``-XX:TieredStopAtLevel=1`` (C1 only) for jobs up to a million messages, which do
   not reach C2's pay-off. C1 also halves the JVM's start-up CPU, which Spark's Python
   workers share the cores with. Larger jobs keep tiered compilation, where C2 pays off in
@@ -42,18 +44,24 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["driver_java_options", "executor_java_options", "stop_session"]
+__all__ = ["clean_stale", "driver_java_options", "executor_java_options", "stop_session"]
 
 _JIT: Final = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 _QUIET: Final = "-Xlog:cds*=off -Xlog:cds=off"
 _GC: Final = "-XX:+UseParallelGC"
 _METASPACE: Final = "-XX:MetaspaceSize=256m"
 _CHOOSES_GC: Final = re.compile(r"-XX:\+Use\w*GC\b")
-_DUMP_TIMEOUT_S: Final = 120.0
+#: how long the command waits for the JVM to write the archive as it exits (a few seconds
+#: normally); past it the JVM is ended, the half-written archive removed, and recording
+#: skipped on this machine for _SKIP_DAYS (a JVM left writing would hold the command's
+#: output pipes open and leave hundreds of MB behind)
+_DUMP_TIMEOUT_S: Final = 30.0
 _EXIT_TIMEOUT_S: Final = 30.0
+_SKIP_DAYS: Final = 7.0
 
 # (archive being written, where it goes once the JVM has exited) for the running session
 _pending: tuple[Path, Path] | None = None
@@ -109,9 +117,12 @@ def driver_java_options(user_options: str | None, *, short_job: bool = True) -> 
         options.append(_GC)  # two collectors named is a JVM start-up error
     if key is not None:
         directory = cache_dir()
+        clean_stale(directory)
         final = directory / f"spark-cds-{key}.jsa"
         if final.is_file() and final.stat().st_size > 0:
             options.append(f"-XX:SharedArchiveFile={final}")
+        elif _skipping(directory / f"spark-cds-{key}.skip"):
+            pass  # recording did not finish in time here lately: not at all
         else:
             with contextlib.suppress(OSError):
                 directory.mkdir(parents=True, exist_ok=True)
@@ -121,6 +132,38 @@ def driver_java_options(user_options: str | None, *, short_job: bool = True) -> 
     if user_options:
         options.append(user_options)
     return " ".join(options)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(directory: Path) -> list[Path]:
+    """Remove archives a JVM began and never finished (its process is gone): the files
+    ``spark-cds-KEY.PID.tmp`` whose PID is not running. Returns what it removed."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for path in directory.glob("spark-cds-*.*.tmp"):
+            pid = path.name.rsplit(".", 2)[-2]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed.append(path)
+    return removed
+
+
+def _skipping(marker: Path) -> bool:
+    try:
+        age = time.time() - marker.stat().st_mtime
+    except OSError:
+        return False
+    return age < _SKIP_DAYS * 86_400
 
 
 def executor_java_options(user_options: str | None, *, short_job: bool = True) -> str | None:
@@ -180,6 +223,15 @@ def stop_session(spark: Any = None, *, exit_jvm: bool = False) -> None:
     try:
         proc.wait(timeout=_DUMP_TIMEOUT_S if pending else _EXIT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        # never left running: it holds the command's output open and the half-written file
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(timeout=10)
+        if pending is not None:
+            temp, final = pending
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+                final.with_suffix(".skip").touch()
         return
     if pending is None:
         return

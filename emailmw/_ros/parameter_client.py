@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,12 @@ class AsyncParameterClient:
         return all(c.service_is_ready() for c in self._clients)
 
     def wait_for_services(self, timeout_sec: float | None = None) -> bool:
-        """Wait until :meth:`services_are_ready`, at most ``timeout_sec`` seconds."""
-        return all(c.wait_for_service(timeout_sec) for c in self._clients)
+        """Wait until :meth:`services_are_ready`, at most ``timeout_sec`` seconds in all
+        (one deadline for the node's services, as rclpy's; None: without end)."""
+        if timeout_sec is None:
+            return all(c.wait_for_service(None) for c in self._clients)
+        deadline = time.monotonic() + timeout_sec
+        return all(c.wait_for_service(max(0.0, deadline - time.monotonic())) for c in self._clients)
 
     def list_parameters(
         self, prefixes: Sequence[str] | None = None, depth: int | None = None,

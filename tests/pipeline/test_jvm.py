@@ -76,3 +76,55 @@ def test_executors_get_the_driver_s_jit_and_collector_but_the_user_s_options_win
     assert mine.endswith("-XX:+UseG1GC -Xss4m")
     monkeypatch.setenv("EMAILMW_SPARK_CDS", "off")
     assert jvm.executor_java_options("-Xss4m") == "-Xss4m"
+
+
+def test_half_written_archives_of_gone_processes_are_removed(no_running_jvm: Path) -> None:
+    import os
+
+    dead = no_running_jvm / "spark-cds-abc.999999999.tmp"  # (no such process)
+    mine = no_running_jvm / f"spark-cds-abc.{os.getpid()}.tmp"
+    for path in (dead, mine):
+        path.write_bytes(b"half")
+    assert jvm.clean_stale(no_running_jvm) == [dead]
+    assert mine.exists()
+    jvm.driver_java_options(None)  # (every run cleans up first)
+    assert not dead.exists()
+
+
+def test_a_jvm_that_does_not_finish_the_archive_in_time_is_ended_and_recording_skipped(
+    no_running_jvm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JVM writing the archive at exit past the wait (``make demo`` hung for minutes
+    on a fresh machine, its output pipes held open, 340 MB left behind): it is killed,
+    its file removed, and later runs on the machine do not record again."""
+    import subprocess
+    import time
+
+    first = jvm.driver_java_options(None) or ""
+    assert "ArchiveClassesAtExit" in first
+    temp, final = jvm._pending or (None, None)
+    assert temp is not None
+    assert final is not None
+    temp.write_bytes(b"half-written")
+    proc = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE)
+
+    class Gateway:
+        def __init__(self) -> None:
+            self.proc = proc
+
+        def shutdown(self) -> None:
+            pass
+
+    monkeypatch.setattr(SparkContext, "_gateway", Gateway())
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    monkeypatch.setattr(jvm, "_DUMP_TIMEOUT_S", 0.5)
+    start = time.monotonic()
+    jvm.stop_session()
+    assert time.monotonic() - start < 10
+    assert proc.poll() is not None, "the JVM was left running"
+    assert not temp.exists()
+    assert not final.exists()
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    again = jvm.driver_java_options(None) or ""
+    assert "ArchiveClassesAtExit" not in again
+    assert "SharedArchiveFile" not in again

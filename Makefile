@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(PY) bench/delivery_modes.py --json bench/results/delivery_modes.json
 	$(PY) bench/bag.py --json bench/results/bag.json
 	$(PY) bench/batching.py --json bench/results/batching.json
+	$(PY) bench/quota.py --json bench/results/quota.json
 	$(PY) bench/pipeline.py --messages 200000 --format maildir --repeat 3 --json bench/results/pipeline_maildir.json
 	$(PY) bench/pipeline.py --messages 2000000 --format mbox --repeat 3 --json bench/results/pipeline_mbox.json
 

@@ -2,19 +2,21 @@
 
     python bench/quota.py [--minutes 10] [--rate 10] [--per-minute 20] [--json FILE]
 
-Starts its own server (state /tmp/emailmw-benchquota, on free ports; needs root). Two runs,
+Starts its own server (state /tmp/emailmw-benchquota, on free ports; needs root). Three runs,
 one after the other in this process, each a topic published at ``--rate`` Hz for
 ``--minutes`` under ``limits: {emails-per-minute: --per-minute}`` (a Workspace day's 2,000
 scaled to minutes: 20), batching allowed by the reader, ``send-guarantee: memory``:
 
 * ``password``: a password login;
-* ``oauth2``: XOAUTH2 with a ``token-command`` whose tokens live 60 s (each new login needs
-  a fresh one; the server drops the IMAP sessions every 45 s so that logins happen).
+* ``dropped``: a password login, the server dropping the IMAP sessions every 45 s;
+* ``oauth2``: XOAUTH2 with a ``token-command`` whose tokens live 60 s, the sessions dropped
+  every 45 s as in ``dropped`` (so that logins happen, each with a fresh token).
 
 Keys: ``emails_sent`` (emails the receiving account got; <= ``emails_budget``, the limit
 times the minutes plus its burst), ``lost`` (messages published and never received: 0),
-``p50_ms`` / ``p99_ms`` (publish -> received), and ``oauth2_*`` the same for the second
-run. Prints a table, writes JSON, exits 0.
+``p50_ms`` / ``p99_ms`` (publish -> received), and ``oauth2_*`` the same for the third
+run, ``dropped_*`` for the run between (what dropped sessions cost, OAuth2 aside). Prints
+a table, writes JSON, exits 0.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def pct(samples: list[float], q: float) -> float:
 
 
 def run(
-    server: MailServer, auth: str, minutes: float, rate: float, per_minute: int
+    server: MailServer, auth: str, minutes: float, rate: float, per_minute: int, *, kick: bool
 ) -> dict[str, Any]:
     sender, receiver = server.fresh_account(), server.fresh_account()
     extra: dict[str, Any] = {"auth": auth, "token_lifetime": 60} if auth != "password" else {}
@@ -69,7 +71,7 @@ def run(
         listener.start_receiving()
         assert talker.wait_for_readers("batch", 60)
         threads.append(threading.Thread(target=receive, args=(sub,), daemon=True))
-        if auth != "password":
+        if kick:
             threads.append(threading.Thread(target=kick, daemon=True))
         for t in threads:
             t.start()
@@ -120,17 +122,21 @@ def main() -> int:
     server = MailServer(state_dir=state, pool_size=10)
     server.start(fresh=True)
     try:
-        password = run(server, "password", args.minutes, args.rate, args.per_minute)
-        oauth2 = run(server, "oauth2", args.minutes, args.rate, args.per_minute)
+        common = (args.minutes, args.rate, args.per_minute)
+        password = run(server, "password", *common, kick=False)
+        kicked = run(server, "password", *common, kick=True)
+        oauth2 = run(server, "oauth2", *common, kick=True)
     finally:
         server.stop()
         shutil.rmtree(state, ignore_errors=True)
-    result = {**password, **{f"oauth2_{k}": v for k, v in oauth2.items()}}
+    result = {**password, **{f"oauth2_{k}": v for k, v in oauth2.items()},
+              **{f"dropped_{k}": v for k, v in kicked.items()}}  # fmt: skip
     result.update(minutes=args.minutes, rate_hz=args.rate, per_minute=args.per_minute)
     print(f"{args.rate:g} Hz for {args.minutes:g} min under emails-per-minute {args.per_minute}")
     heads = ("messages", "emails", "budget", "lost", "p50 ms", "p99 ms")
     print(f"{'run':10} " + " ".join(f"{h:>9}" for h in heads))
-    for name, r in (("password", password), ("oauth2", oauth2)):
+    runs = (("password", password), ("dropped", kicked), ("oauth2", oauth2))
+    for name, r in runs:
         cells = ("messages", "emails_sent", "emails_budget", "lost", "p50_ms", "p99_ms")
         print(f"{name:10} " + " ".join(f"{r[c]!s:>9}" for c in cells))
     args.json.parent.mkdir(parents=True, exist_ok=True)

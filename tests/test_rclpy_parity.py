@@ -76,6 +76,7 @@ def test_the_modules_and_names_are_rclpys() -> None:
         "emailmw.context": ["Context"],
         "emailmw.serialization": ["serialize_message", "deserialize_message"],
         "emailmw.parameter_client": ["AsyncParameterClient"],
+        "emailmw.wait_for_message": ["wait_for_message"],
         "emailmw.std_msgs.msg": ["String", "Header", "Float64MultiArray"],
         "emailmw.geometry_msgs.msg": ["Point", "Pose", "Twist", "Vector3", "Quaternion",
                                       "PoseStamped", "TransformStamped"],
@@ -183,6 +184,33 @@ def test_waiting_for_a_missing_nodes_parameter_services_is_one_deadline(default:
     start = time.monotonic()
     assert not client.wait_for_services(0.3)
     assert time.monotonic() - start < 1.0
+
+
+def test_wait_for_message_as_rclpy_has_it_and_the_core_function_still_works(
+    default: Any,
+) -> None:
+    """``from rclpy.wait_for_message import wait_for_message`` renamed: ``(True, msg)`` for
+    the next message without spinning, ``(False, None)`` on timeout, the node's other
+    callbacks not run; importing the module leaves ``emailmw.wait_for_message(sub, t)``
+    (the core API's function of the same name) working."""
+    from emailmw.wait_for_message import wait_for_message
+
+    node = emailmw.create_node("waiter")
+    other: list[Any] = []
+    node.create_subscription(String, "/chatter", other.append, 10)
+    publisher = emailmw.create_node("talker").create_publisher(String, "/chatter", 10)
+    timer = threading.Timer(0.2, lambda: publisher.publish(String(data="hello")))
+    timer.start()
+    ok, msg = wait_for_message(String, node, "/chatter", time_to_wait=10)
+    timer.join()
+    assert ok
+    assert msg == String(data="hello")
+    assert other == []  # (nobody spun the node)
+    assert wait_for_message(String, node, "/chatter", time_to_wait=0.2) == (False, None)
+    assert len(node.subscriptions) == 1  # the wait's own subscription is gone
+    core = emailmw.Subscription("/core")
+    emailmw.Publisher("/core").publish("raw")
+    assert emailmw.wait_for_message(core, 5) == "raw"
 
 
 def test_ros_args_give_parameters_names_and_log_levels(tmp_path: Path) -> None:

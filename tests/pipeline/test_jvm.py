@@ -115,6 +115,9 @@ def test_a_jvm_that_does_not_finish_the_archive_in_time_is_ended_and_recording_s
         def shutdown(self) -> None:
             pass
 
+    # (stop_session clears _gateway and _jvm: both restored after the test, for the
+    # session's own JVM that later tests use)
+    monkeypatch.setattr(SparkContext, "_jvm", SparkContext._jvm)
     monkeypatch.setattr(SparkContext, "_gateway", Gateway())
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     monkeypatch.setattr(jvm, "_DUMP_TIMEOUT_S", 0.5)

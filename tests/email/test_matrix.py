@@ -7,12 +7,13 @@ Factors: transport {native, curl}; batching {off, on}; size {small, split, split
 security {off, enforce, enforce+encryption}; delivery {plain, stateful group, stateless
 group}; on-receive {keep, seen, delete, move}; state file {no, yes}; fault {none, SIGKILL
 receiver, SIGKILL publisher with spool, poison, callback raises}; path {direct, through a
-gateway between two mail servers}. ``make test`` runs every pair of values
-(``allpairspy``: 20 combinations, each its own processes); ``EMAILMW_MATRIX=full`` every
-triple. A delivery group reads with ``on-receive: keep`` (it moves what it processed
-itself): combinations that pair a group with another action are not made. The gateway
-path carries floctrl messages (a routed face: what gateways relay), encrypted nowhere
-(encryption names ROS topics) and uncompressed (floctrl has no compression).
+gateway between two mail servers}; login {password, OAuth2 (XOAUTH2, a token-command)}.
+``make test`` runs every pair of values (``allpairspy``: 21 combinations, each its own
+processes); ``EMAILMW_MATRIX=full`` every triple. A delivery group reads with
+``on-receive: keep`` (it moves what it processed itself): combinations that pair a group
+with another action are not made. The gateway path carries floctrl messages (a routed
+face: what gateways relay), encrypted nowhere (encryption names ROS topics) and
+uncompressed (floctrl has no compression).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ FACTORS: dict[str, list[str]] = {
     "state_file": ["no", "yes"],
     "fault": ["none", "kill-receiver", "kill-publisher", "poison", "callback-raises"],
     "path": ["direct", "gateway"],
+    "auth": ["password", "oauth2"],
 }
 COUNT = 24  # messages a combination publishes
 BODY = {"small": 0, "split": 300_000, "split+zstd": 300_000}  # (three parts of 256 KiB)
@@ -103,8 +105,9 @@ class World:
         return {"security": found}
 
     def transport(self) -> dict[str, Any]:
+        """How every account of the combination connects and logs in."""
         transport = self.combo["transport"]
-        return {"transport": transport, **transport_extra(transport)}
+        return {"transport": transport, "auth": self.combo["auth"], **transport_extra(transport)}
 
     def sub_config(self, name: str) -> dict[str, Any]:
         on_receive = self.combo["on_receive"]

@@ -4,6 +4,8 @@ the real one)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from emailmw._core.protocol import Recipients, classify, publish_email
 from emailmw._core.types import Gid
 from emailmw._delivery.peers import PeerTable, ReaderRecord, read_record, record_body
@@ -90,3 +92,41 @@ def test_a_part_taken_over_goes_where_the_rest_of_its_message_goes() -> None:
             mine = me == owner(key, alive)
             assert (5 in work.take.get("dead", [])) is mine
             assert (set(work.claim) == {12, 13}) is mine
+
+
+def test_a_stale_record_is_read_again_before_it_expires_and_batching_never_stops() -> None:
+    """A sender without a polling thread whose reader's record grew older than a period:
+    the mailbox is read again then (in the background), so the reader's answer to the
+    probe renews it before it expires (it was read only once the record had expired: the
+    sender sent single messages meanwhile, each an email of a provider's budget)."""
+    import threading
+    import time
+
+    from emailmw._delivery.peers import GRAPH_TOPIC, READER_TYPE, Peers
+
+    period = 0.5  # (stale after one period, expired after three: 1.5 s)
+    reads = threading.Event()
+
+    def history() -> list[Any]:
+        reads.set()
+        body = record_body("reader", "7", "bob@x", ["batch"], period)
+        email = publish_email(
+            GRAPH_TOPIC, body, recipients=Recipients("bob@x", ("alice@x",)), gid=Gid(7),
+            sequence_number=1, timestamp_ns=time.time_ns(),
+            headers={"Message-Type": READER_TYPE},
+        )  # fmt: skip
+        return [email]
+
+    peers = Peers("alice@x", frozenset({"batch"}), send=lambda email: None, history=history,
+                  trusts=lambda email: True, receiving=lambda: False, period=period)  # fmt: skip
+    start = time.monotonic()
+    peers._note(ReaderRecord("reader", "7", "bob@x", frozenset({"batch"}), period,
+                             time.time_ns()))  # fmt: skip
+    assert peers.accept(["bob@x"], "batch")
+    time.sleep(0.7)  # stale, not expired
+    assert peers.accept(["bob@x"], "batch")
+    assert reads.wait(5), "the mailbox was not read again while the record was stale"
+    # past the first record's expiry (the second, read at 0.7 s or later, lives to 2.2 s)
+    time.sleep(max(0.0, start + 1.6 - time.monotonic()))
+    assert peers.accept(["bob@x"], "batch")
+    peers.close()

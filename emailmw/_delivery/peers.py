@@ -351,8 +351,8 @@ class Peers:
 
     def _ask(self, accounts: Sequence[str], *, waiting: bool = False) -> None:
         """Probe the accounts not known yet, or known by records older than a period (at
-        most every 10 s each), and read the mailbox's records when no polling thread
-        does."""
+        most every 10 s each), and read the mailbox's records (for either) when no polling
+        thread does."""
         now = time.monotonic()
         with self._lock:
             unknown = self._table.unknown(accounts, time.time_ns())
@@ -363,7 +363,10 @@ class Peers:
                 self._probed[account] = now
         for account in probe:
             self._tell("probe", account, ())
-        if unknown:
+        if unknown or stale:
+            # (stale: the answer to the probe is read before the record expires, so that
+            # a sender never falls back to single messages for the moment it takes to
+            # read it again: under a provider's budget each would spend an email)
             self._refresh(_REFRESH_WAITING if waiting else _REFRESH_IDLE)
 
     def _refresh(self, every: float) -> None:

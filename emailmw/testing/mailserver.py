@@ -303,14 +303,17 @@ class MailServer:
         tls: bool = True,
         auth: str = "password",
         token_lifetime: float = 3600.0,
+        quick_token: bool = True,
         **extra: Any,
     ) -> dict[str, Any]:
         """An emailmw configuration (the ``email:`` mapping) for ``address`` on this server.
 
         ``tls=True`` uses implicit TLS (smtps/imaps) verified against :attr:`ca_file`;
         ``False`` uses the plain ports with STARTTLS, still verified. ``auth``:
-        ``password``, or ``oauth2`` / ``oauthbearer`` with a ``token-command`` that asks
-        this helper for a token living ``token_lifetime`` seconds (:meth:`oauth2_token`).
+        ``password``, or ``oauth2`` / ``oauthbearer`` with a ``token-command`` giving a
+        token living ``token_lifetime`` seconds (:meth:`oauth2_token`): one minted now and
+        read from a file (``quick_token``, for a life of 10 minutes or more: what tests use,
+        no Python start per login), or a fresh one each time (:meth:`token_command`).
         """
         smtp = (
             f"smtps://{self.host}:{self.smtps_port}"
@@ -322,7 +325,13 @@ class MailServer:
             if tls
             else (f"imap://{self.host}:{self.imap_port}")
         )
-        command = self.token_command(address, token_lifetime)
+        command = ""
+        if auth != "password":
+            command = (
+                self.token_file_command(address, token_lifetime)
+                if quick_token and token_lifetime >= 600
+                else self.token_command(address, token_lifetime)
+            )
         config: dict[str, Any] = {
             "transport": transport,
             "user": {
@@ -735,6 +744,20 @@ class MailServer:
             "username_attribute = email\n"
         )
 
+    def token_file_command(self, address: str, lifetime: float = 3600.0) -> str:
+        """A ``token-command`` printing a token minted now (kept in a private file of the
+        state directory, minted again once less than half its life is left)."""
+        tokens = self.state_dir / "tokens"
+        tokens.mkdir(mode=0o700, exist_ok=True)
+        path = tokens / f"{address}.{round(lifetime)}.jwt"
+        try:
+            fresh = time.time() - path.stat().st_mtime < lifetime / 2
+        except OSError:
+            fresh = False
+        if not fresh:
+            _write_private(path, (self.oauth2_token(address, lifetime=lifetime) + "\n").encode())
+        return shlex.join(["cat", str(path)])
+
     def token_command(self, address: str, lifetime: float = 3600.0) -> str:
         """A shell command printing a fresh :meth:`oauth2_token` (a ``token-command:``)."""
         helper = [sys.executable, "-m", "emailmw.testing.mailserver", "token", address]
@@ -924,7 +947,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "token":
                 print(server.oauth2_token(account, lifetime=args.lifetime))
                 return 0
-            email = server.config(account, auth=args.auth, token_lifetime=args.lifetime)
+            email = server.config(
+                account, auth=args.auth, token_lifetime=args.lifetime, quick_token=False
+            )
             text = yaml.safe_dump({"email": email}, sort_keys=False)
             if args.out is None:
                 print(text, end="")

@@ -113,3 +113,12 @@ def email_context(mailserver: MailServer) -> Iterator[MakeContext]:
     yield make
     for context in made:
         context.shutdown()
+
+
+@pytest.fixture
+def closing() -> Iterator[Callable[[Any], Any]]:
+    """``closing(outbox)``: the outbox, closed after the test."""
+    made: list[Any] = []
+    yield lambda outbox: made.append(outbox) or outbox
+    for outbox in made:
+        outbox.close()

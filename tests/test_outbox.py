@@ -5,7 +5,7 @@ returns, what is retried, where failures go, and the spool across a process's de
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,14 +60,6 @@ def _outbox(submitter: Submitter, tmp_path: Path | None = None, **extra: object)
 
 def _email(n: int) -> Email:
     return Email(f"t{n}", "b", "me@example.test", "you@example.test", message_id=f"<{n}@x>")
-
-
-@pytest.fixture
-def closing() -> Iterator[Callable[[Outbox], Outbox]]:
-    made: list[Outbox] = []
-    yield lambda outbox: made.append(outbox) or outbox
-    for outbox in made:
-        outbox.close()
 
 
 TEMPORARY = SendError("451 try later", temporary=True)

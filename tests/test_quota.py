@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -122,14 +122,6 @@ def _outbox(submitter: Scripted, **extra: object) -> Outbox:
         **extra,
     }  # fmt: skip
     return Outbox(submitter, load_options(config))
-
-
-@pytest.fixture
-def closing() -> Iterator[Callable[[Outbox], Outbox]]:
-    made: list[Outbox] = []
-    yield lambda outbox: made.append(outbox) or outbox
-    for outbox in made:
-        outbox.close()
 
 
 def _email(n: int, to: tuple[str, ...] = ("you@example.test",)) -> Email:

@@ -17,12 +17,24 @@ from typing import Any
 import imapclient
 import yaml
 
+import emailmw
 from emailmw.testing.mailserver import MailServer
 
-from ..helpers import Recorder
+from ..helpers import Recorder, deadline_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSPORTS = ["native", "curl"]
+
+
+def receive_bodies(sub: emailmw.Subscription, count: int, timeout: float = 60) -> list[str]:
+    """Up to ``count`` messages of ``sub`` (their bodies), waiting at most ``timeout``."""
+    got: list[str] = []
+    more = deadline_loop(timeout)
+    while len(got) < count and more():
+        found = emailmw.wait_for_message(sub, 1)
+        if found is not None:
+            got.append(found)
+    return got
 
 
 def transport_extra(transport: str) -> dict[str, Any]:

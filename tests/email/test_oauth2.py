@@ -21,22 +21,11 @@ import pytest
 import emailmw
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
-from tests.helpers import deadline_loop
 
-from .helpers import transport_extra
+from .helpers import receive_bodies, transport_extra
 
 CASES = [("native", "oauth2"), ("native", "oauthbearer"), ("curl", "oauth2"),
          ("curl", "oauthbearer")]  # fmt: skip
-
-
-def _receive(sub: emailmw.Subscription, count: int, timeout: float = 60) -> list[str]:
-    got: list[str] = []
-    more = deadline_loop(timeout)
-    while len(got) < count and more():
-        found = emailmw.wait_for_message(sub, 1)
-        if found is not None:
-            got.append(found)
-    return got
 
 
 def _logged_in(server: MailServer, address: str) -> set[str]:
@@ -76,7 +65,7 @@ def test_an_oauth2_account_sends_and_receives_and_no_log_shows_the_token(
     for i in range(3):
         pub.publish(f"m{i}")
     assert talker.flush(30)
-    assert sorted(_receive(sub, 3)) == ["m0", "m1", "m2"]
+    assert sorted(receive_bodies(sub, 3)) == ["m0", "m1", "m2"]
     mechanism = "XOAUTH2" if auth == "oauth2" else "OAUTHBEARER"
     assert f"imap {mechanism}" in _logged_in(mailserver, receiver)
     assert f"smtp {mechanism}" in _logged_in(mailserver, sender)
@@ -131,7 +120,7 @@ def test_tokens_that_expire_mid_stream_lose_nothing(
                 if found is not None:
                     got.append(found)
         assert talker.flush(60)
-        got += _receive(sub, 24 - len(got))
+        got += receive_bodies(sub, 24 - len(got))
         assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(24)]
         assert len(counters[receiver].read_text().splitlines()) >= 3, "no token fetched anew"
     finally:
@@ -238,7 +227,7 @@ def test_a_refresh_token_is_exchanged_at_the_token_endpoint_and_rotated(
         sub = emailmw.Subscription("/idp", context=ctx)
         ctx.start_receiving()
         emailmw.Publisher("/idp", context=ctx).publish("via the provider")
-        assert _receive(sub, 1) == ["via the provider"]
+        assert receive_bodies(sub, 1) == ["via the provider"]
         user = ctx.options.user
         assert user is not None
         assert user.refresh(user.secret()) is not None  # as after a refused login

@@ -18,19 +18,8 @@ import pytest
 import emailmw
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
-from tests.helpers import deadline_loop
 
-from .helpers import TRANSPORTS, transport_extra
-
-
-def _receive(sub: emailmw.Subscription, count: int, timeout: float = 60) -> list[str]:
-    got: list[str] = []
-    more = deadline_loop(timeout)
-    while len(got) < count and more():
-        found = emailmw.wait_for_message(sub, 1)
-        if found is not None:
-            got.append(found)
-    return got
+from .helpers import TRANSPORTS, receive_bodies, transport_extra
 
 
 def _emails(server: MailServer, address: str) -> int:
@@ -57,7 +46,7 @@ def test_a_10_hz_topic_under_30_emails_a_minute_arrives_whole_in_fewer_emails(
         pub.publish(f"m{i}")
         time.sleep(max(0.0, start + (i + 1) * 0.1 - time.monotonic()))
     assert talker.flush(30)
-    got = _receive(sub, 40)
+    got = receive_bodies(sub, 40)
     assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(40)]
     assert _emails(mailserver, receiver) <= 3 + 4 // 2 + 2
 
@@ -97,7 +86,7 @@ def test_a_throttling_server_holds_the_outbox_and_nothing_is_lost(
         for i in range(5):
             pub.publish(f"m{i}")
         assert talker.flush(60)
-        got = _receive(sub, 5)
+        got = receive_bodies(sub, 5)
         assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(5)]
         holds = [r.getMessage() for r in caplog.records if "throttles sending" in r.getMessage()]
         assert holds, "the server never throttled: the test tests nothing"

@@ -23,21 +23,22 @@ class Provider:
     login: str = ""
 
 
+def _gmail(name: str, per_day: int) -> Provider:
+    """Gmail, a consumer account or Workspace's: the same servers and login, the day's
+    sending budget differs."""
+    return Provider(
+        name,
+        {"url-smtp": "smtps://smtp.gmail.com:465", "url-imap": "imaps://imap.gmail.com:993"},
+        {"emails-per-day": per_day, "recipients-per-email": 100},
+        "OAuth2 (auth: oauthbearer or oauth2), or an app password (2-step verification)",
+    )
+
+
 PROVIDERS: Final[dict[str, Provider]] = {
     p.name: p
     for p in (
-        Provider(
-            "gmail",
-            {"url-smtp": "smtps://smtp.gmail.com:465", "url-imap": "imaps://imap.gmail.com:993"},
-            {"emails-per-day": 500, "recipients-per-email": 100},
-            "OAuth2 (auth: oauthbearer or oauth2), or an app password (2-step verification)",
-        ),
-        Provider(
-            "gmail-workspace",
-            {"url-smtp": "smtps://smtp.gmail.com:465", "url-imap": "imaps://imap.gmail.com:993"},
-            {"emails-per-day": 2000, "recipients-per-email": 100},
-            "OAuth2 (auth: oauthbearer or oauth2), or an app password (2-step verification)",
-        ),
+        _gmail("gmail", 500),
+        _gmail("gmail-workspace", 2000),
         Provider(
             "outlook",
             {

@@ -505,6 +505,7 @@ class Outbox(EmailSender):
                 self._note_hold()
                 self._cond.wait(hold)
                 continue
+            self._held_by = ""  # (the episode is over: the next hold is said again)
             full = len(run) >= head.batch.max_messages
             remaining = until - time.monotonic()
             if not batching or head.idle or full or remaining <= 0 or self._closed:

@@ -43,7 +43,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def mailserver() -> Iterator[MailServer]:
     """The run's own server: its own state directory (``EMAILMW_TEST_MAIL_STATE``, else a
-    fresh one) on free ports, so that two test runs on one machine never meet.
+    fresh one) on free ports, so that two test runs on one machine never meet. Its Dovecot
+    allows an account 10 IMAP sessions from one address, Dovecot's default (what users'
+    servers have; ``EMAILMW_TEST_MAX_CONN`` sets another to compare).
 
     Where it cannot run (not root) its tests are skipped with the reason, except where the
     run must test everything (``EMAILMW_REQUIRE_MAILSERVER=1``, which CI sets): there they
@@ -56,7 +58,7 @@ def mailserver() -> Iterator[MailServer]:
     given = os.environ.get("EMAILMW_TEST_MAIL_STATE")
     state = Path(given) if given else Path(tempfile.mkdtemp(prefix="emailmw-test-", dir="/tmp"))
     server = MailServer(
-        state_dir=state, max_userip_connections=int(os.environ.get("EMAILMW_TEST_MAX_CONN", "500"))
+        state_dir=state, max_userip_connections=int(os.environ.get("EMAILMW_TEST_MAX_CONN", "10"))
     )
     server.start(fresh=True)
     yield server

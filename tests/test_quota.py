@@ -202,7 +202,9 @@ def test_a_provider_profile_fills_in_what_is_left_out_and_every_value_overrides(
         "username": "r@gmail.com", "password-command": "pass gmail"}}})  # fmt: skip
     assert gmail.user is not None
     assert str(gmail.user.smtp) == "smtps://smtp.gmail.com:465"
-    assert gmail.limits == SendLimits(emails_per_day=500, recipients_per_email=100)
+    assert gmail.limits == SendLimits(
+        emails_per_day=500, recipients_per_email=100, max_connections=15
+    )
     mine = load_options({"email": {"provider": "outlook", **recipients,
                                    "limits": {"emails-per-minute": 10},
                                    "user": {"username": "r@contoso.com", "auth": "oauthbearer",

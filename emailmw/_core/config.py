@@ -31,6 +31,7 @@ from .providers import PROVIDERS, with_profile
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
     "MAIL_ACCOUNT",
     "NO_BATCH",
     "AccountFormat",
@@ -200,15 +201,22 @@ class TLSOptions:
     starttls: bool = True
 
 
+#: IMAP connections per account a process holds at most (Dovecot's default)
+DEFAULT_MAX_CONNECTIONS: Final = 10
+
+
 @dataclass(frozen=True, slots=True)
 class SendLimits:
-    """What the provider lets an account send (``limits:``; None: no limit): emails in any
-    60 s and in any 24 h (rolling, as providers count), and recipients of one SMTP
-    transaction. The outbox paces itself to stay within them (``docs/providers.md``)."""
+    """What the provider lets an account do (``limits:``; None: no limit): send emails in any
+    60 s and in any 24 h (rolling, as providers count), with recipients of one SMTP
+    transaction, and hold IMAP connections open at once (per process: ``max-connections``,
+    Dovecot's default 10). The outbox paces itself to stay within them; connections wait
+    for a slot (``docs/providers.md``)."""
 
     emails_per_minute: int | None = None
     emails_per_day: int | None = None
     recipients_per_email: int | None = None
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
     @property
     def any(self) -> bool:
@@ -798,19 +806,26 @@ def _read_max_email_bytes(reader: ConfigSection) -> int | None:
 
 
 _BATCH_KEYS: Final = frozenset({"linger-ms", "max-messages", "max-bytes"})
-_LIMIT_KEYS: Final = frozenset({"emails-per-minute", "emails-per-day", "recipients-per-email"})
+_LIMIT_KEYS: Final = frozenset(
+    {"emails-per-minute", "emails-per-day", "recipients-per-email", "max-connections"}
+)
 
 
 def _read_limits(reader: ConfigSection) -> SendLimits:
     """The ``limits`` section: ``emails-per-minute``, ``emails-per-day``,
-    ``recipients-per-email`` (each a positive integer; absent: no limit)."""
+    ``recipients-per-email`` (each a positive integer; absent: no limit), and
+    ``max-connections`` (a positive integer; absent: 10)."""
     section = reader.mapping("limits", _LIMIT_KEYS)
     if section is None:
         return SendLimits()
-    values: list[int | None] = []
-    for key in ("emails-per-minute", "emails-per-day", "recipients-per-email"):
-        values.append(section.integer(key, 1) if key in section.data else None)
-    return SendLimits(*values)
+    per_minute, per_day, recipients = (
+        section.integer(key, 1) if key in section.data else None
+        for key in ("emails-per-minute", "emails-per-day", "recipients-per-email")
+    )
+    return SendLimits(
+        per_minute, per_day, recipients,
+        max_connections=section.integer("max-connections", DEFAULT_MAX_CONNECTIONS),
+    )  # fmt: skip
 
 
 def _read_batch(reader: ConfigSection) -> BatchPolicy:

@@ -29,7 +29,7 @@ def _gmail(name: str, per_day: int) -> Provider:
     return Provider(
         name,
         {"url-smtp": "smtps://smtp.gmail.com:465", "url-imap": "imaps://imap.gmail.com:993"},
-        {"emails-per-day": per_day, "recipients-per-email": 100},
+        {"emails-per-day": per_day, "recipients-per-email": 100, "max-connections": 15},
         "OAuth2 (auth: oauthbearer or oauth2), or an app password (2-step verification)",
     )
 

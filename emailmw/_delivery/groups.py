@@ -16,12 +16,13 @@ from collections.abc import Callable
 from typing import Protocol
 
 from .._core.config import Options
-from .._core.errors import ConfigError
+from .._core.errors import ConfigError, ConnectionLimitError
 from .._core.log import RefusalLog, get_logger
 from .._core.types import Email
 from .._security import Security
 from .._transport.budget import ReceiveBudget
 from .._transport.common import unpack_logged
+from .._transport.connections import spare
 from .._transport.group import MODES, GroupSettings, GroupStore, Head, check_group
 from .._transport.group.receiver import GroupReceiver, Wants
 from .polling import Acknowledge, Handler, PollingManager
@@ -66,9 +67,10 @@ class GroupHost(Protocol):
 
 class GroupConsumer:
     """A group member's own receiving: a ``GroupReceiver`` on two new connections of the
-    host's account (``host.group_store``) and a polling thread that hands what it claimed
-    to ``handler``. Joins the group at once; :meth:`close` stops it (its claims pass to
-    another member once its record expires).
+    host's account (``host.group_store``; one, settling on the receiving thread, where the
+    account's ``max-connections`` has no room for the second) and a polling thread that
+    hands what it claimed to ``handler``. Joins the group at once; :meth:`close` stops it
+    (its claims pass to another member once its record expires).
 
     ``wants`` selects the inbox messages this member claims; ``capacity`` and ``notify`` as
     the receiver's ``capacity`` and ``on_change``."""
@@ -96,11 +98,20 @@ class GroupConsumer:
             )
         unusable = RefusalLog(logger=get_logger("groups"))
         store = host.group_store(group)
-        try:
-            settle_store = host.group_store(group)
-        except BaseException:
-            store.close()
-            raise
+        settle_store: GroupStore | None = None
+        if spare(options):
+            try:
+                settle_store = host.group_store(group)
+            except ConnectionLimitError:
+                pass  # (another entity took the last slot meanwhile)
+            except BaseException:
+                store.close()
+                raise
+        if settle_store is None:
+            get_logger("groups").info(
+                "a member of group %s settles on its receiving connection: the account's "
+                "max-connections has no room for a second", group,
+            )  # fmt: skip
         self.receiver = GroupReceiver(
             store,
             settle_store=settle_store,

@@ -24,6 +24,7 @@ import re
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Final
 
@@ -49,6 +50,7 @@ from .common import (
     unpack_fetched,
     warn_if_unverified,
 )
+from .connections import Slot, take_slot
 from .errors import curl_errors
 from .outbox import Outbox, Submission, Submitter
 
@@ -169,6 +171,7 @@ class CurlContext:
         self.endpoint = endpoint
         self.server = endpoint.url
         handle = pycurl.Curl()
+        handle.setopt(pycurl.MAXCONNECTS, 1)
         self._user = user
         self._secret = user.secret()
         curl_login_options(handle, user, self._secret)
@@ -205,6 +208,15 @@ class CurlContext:
             handle.setopt(pycurl.VERBOSE, 1)
             handle.setopt(pycurl.DEBUGFUNCTION, self._debug)
         self.handle = handle
+        # an IMAP handle is one connection of its account's budget (``connections``), given
+        # back when it closes (or is collected)
+        self._slot: Slot | None = None
+        if endpoint.scheme in ("imap", "imaps"):
+            slot = take_slot(
+                user.username, self.server, options.limits.max_connections, wait=options.timeout
+            )
+            weakref.finalize(self, slot.release)
+            self._slot = slot
 
     @contextlib.contextmanager
     def watching_replies(self) -> Iterator[None]:
@@ -285,6 +297,8 @@ class CurlContext:
 
     def close(self) -> None:
         self.handle.close()
+        if self._slot is not None:
+            self._slot.release()
 
 
 class CurlExecutor:

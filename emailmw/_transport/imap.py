@@ -20,14 +20,16 @@ import datetime
 import select
 import socket
 import ssl
+import weakref
 from typing import Any
 
 import imapclient
 import imapclient.exceptions
 from imapclient import response_parser
 
-from .._core.config import Endpoint, Options, UserInfo
+from .._core.config import DEFAULT_MAX_CONNECTIONS, Endpoint, Options, UserInfo
 from .auth import imap_login
+from .connections import Slot, take_slot
 
 __all__ = [
     "body",
@@ -43,6 +45,31 @@ __all__ = [
 ]
 
 
+class _CountedClient(imapclient.IMAPClient):  # type: ignore[misc]  # (untyped)
+    """An imapclient connection holding a slot of its account's connection budget
+    (``connections``), given back when it logs out or shuts down (or is collected)."""
+
+    _slot: Slot | None = None
+
+    def _keep(self, slot: Slot) -> None:
+        self._slot = slot
+        weakref.finalize(self, slot.release)
+
+    def logout(self) -> Any:
+        try:
+            return super().logout()
+        finally:
+            if self._slot is not None:
+                self._slot.release()
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()
+        finally:
+            if self._slot is not None:
+                self._slot.release()
+
+
 def open_imap_folder(
     endpoint: Endpoint,
     user: UserInfo,
@@ -52,19 +79,28 @@ def open_imap_folder(
     timeout: float,
     folder: str,
     readonly: bool,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
     """A logged-in imapclient connection with ``folder`` selected, and the SELECT's answer:
-    implicit TLS on ``imaps``, STARTTLS on ``imap`` unless ``starttls`` is false. Raw backend
-    errors propagate (callers translate them with ``errors.imap_errors``); a connection
-    that failed half-way is shut down."""
+    implicit TLS on ``imaps``, STARTTLS on ``imap`` unless ``starttls`` is false. It holds
+    one of the ``max_connections`` slots of its account in this process until it logs out
+    or shuts down (``connections``: a :class:`~emailmw.ConnectionLimitError` when none is
+    free). Raw backend errors propagate (callers translate them with
+    ``errors.imap_errors``); a connection that failed half-way is shut down."""
     implicit = endpoint.scheme == "imaps"
-    client = imapclient.IMAPClient(
-        endpoint.host,
-        port=endpoint.port,
-        ssl=implicit,
-        ssl_context=context if implicit else None,
-        timeout=timeout,
-    )
+    slot = take_slot(user.username, endpoint.url, max_connections, wait=timeout)
+    try:
+        client = _CountedClient(
+            endpoint.host,
+            port=endpoint.port,
+            ssl=implicit,
+            ssl_context=context if implicit else None,
+            timeout=timeout,
+        )
+    except BaseException:
+        slot.release()
+        raise
+    client._keep(slot)
     try:
         if not implicit and starttls:
             client.starttls(context)
@@ -91,6 +127,7 @@ def open_account_folder(
         timeout=options.timeout,
         folder=options.folder,
         readonly=readonly,
+        max_connections=options.limits.max_connections,
     )
 
 

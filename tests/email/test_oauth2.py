@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 import pytest
 
 import emailmw
+from emailmw._transport.connections import in_use
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
 
@@ -102,6 +103,7 @@ def test_tokens_that_expire_mid_stream_lose_nothing(
         config["user"]["token-command"] = _counted(mailserver, address, counters[address], 2)
         contexts.append(emailmw.Context({"email": config}))
     listener, talker = contexts
+    imap = str(config["user"]["url-imap"])
     try:
         sub = emailmw.Subscription("/stream", context=listener)
         listener.start_receiving()
@@ -123,9 +125,13 @@ def test_tokens_that_expire_mid_stream_lose_nothing(
         got += receive_bodies(sub, 24 - len(got))
         assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(24)]
         assert len(counters[receiver].read_text().splitlines()) >= 3, "no token fetched anew"
+        # each dropped session gave its slot of max-connections back (none leaked)
+        assert in_use(receiver, imap) <= 1
+        assert in_use(sender, imap) <= 1
     finally:
         for ctx in contexts:
             ctx.shutdown()
+    assert in_use(receiver, imap) == in_use(sender, imap) == 0
 
 
 @pytest.mark.parametrize("transport", ["native", "curl"])

@@ -18,6 +18,7 @@ import pytest
 import emailmw
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
+from tests.helpers import deadline_loop
 
 from .helpers import TRANSPORTS, receive_bodies, transport_extra
 
@@ -122,3 +123,56 @@ def test_a_connection_beyond_the_servers_limit_is_one_clear_error_not_a_login_re
     finally:
         for ctx in contexts:
             ctx.shutdown()
+
+
+def _sessions(server: MailServer, address: str) -> int:
+    """The IMAP sessions the server counts for ``address`` now (``doveadm who``)."""
+    for line in server.doveadm("who").splitlines():
+        if line.split()[:1] == [address]:
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_process_stays_within_max_connections_and_the_next_is_one_clear_error(
+    mailserver: MailServer, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    """``limits: {max-connections: 4}``: a context's receiver (1) and a group member (2)
+    leave one slot: a second member shares its receiving connection for settling (said
+    once), a third is refused by the process, one line naming max-connections (not by the
+    server: it counts 4 sessions). The two members process every message, each once."""
+    caplog.set_level(logging.INFO, logger="emailmw")
+    group, sender = mailserver.fresh_account(), mailserver.fresh_account()
+    config = mailserver.config(group, transport=transport, limits={"max-connections": 4},
+                               timeout=2, **transport_extra(transport))  # fmt: skip
+    members = emailmw.Context({"email": config})
+    talker = emailmw.Context({"email": mailserver.config(sender, to=group)})
+    try:
+        subs = [
+            emailmw.Subscription("/work", context=members, group="crew", mode="stateless")
+            for _ in range(2)
+        ]
+        assert any("settles on its receiving connection" in r.getMessage()
+                   for r in caplog.records)  # fmt: skip
+        with pytest.raises(emailmw.ConnectionLimitError) as info:
+            emailmw.Subscription("/work", context=members, group="crew", mode="stateless")
+        message = str(info.value)
+        assert "max-connections (4)" in message
+        assert "\n" not in message
+        assert _sessions(mailserver, group) == 4
+        members.start_receiving()
+        pub = emailmw.Publisher("/work", context=talker)
+        for i in range(20):
+            pub.publish(f"m{i}")
+        got: list[str] = []
+        more = deadline_loop(60)
+        while len(got) < 20 and more():
+            for sub in subs:
+                found = emailmw.wait_for_message(sub, 0.05)
+                if found is not None:
+                    got.append(found)
+        assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(20)]
+        assert _sessions(mailserver, group) <= 4
+    finally:
+        talker.shutdown()
+        members.shutdown()

@@ -20,7 +20,8 @@ from emailmw import Gid, InvalidHeaderError
 from emailmw._core.config import load_options
 from emailmw._core.protocol import Recipients, publish_email, response_email
 from emailmw._core.wire import build
-from emailmw._transport.common import MailboxActions, ResumePosition, uid_set
+from emailmw._transport.common import MailboxActions, ResumePosition, folder_roles, uid_set
+from emailmw._transport.curl import parse_list
 from emailmw._transport.intraprocess import IntraprocessReceiver
 from emailmw.testing._modes import wait_for as wait_until
 
@@ -383,3 +384,23 @@ def test_no_acknowledgement_stops_a_publisher_waiting_for_its_own(
             assert future is not None
             assert emailmw.wait_for_message(sub, 10) == "real"
             assert future.result(10).sequence_number == 0
+
+
+def test_folder_roles_come_from_the_list_answer_as_servers_write_it() -> None:
+    """A ``LIST`` answer's SPECIAL-USE attributes (RFC 6154) name each role's folder:
+    quoted names (escapes undone), atoms, any case of the attribute; the first folder with
+    a role wins; a name sent as a literal is left out rather than misread."""
+    answer = (
+        b'* LIST (\\HasNoChildren \\Sent) "/" Sent\r\n'
+        b'* LIST (\\HasNoChildren \\TRASH) "/" "Papierkorb"\r\n'
+        b'* LIST (\\Archive) "." "[Gmail].Alle \\"Nachrichten\\""\r\n'
+        b'* LIST (\\Junk) NIL "Spam"\r\n'
+        b'* LIST (\\Junk) "/" "Junk2"\r\n'
+        b'* LIST (\\Drafts) "/" {6}\r\nDrafts\r\n'
+        b'* LIST (\\HasNoChildren) "/" INBOX\r\n'
+    )
+    roles = folder_roles(parse_list(answer))
+    assert roles == {
+        "\\sent": "Sent", "\\trash": "Papierkorb", "\\archive": '[Gmail].Alle "Nachrichten"',
+        "\\junk": "Spam",
+    }  # fmt: skip

@@ -21,6 +21,8 @@ class Provider:
     limits: Mapping[str, int] = field(default_factory=dict)
     #: what logging in needs, for errors and the docs
     login: str = ""
+    #: what ``on-receive: delete`` does there instead, when a plain delete does not delete
+    delete: str | None = None
 
 
 def _gmail(name: str, per_day: int) -> Provider:
@@ -31,6 +33,8 @@ def _gmail(name: str, per_day: int) -> Provider:
         {"url-smtp": "smtps://smtp.gmail.com:465", "url-imap": "imaps://imap.gmail.com:993"},
         {"emails-per-day": per_day, "recipients-per-email": 100, "max-connections": 15},
         "OAuth2 (auth: oauthbearer or oauth2), or an app password (2-step verification)",
+        # an EXPUNGE from INBOX only archives (the mail stays in All Mail): delete = Trash
+        delete="move:\\Trash",
     )
 
 
@@ -80,8 +84,11 @@ PROVIDERS: Final[dict[str, Provider]] = {
 
 def with_profile(email: Mapping[str, Any], provider: Provider) -> dict[str, Any]:
     """The ``email:`` mapping with ``provider``'s defaults under what it says itself
-    (``user:`` and ``limits:`` merged key by key: a key given wins)."""
+    (``user:`` and ``limits:`` merged key by key: a key given wins), and ``on-receive:
+    delete`` as the provider deletes (Gmail: ``move:\\Trash``, a role its server names)."""
     out = dict(email)
+    if provider.delete is not None and email.get("on-receive") == "delete":
+        out["on-receive"] = provider.delete
     for key, defaults in (("user", provider.user), ("limits", provider.limits)):
         given = email.get(key)
         if defaults and (given is None or isinstance(given, Mapping)):

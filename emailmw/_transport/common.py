@@ -29,6 +29,7 @@ from typing import Any, Final, NamedTuple
 
 from .._core import carried as _carried
 from .._core.config import Options, TLSOptions
+from .._core.errors import ReceiveError
 from .._core.log import RefusalLog, get_logger
 from .._core.packing import is_batch
 from .._core.types import Email
@@ -36,6 +37,7 @@ from .base import Done, EmailReceiver, IncomingEmail, Settle
 from .budget import ReceiveBudget
 
 __all__ = [
+    "ROLES",
     "MAX_BATCH",
     "MAX_BATCH_BYTES",
     "MailboxActions",
@@ -44,6 +46,7 @@ __all__ = [
     "unpack_fetched",
     "unpack_logged",
     "Fetched",
+    "folder_roles",
     "parse_fetched",
     "raw_size_limit",
     "ssl_context",
@@ -190,6 +193,24 @@ def unpack_fetched(
 def _uid_list(uids: Sequence[int], most: int = 20) -> str:
     shown = ",".join(map(str, uids[:most]))
     return shown + (f" (and {len(uids) - most} more)" if len(uids) > most else "")
+
+
+#: the folder roles of RFC 6154 (SPECIAL-USE), lower case
+ROLES: Final = frozenset(
+    {"\\all", "\\archive", "\\drafts", "\\flagged", "\\junk", "\\sent", "\\trash"}
+)
+
+
+def folder_roles(folders: Iterable[tuple[Iterable[str], str]]) -> dict[str, str]:
+    """The folder of each SPECIAL-USE role (RFC 6154) in a ``LIST`` answer (each folder's
+    attributes and name): role in lower case -> the first folder carrying it."""
+    roles: dict[str, str] = {}
+    for attributes, name in folders:
+        for attribute in attributes:
+            role = attribute.lower()
+            if role in ROLES:
+                roles.setdefault(role, name)
+    return roles
 
 
 def uid_set(uids: Iterable[int]) -> str:
@@ -598,6 +619,7 @@ class MailboxReceiver(EmailReceiver):
         self._unusable_log = RefusalLog(logger=_log)
         # the ``then`` callbacks of settled parts of batch emails, until the email settles
         self._part_thens: dict[tuple[int, int], list[Done]] = {}
+        self._roles: dict[str, str] | None = None  # SPECIAL-USE role -> folder, once asked
         if budget is not None:
             budget.add_listener(self._room_given_back)
 
@@ -636,7 +658,28 @@ class MailboxReceiver(EmailReceiver):
 
     @abc.abstractmethod
     def _apply(self, action: str, uids: list[int]) -> None:
-        """Apply ``seen``, ``delete`` or ``move:FOLDER`` to ``uids`` (raises on failure)."""
+        """Apply ``seen``, ``delete`` or ``move:FOLDER`` to ``uids`` (raises on failure);
+        ``FOLDER`` goes through :meth:`_role_folder` (a role such as ``\\Trash``)."""
+
+    @abc.abstractmethod
+    def _list_folders(self) -> list[tuple[tuple[str, ...], str]]:
+        """``LIST "" "*"``: each folder's attributes and name, as the server gives them."""
+
+    def _role_folder(self, name: str) -> str:
+        """``name``, or for a role (``\\Trash``, ``\\Archive`` ...: RFC 6154 SPECIAL-USE)
+        the folder the server gives that role (asked once); a role no folder has is a
+        :class:`ReceiveError` saying to name the folder."""
+        if not name.startswith("\\"):
+            return name
+        if self._roles is None:
+            self._roles = folder_roles(self._list_folders())
+        found = self._roles.get(name.lower())
+        if found is None:
+            raise ReceiveError(
+                f"no folder of {self._where.partition('/')[0]} has the role {name} (RFC 6154 "
+                "SPECIAL-USE): name the folder itself, e.g. move:Trash"
+            )
+        return found
 
     # -- the shared core ------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ __all__ = [
     "CurlReceiver",
     "CurlSender",
     "parse_fetch_stream",
+    "parse_list",
     "parse_sizes",
     "parse_status",
 ]
@@ -161,6 +162,24 @@ def parse_fetch_stream(data: bytes) -> tuple[list[tuple[int, bytes]], bool]:
             out.append((int(uid.group(1)), literal))
         pos = start + size
     return out, complete
+
+
+_LIST_RE: Final = re.compile(
+    rb'^\* LIST \(([^)]*)\) (?:"(?:[^"\\]|\\.)*"|NIL) (?:"((?:[^"\\]|\\.)*)"|([^\s"{]+))\r?$',
+    re.M,
+)
+
+
+def parse_list(answer: bytes) -> list[tuple[tuple[str, ...], str]]:
+    """The folders of a ``LIST`` answer: each one's attributes and name, as the server
+    wrote it (quoted or atom; a name sent as a literal is left out)."""
+    out = []
+    for match in _LIST_RE.finditer(answer):
+        quoted, atom = match.group(2), match.group(3)
+        name = re.sub(rb"\\(.)", rb"\1", quoted) if quoted is not None else atom
+        attributes = tuple(match.group(1).decode("ascii", "replace").split())
+        out.append((attributes, name.decode("utf-8", "replace")))
+    return out
 
 
 class CurlContext:
@@ -525,15 +544,20 @@ class CurlReceiver(MailboxReceiver):
             self._executor.imap(f"UID STORE {ids} +FLAGS.SILENT (\\Deleted)")
             self._expunge(ids)
         else:
-            folder = action.partition(":")[2]
+            named = action.partition(":")[2]
+            folder = self._role_folder(named)
             try:
                 self._move(ids, folder)
             except ReceiveError:
                 # libcurl opens a new connection after a failed command: nothing selected
-                with contextlib.suppress(ReceiveError):  # a folder nobody made yet
-                    self._executor.imap(f'CREATE "{folder}"')
+                if folder == named:  # (a role's folder exists: the server said so)
+                    with contextlib.suppress(ReceiveError):  # a folder nobody made yet
+                        self._executor.imap(f'CREATE "{folder}"')
                 self._select_folder()
                 self._move(ids, folder)
+
+    def _list_folders(self) -> list[tuple[tuple[str, ...], str]]:
+        return parse_list(self._executor.imap('LIST "" "*"'))
 
     def _has(self, capability: str) -> bool:
         """Whether the server offers ``capability`` (asked once: ``CAPABILITY``)."""

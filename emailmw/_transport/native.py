@@ -271,14 +271,24 @@ class NativeReceiver(MailboxReceiver):
             client.delete_messages(uids, silent=True)
             expunge_uids(client, uids)
         else:
-            folder = action.partition(":")[2]
+            named = action.partition(":")[2]
+            folder = self._role_folder(named)
             try:
                 move_uids(client, uids, folder)
             except imapclient.exceptions.IMAPClientError:
-                if client.folder_exists(folder):
-                    raise
+                if folder != named or client.folder_exists(folder):
+                    raise  # (a role's folder exists: the server said so)
                 client.create_folder(folder)  # a quarantine folder nobody made yet
                 move_uids(client, uids, folder)
+
+    def _list_folders(self) -> list[tuple[tuple[str, ...], str]]:
+        client = self._client
+        if client is None:
+            raise ReceiveError("not connected", server=self._server)
+        return [
+            (tuple(f.decode() if isinstance(f, bytes) else str(f) for f in flags), str(name))
+            for flags, _, name in client.list_folders()
+        ]
 
     # -- receiving --------------------------------------------------------------------
 

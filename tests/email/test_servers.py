@@ -111,3 +111,59 @@ def test_a_group_on_a_server_without_move_is_one_line(trimmed: MailServer) -> No
     finally:
         ctx.shutdown()
         trimmed.without_capabilities()
+
+
+def _filed(server: MailServer, address: str, folder: str, count: int) -> int:
+    """How many ``/roles`` messages are in ``folder``, waiting up to 30 s for ``count``."""
+    more = deadline_loop(30)
+    while more() and _count(server, address, folder, b"/roles") < count:
+        time.sleep(0.1)
+    return _count(server, address, folder, b"/roles")
+
+
+@pytest.mark.parametrize("transport", ["native", "curl"])
+def test_folder_roles_name_the_server_s_folders_and_gmail_s_delete_moves_to_trash(
+    mailserver: MailServer, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    """A folder is named by its SPECIAL-USE role (RFC 6154): ``move:\\Archive`` files in
+    the server's ``Archiv``; under the Gmail profile ``on-receive: delete`` moves to the
+    ``\\Trash`` folder (Gmail's EXPUNGE only archives); a role no folder has is one warning
+    line and the mail stays in INBOX (nothing deleted, nothing created)."""
+    caplog.set_level(logging.WARNING, logger="emailmw")
+    sender = mailserver.fresh_account()
+    archive, gmail, junk = (mailserver.fresh_account() for _ in range(3))
+    on_receive = {archive: "move:\\Archive", gmail: "delete", junk: "move:\\Junk"}
+    contexts = []
+    for address, action in on_receive.items():
+        config = mailserver.config(address, transport=transport, **{"on-receive": action},
+                                   **transport_extra(transport))  # fmt: skip
+        if address == gmail:  # the profile, pointed at this server
+            config["provider"] = "gmail"
+        contexts.append(emailmw.Context({"email": config}))
+    talker = emailmw.Context({"email": mailserver.config(sender, to=list(on_receive))})
+    try:
+        subs = [emailmw.Subscription("/roles", context=ctx) for ctx in contexts]
+        for ctx in contexts:
+            ctx.start_receiving()
+        pub = emailmw.Publisher("/roles", context=talker)
+        for i in range(2):
+            pub.publish(f"m{i}")
+        for sub in subs:
+            got = [emailmw.wait_for_message(sub, 30) for _ in range(2)]
+            assert sorted(map(str, got)) == ["m0", "m1"]
+        assert _filed(mailserver, archive, "Archiv", 2) == 2
+        assert _filed(mailserver, gmail, "Trash", 2) == 2
+        for address in (archive, gmail):
+            assert _count(mailserver, address, "INBOX", b"/roles") == 0
+        more = deadline_loop(30)
+        while more() and not any("\\Junk" in r.getMessage() for r in caplog.records):
+            time.sleep(0.1)
+        said = [r.getMessage() for r in caplog.records if "\\Junk" in r.getMessage()]
+        assert len(said) == 1, said
+        assert "has the role \\Junk (RFC 6154 SPECIAL-USE): name the folder" in said[0]
+        assert _count(mailserver, junk, "INBOX", b"/roles") == 2
+        assert not (mailserver.maildir(junk) / ".Junk").exists()
+    finally:
+        talker.shutdown()
+        for ctx in contexts:
+            ctx.shutdown()

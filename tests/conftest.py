@@ -26,6 +26,15 @@ def ctx() -> Iterator[emailmw.Context]:
 
 
 @pytest.fixture(autouse=True)
+def _own_state_home(tmp_path_factory: pytest.TempPathFactory,
+                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Each test's own ``$XDG_STATE_HOME`` (the accounts' sending ledgers): tests reuse
+    account names (``me@example.test``, a run's ``u0001``) and must not spend each
+    other's budget, nor the machine's user's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture(autouse=True)
 def _no_default_context_leaks() -> Iterator[None]:
     yield
     if emailmw.ok():

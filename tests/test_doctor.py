@@ -15,6 +15,7 @@ from emailmw._delivery.graph import Endpoint as GraphEndpoint
 from emailmw._delivery.graph import Graph, NodeRecord
 from emailmw._doctor import doctor as _doctor
 from emailmw._doctor.doctor import Status
+from emailmw._transport.ledger import SendLedger, ledger_path
 from emailmw._transport.probe import Certificate, ServerProbe, _greeting_time
 from emailmw.qos import (
     DurabilityPolicy,
@@ -284,3 +285,54 @@ def test_a_probe_that_breaks_is_a_failed_line_and_the_report_has_no_secret(
     assert "ann@" not in text
     assert "user: <redacted>@example.test" in text
     assert text.splitlines()[-1] == _doctor.summary(checks)
+
+
+def test_folder_roles_features_profile_and_the_day_s_sending(tmp_path: Path) -> None:
+    """The account as the profile and the server say: a role the configuration names that
+    no folder has fails (naming the roles there); missing IMAP extensions warn with what
+    emailmw does without them; a profile whose servers are not the provider's warns; the
+    day's sending is read from the machine's ledger and warns at 80 %."""
+    probe = ServerProbe(
+        "imap", SMTPS, folders=("INBOX", "Trash"), logged_in=True,
+        roles={"\\trash": "Trash"}, capabilities=frozenset({"IMAP4REV1", "IDLE", "UIDPLUS"}),
+    )  # fmt: skip
+    found = _doctor.judge_roles(probe, options(tmp_path, **{"on-receive": "move:\\Trash"}))
+    assert [c.status for c in found] == [Status.PASS]
+    assert "the server's 'Trash'" in found[0].message
+    (missing,) = _doctor.judge_roles(probe, options(tmp_path, quarantine="\\Junk"))
+    assert missing.status is Status.FAIL
+    assert "roles there: \\trash Trash" in missing.message
+    assert _doctor.judge_roles(probe, options(tmp_path)) == []
+    features = _doctor.judge_capabilities(probe)
+    assert features.status is Status.WARN
+    assert "no MOVE: a move is COPY + expunge" in features.message
+    assert "no SPECIAL-USE" in features.message
+    assert _doctor.judge_profile(options(tmp_path)) is None
+    gmail = options(tmp_path, provider="gmail")
+    profile = _doctor.judge_profile(gmail)
+    assert profile is not None
+    assert profile.status is Status.WARN
+    assert "url-imap is mail.example.test, the profile's imap.gmail.com" in profile.message
+    assert gmail.on_receive == "keep"
+    assert options(tmp_path, provider="gmail", **{"on-receive": "delete"}).on_receive == (
+        "move:\\Trash"
+    )
+    assert _doctor.judge_sending(options(tmp_path), NOW.timestamp()) is None
+    limited = options(tmp_path, limits={"emails-per-day": 10, "emails-per-minute": 5})
+    assert limited.user is not None
+    ledger = SendLedger(ledger_path(limited.user.username, limited.user.smtp.url), now=0)
+    now = NOW.timestamp()
+    for t in (now - 2 * 86_400, now - 3600, now - 30, now - 20):
+        ledger.record(t)
+    check = _doctor.judge_sending(limited, now)
+    assert check is not None
+    assert check.status is Status.PASS
+    assert check.message == (
+        "sent from this machine: 3 of 10 emails in the last 24 h (emails-per-day), 2 of 5 "
+        "emails in the last minute (emails-per-minute)"
+    )
+    for t in range(5):
+        ledger.record(now - t - 1)
+    check = _doctor.judge_sending(limited, now)
+    assert check is not None
+    assert check.status is Status.WARN

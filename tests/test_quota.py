@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +19,7 @@ import pytest
 from emailmw import ConfigError, Email, SendError
 from emailmw._core.config import SendLimits, load_options
 from emailmw._transport.errors import is_throttle
+from emailmw._transport.ledger import DAY, SendLedger, sent_within
 from emailmw._transport.outbox import Outbox, Submission
 from emailmw._transport.quota import SendBudget
 
@@ -233,3 +238,74 @@ def test_a_receiver_refused_for_its_connection_limit_backs_off_to_30_s_not_1() -
     assert waits[-1] == 30.0
     assert sum(waits) > 120  # a dozen logins in over two minutes, not in twelve seconds
     assert next_backoff(8.0, ReceiveError("gone")) == (1.0, 1.0)
+
+
+# ------------------------------------------------------------------ the sending ledger
+
+
+def test_the_ledger_is_read_by_every_user_of_it_and_kept_to_a_day(tmp_path: Path) -> None:
+    """Two users of one ledger file (two processes, as far as the file knows) read what
+    each other recorded, once each; a ledger grown past 1 MB is rewritten with the last
+    day's lines when opened, and a user that read it before reads only what is new."""
+    path = tmp_path / "sent" / "me"
+    now = time.time()
+    first = SendLedger(path, now=now)
+    second = SendLedger(path, now=now)
+    first.record(now)
+    assert second.read_new() == [pytest.approx(now)]
+    second.record(now + 1)
+    assert first.read_new() == [pytest.approx(now), pytest.approx(now + 1)]
+    assert first.read_new() == []
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    with path.open("ab") as f:  # two days of old sends, and a torn line
+        f.write(b"".join(b"%.3f\n" % (now - 2 * DAY + i) for i in range(80_000)) + b"x\n")
+    assert path.stat().st_size > 1 << 20
+    SendLedger(path, now=now + 2)  # a third process starts: the file keeps the last day
+    assert sent_within(path, now + 2, DAY) == 2
+    assert path.stat().st_size < 100
+    second.record(now + 3)
+    assert first.read_new() == [pytest.approx(now + 3)]
+
+
+def test_processes_sending_as_one_account_share_its_budget(tmp_path: Path) -> None:
+    """Two processes each send 8 emails under ``emails-per-minute: 60`` (a burst of 6,
+    then one a second): together they keep to one budget, the 16th going at least 9 s
+    after the first (each alone would finish in about 2 s: 16 in 2 s, double the limit's
+    pace)."""
+    script = tmp_path / "sender.py"
+    script.write_text(
+        "import json, sys, time\n"
+        "from emailmw._core.config import load_options\n"
+        "from emailmw._transport.outbox import Outbox\n"
+        "from tests.test_outbox import Scripted\n"
+        "from tests.test_quota import _email\n"
+        "class Timed(Scripted):\n"
+        "    times = []\n"
+        "    def submit(self, envelope):\n"
+        "        self.times.append(time.time())\n"
+        "        super().submit(envelope)\n"
+        "options = load_options({'user': {'url-smtp': 'smtps://scripted',\n"
+        "    'url-imap': 'imaps://scripted', 'username': 'me@example.test',\n"
+        "    'password': 'pw'}, 'recipients': {'to': 'you@example.test'},\n"
+        "    'limits': {'emails-per-minute': 60}})\n"
+        "sys.stdin.readline()\n"
+        "outbox = Outbox(Timed(), options)\n"
+        "for i in range(8):\n"
+        "    outbox.send(_email(int(sys.argv[1]) * 100 + i))\n"
+        "assert outbox.flush(60)\n"
+        "outbox.close()\n"
+        "print(json.dumps(Timed.times))\n"
+    )
+    root = str(Path(__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": root}
+    processes = [
+        subprocess.Popen([sys.executable, str(script), str(n)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, cwd=root, env=env)
+        for n in range(2)
+    ]  # fmt: skip
+    outputs = [p.communicate("go\n", timeout=120)[0] for p in processes]
+    assert all(p.returncode == 0 for p in processes)
+    times = sorted(t for out in outputs for t in json.loads(out))
+    assert len(times) == 16
+    assert times[-1] - times[0] >= 9.0, [round(t - times[0], 2) for t in times]

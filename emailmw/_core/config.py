@@ -348,6 +348,8 @@ class Options:
     #: seconds a message sent as parts may take to arrive complete (then its parts are
     #: reported and left in the mailbox)
     part_timeout: float = 600.0
+    #: the provider profile the configuration names (``provider``; None: none)
+    provider: str | None = None
     source: str = "<defaults>"
 
     @property
@@ -792,6 +794,7 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         limits=_read_limits(reader),
         max_email_bytes=_read_max_email_bytes(reader),
         part_timeout=reader.number("part-timeout", 600.0),
+        provider=reader.string("provider"),
         source=source,
     )
 

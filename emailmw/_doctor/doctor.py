@@ -26,6 +26,7 @@ from pathlib import Path
 from .._core.config import Options, find_config_file, load_options
 from .._core.errors import EmailMWError
 from .._core.log import redact
+from .._core.providers import PROVIDERS
 from .._core.qos import (
     DurabilityPolicy,
     QoSCompatibility,
@@ -36,6 +37,7 @@ from .._core.qos import (
 from .._delivery.graph import Endpoint, Graph, read_graph
 from .._security import Keystore, PublicIdentity, load_permissions
 from .._transport.factory import make_receiver, transport_kind
+from .._transport.ledger import ledger_path, sent_within
 from .._transport.probe import ServerProbe
 
 __all__ = [
@@ -207,6 +209,90 @@ def judge_folders(probe: ServerProbe, options: Options) -> Check:
             f"{', '.join(sorted(probe.folders)) or 'none'}): fix email.folder",
         )
     return _pass("imap folders", f"{options.folder} is there ({len(probe.folders)} folders)")
+
+
+_WITHOUT: dict[str, str] = {
+    "IDLE": "receivers poll every polling-period",
+    "MOVE": "a move is COPY + expunge (not atomic) and delivery-mode groups cannot run",
+    "UIDPLUS": "an expunge removes every message flagged \\Deleted in the folder",
+    "SPECIAL-USE": "no folder can be named by its role (move:\\Trash)",
+}
+
+
+def judge_capabilities(probe: ServerProbe) -> Check:
+    """The IMAP extensions emailmw uses, and what it does without each one missing."""
+    missing = [c for c in _WITHOUT if c not in probe.capabilities]
+    if not missing:
+        return _pass("imap features", "IDLE, MOVE, UIDPLUS and SPECIAL-USE offered")
+    return _warn("imap features", "; ".join(f"no {c}: {_WITHOUT[c]}" for c in missing))
+
+
+def judge_roles(probe: ServerProbe, options: Options) -> list[Check]:
+    """Each folder the configuration names by its role (``move:\\Trash``, a quarantine
+    ``\\Junk``; the Gmail profile's delete) has a folder with that role on the server."""
+    named = []
+    if options.on_receive.startswith("move:\\"):
+        named.append(("on-receive", options.on_receive[5:]))
+    if options.quarantine and options.quarantine.startswith("\\"):
+        named.append(("quarantine", options.quarantine))
+    out = []
+    for key, role in named:
+        folder = probe.roles.get(role.lower())
+        if folder is None:
+            have = ", ".join(f"{r} {f}" for r, f in sorted(probe.roles.items())) or "none"
+            text = (
+                f"{key}: {role} names a role no folder has on the server (roles there: "
+                f"{have}): name the folder itself"
+            )
+            out.append(_fail("imap roles", text))
+        else:
+            out.append(_pass("imap roles", f"{key}: {role} is the server's {folder!r}"))
+    return out
+
+
+def judge_profile(options: Options) -> Check | None:
+    """With ``provider:``, whether the servers are the provider's (else its limits and
+    quirks are another provider's)."""
+    provider = PROVIDERS.get(options.provider or "")
+    if provider is None or options.user is None or not provider.user:
+        return None
+    wrong = []
+    for key, url in (("url-smtp", options.user.smtp), ("url-imap", options.user.imap)):
+        expected = provider.user.get(key, "")
+        host = expected.partition("://")[2].rpartition(":")[0]
+        if host and url.host.lower() != host:
+            wrong.append(f"{key} is {url.host}, the profile's {host}")
+    if wrong:
+        return _warn(
+            "provider",
+            f"provider {provider.name}, but {'; '.join(wrong)}: its limits and quirks are "
+            f"{provider.name}'s; remove provider: or fix the URL",
+        )
+    return _pass("provider", f"{provider.name}: the servers are the profile's")
+
+
+def judge_sending(options: Options, now: float) -> Check | None:
+    """The day's (and minute's) use of the sending budget, from this machine's ledger
+    (every process that sent as the account here; ``_transport/ledger.py``)."""
+    limits = options.limits
+    if not limits.any or options.user is None:
+        return None
+    path = ledger_path(options.user.username, options.user.smtp.url)
+    parts, share = [], 0.0
+    for name, most, seconds in (("emails-per-day", limits.emails_per_day, 86_400.0),
+                                ("emails-per-minute", limits.emails_per_minute, 60.0)):  # fmt: skip
+        if most:
+            used = sent_within(path, now, seconds)
+            share = max(share, used / most) if seconds > 60 else share
+            span = "24 h" if seconds > 60 else "minute"
+            parts.append(f"{used} of {most} emails in the last {span} ({name})")
+    text = "sent from this machine: " + ", ".join(parts)
+    if share >= 1:
+        return _fail("sending", f"{text}: the day's budget is spent; sending waits for the "
+                                "oldest of the day to age out")  # fmt: skip
+    if share >= 0.8:
+        return _warn("sending", f"{text}: most of the day's budget is spent")
+    return _pass("sending", text)
 
 
 def judge_quota(quota: tuple[int, int] | None) -> Check:
@@ -461,6 +547,9 @@ def run(
     except EmailMWError as exc:
         return [_fail("config", str(exc))], None
     checks = [_config_check(options, path)]
+    profile = judge_profile(options)
+    if profile is not None:
+        checks.append(profile)
     if _mode(path) & 0o077 and options.user is not None:
         checks.append(
             _warn(
@@ -491,7 +580,11 @@ def run(
     got = _guarded(imap, options, "imap")
     checks += judge_server(got, options, moment)
     if got.logged_in:
-        checks += [judge_folders(got, options), judge_quota(got.quota)]
+        checks += [judge_folders(got, options), *judge_roles(got, options)]
+        checks += [judge_capabilities(got), judge_quota(got.quota)]
+    sending = judge_sending(options, now())
+    if sending is not None:
+        checks.append(sending)
     clock = sent if sent.server_time is not None else got
     if sent.logged_in or got.logged_in:
         window = options.security.replay_window if options.security.enabled else None

@@ -58,6 +58,7 @@ from .._core.protocol import HEADER_RESENT
 from .._core.types import Email
 from .._core.wire import build, envelope_recipients, new_message_id, prepare_outgoing
 from .base import EmailSender, FailureCallback
+from .ledger import SendLedger, ledger_path
 from .quota import SendBudget
 
 __all__ = ["Submission", "Outbox", "Spool", "Submitter"]
@@ -277,6 +278,7 @@ class Outbox(EmailSender):
         self._probe_wanted = False  # someone waits to know the server's SIZE
         self._probed = threading.Event()
         self._budget = SendBudget(options.limits)
+        self._ledger = self._open_ledger(options)
         self._held_by = ""  # what holds sending now (logged once per episode)
         self._throttle = _THROTTLE_MIN
         self._day_warned = 0.0
@@ -500,7 +502,10 @@ class Outbox(EmailSender):
             if self._stopping.is_set():
                 return run
             # the provider's budget (limits:): wait, and let the batch grow meanwhile
-            hold = self._budget.delay(time.monotonic()) if self._budget.active else 0.0
+            hold = 0.0
+            if self._budget.active:
+                self._read_ledger()  # (what other processes sent as the account meanwhile)
+                hold = self._budget.delay(time.monotonic())
             if hold > 0:
                 self._note_hold()
                 self._cond.wait(hold)
@@ -511,6 +516,59 @@ class Outbox(EmailSender):
             if not batching or head.idle or full or remaining <= 0 or self._closed:
                 return run
             self._cond.wait(remaining)
+
+    def _open_ledger(self, options: Options) -> SendLedger | None:
+        """The account's sending ledger, shared with the machine's other processes sending
+        as it (``ledger``), when the budget counts; read up to now."""
+        if not self._budget.active or options.user is None:
+            return None
+        path = ledger_path(options.user.username, options.user.smtp.url)
+        try:
+            ledger = SendLedger(path, now=time.time())
+        except OSError as exc:
+            _log.warning(
+                "%s: sending ledger %s unusable (%s): this process's budget counts only what "
+                "it sends itself", self, path, exc,
+            )  # fmt: skip
+            return None
+        self._read_ledger(ledger)
+        return ledger
+
+    def _read_ledger(self, ledger: SendLedger | None = None) -> None:
+        """Count in the budget what the ledger says went since it was read last (this
+        process's emails and the others')."""
+        ledger = ledger or self._ledger
+        if ledger is None:
+            return
+        try:
+            times = ledger.read_new()
+        except OSError as exc:
+            self._ledger_failed(exc)
+            return
+        offset = time.time() - time.monotonic()
+        for when in times:
+            self._budget.spent(when - offset)
+
+    def _spent(self) -> None:
+        """One email (one SMTP transaction) went now."""
+        if self._ledger is None:
+            self._budget.spent(time.monotonic())
+            return
+        try:
+            self._ledger.record(time.time())
+        except OSError as exc:
+            self._ledger_failed(exc)
+            self._budget.spent(time.monotonic())
+            return
+        self._read_ledger()
+
+    def _ledger_failed(self, exc: OSError) -> None:
+        assert self._ledger is not None
+        _log.warning(
+            "%s: sending ledger %s failed (%s): this process's budget counts only what it "
+            "sends itself from now on", self, self._ledger.path, exc,
+        )  # fmt: skip
+        self._ledger = None
 
     def _note_hold(self) -> None:
         """One log line when the budget starts holding sending (not one per email)."""
@@ -628,7 +686,7 @@ class Outbox(EmailSender):
             try:
                 while chunks:
                     self._submitter.submit(chunks[0])
-                    self._budget.spent(time.monotonic())
+                    self._spent()
                     self._throttle = _THROTTLE_MIN
                     chunks.pop(0)
             except SendError as exc:

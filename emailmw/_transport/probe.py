@@ -21,13 +21,15 @@ import socket
 import ssl
 import time
 import uuid
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._core.config import Endpoint, Options
 from .._core.errors import EmailMWError
 from .auth import imap_login, smtp_login
-from .common import ssl_context
+from .common import folder_roles, ssl_context
+from .connections import take_slot
 from .errors import imap_errors, smtp_login_errors
 
 __all__ = ["Certificate", "ServerProbe", "probe_imap", "probe_smtp"]
@@ -65,6 +67,10 @@ class ServerProbe:
     logged_in: bool = False
     greeting: str = ""
     folders: tuple[str, ...] = ()
+    #: the IMAP server's capabilities (upper case), once logged in
+    capabilities: frozenset[str] = frozenset()
+    #: SPECIAL-USE role (lower case, ``\\trash``) -> the folder the server gives it
+    roles: Mapping[str, str] = field(default_factory=dict)
     folder_error: str | None = None
     #: (used, limit) of the STORAGE quota in KiB; None when the server reports none
     quota: tuple[int, int] | None = None
@@ -266,10 +272,16 @@ def probe_imap(options: Options, *, clock: bool = True) -> ServerProbe:
             probe = replace(probe, certificate=_certificate(der))
         except EmailMWError as exc:
             return replace(probe, certificate_error=str(exc))
+    try:  # (a session the server counts: one of the account's max-connections)
+        slot = take_slot(user.username, endpoint.url, options.limits.max_connections,
+                         wait=options.timeout)  # fmt: skip
+    except EmailMWError as exc:
+        return replace(probe, login_error=str(exc))
     try:
         with imap_errors(server, "logging in", username=user.username, connected=False):
             client = connect(ssl_context(options.tls, server))
     except EmailMWError as exc:
+        slot.release()
         reason = _verify_error(exc)
         return (
             replace(probe, verify_error=reason) if reason else replace(probe, login_error=str(exc))
@@ -286,6 +298,7 @@ def probe_imap(options: Options, *, clock: bool = True) -> ServerProbe:
     finally:
         with contextlib.suppress(Exception):
             client.logout()
+        slot.release()
 
 
 def _account(probe: ServerProbe, client: Any, options: Options, *, clock: bool) -> ServerProbe:
@@ -293,7 +306,11 @@ def _account(probe: ServerProbe, client: Any, options: Options, *, clock: bool) 
     server, username = str(probe.endpoint), options.user.username
     try:
         with imap_errors(server, "listing folders", username=username, connected=True):
-            folders = tuple(str(name) for _, _, name in client.list_folders())
+            listed = [
+                (tuple(f.decode() if isinstance(f, bytes) else str(f) for f in flags), str(name))
+                for flags, _, name in client.list_folders()
+            ]
+            folders = tuple(name for _, name in listed)
             capabilities = set(client.capabilities())
             quota = None
             if b"QUOTA" in capabilities:
@@ -303,7 +320,10 @@ def _account(probe: ServerProbe, client: Any, options: Options, *, clock: bool) 
                         quota = (int(item.usage), int(item.limit))
     except EmailMWError as exc:
         return replace(probe, folder_error=str(exc))
-    probe = replace(probe, folders=folders, quota=quota)
+    probe = replace(
+        probe, folders=folders, quota=quota, roles=folder_roles(listed),
+        capabilities=frozenset(c.decode().upper() for c in capabilities),
+    )  # fmt: skip
     if clock and probe.server_time is None:
         probe = _clock(probe, client, server, username)
     return probe

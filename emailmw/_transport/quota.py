@@ -87,11 +87,12 @@ class SendBudget:
         return "nothing"
 
     def spent(self, now: float) -> None:
-        """One email went (one SMTP transaction) at ``now``."""
+        """One email went (one SMTP transaction) at ``now`` (this process's, or another's
+        read from the account's ledger: ``ledger``)."""
         for window in self._windows:
             window.tat = max(window.tat, now) + window.interval
         if self._windows:
-            self._sent.append(now)
+            bisect.insort(self._sent, now)  # (another process's may come late)
             longest = max(w.seconds for w in self._windows)
             del self._sent[: bisect.bisect_right(self._sent, now - longest)]
 

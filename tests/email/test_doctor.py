@@ -123,7 +123,11 @@ def stub_config(mailserver: MailServer, account: str, path: Path, port: int) -> 
 def test_every_check_passes_on_a_sound_account(
     mailserver: MailServer, account: Callable[[], str], tmp_path: Path, tls: bool
 ) -> None:
-    config = write_config(tmp_path / "email.yml", mailserver.config(account(), tls=tls))
+    """Every check passes, with a folder named by its role (``move:\\Archive``: the
+    server's ``Archiv``) and a day's budget (none of it used yet)."""
+    settings = {"on-receive": "move:\\Archive", "limits": {"emails-per-day": 100}}
+    config = write_config(tmp_path / "email.yml",
+                          mailserver.config(account(), tls=tls, **settings))  # fmt: skip
     os.chmod(config, 0o600)
     out = doctor(config)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -131,6 +135,9 @@ def test_every_check_passes_on_a_sound_account(
     mode = "implicit" if tls else "starttls"
     assert f"{mode} TLS, chain and host name verified" in check_line(out, "PASS", "imap tls")
     assert "INTERNALDATE" in check_line(out, "PASS", "clock")
+    assert "\\Archive is the server's 'Archiv'" in check_line(out, "PASS", "imap roles")
+    assert "IDLE, MOVE, UIDPLUS and SPECIAL-USE" in check_line(out, "PASS", "imap features")
+    assert "0 of 100 emails in the last 24 h" in check_line(out, "PASS", "sending")
     for name in ("smtp login", "imap login", "imap folders", "imap quota", "graph", "spool"):
         check_line(out, "PASS", name)
 

@@ -1,4 +1,5 @@
-"""A real mail server on loopback for tests, benchmarks and the demo: Postfix + Dovecot.
+"""A real mail server on loopback for tests, benchmarks and the demo: Postfix + Dovecot
+(or, with ``imap_server="cyrus"`` / ``--server cyrus``, Cyrus IMAP for IMAP: ``cyrus.py``).
 
 Debian's Postfix (SMTP with STARTTLS, SMTPS; AUTH required, SASL through Dovecot, LMTP
 delivery) and Dovecot (IMAP with STARTTLS, IMAPS), run as private instances with their
@@ -45,6 +46,7 @@ from typing import Any, Final, Self
 import yaml
 
 from .._core.errors import EmailMWError
+from .cyrus import CyrusIMAP, ensure_cyrus
 
 __all__ = [
     "MailServer",
@@ -197,8 +199,14 @@ class MailServer:
     #: capabilities the IMAP server does not offer (of IDLE, MOVE, UIDPLUS, CONDSTORE ...):
     #: it advertises Dovecot's list without them (:meth:`without_capabilities`)
     dropped_capabilities: tuple[str, ...] = ()
+    #: the IMAP server: ``dovecot``, or ``cyrus`` (Cyrus IMAP 3.6 from Debian's packages,
+    #: ``testing/cyrus.py``: Postfix delivers to it, Dovecot only authenticates SMTP)
+    imap_server: str = "dovecot"
 
     def __post_init__(self) -> None:
+        if self.imap_server not in ("dovecot", "cyrus"):
+            raise MailServerError(f"imap_server is dovecot or cyrus, not {self.imap_server!r}")
+        self._dovecot_imap: tuple[int, int] | None = None  # (Dovecot's own, beside Cyrus)
         self.state_dir = Path(self.state_dir)
         if not self.state_dir.is_absolute() or len(str(self.state_dir)) > 60:
             raise MailServerError("state_dir must be absolute and at most 60 characters")
@@ -226,9 +234,17 @@ class MailServer:
     def fresh_account(self) -> str:
         """An account (``user@domain``) no test has used since the server started."""
         try:
-            return self.address(next(self._pool))
+            address = self.address(next(self._pool))
         except StopIteration:
             raise MailServerError(f"all {self.pool_size} fresh accounts are used") from None
+        if self.imap_server == "cyrus":
+            self._cyrus().add_account(address)
+        return address
+
+    def _cyrus(self) -> CyrusIMAP:
+        return CyrusIMAP(self.state_dir / "cyrus", host=self.host, imap_port=self.imap_port,
+                         imaps_port=self.imaps_port, tls=self.state_dir / "tls",
+                         user=self.vmail_user, password=self.password)  # fmt: skip
 
     @property
     def ca_file(self) -> Path:
@@ -431,6 +447,8 @@ class MailServer:
         if os.geteuid() != 0:
             raise MailServerError("the mail server must be started as root")
         ensure_installed()
+        if self.imap_server == "cyrus":
+            ensure_cyrus()
         self.stop()
         if fresh:
             shutil.rmtree(self.state_dir / "mail", ignore_errors=True)
@@ -443,6 +461,8 @@ class MailServer:
             (self.state_dir / "ports.json").write_text(json.dumps(self.ports))
             try:
                 self.start_dovecot()
+                if self.imap_server == "cyrus":
+                    self._start_cyrus()
                 self.start_postfix()
             except MailServerError as exc:
                 self.stop()
@@ -467,8 +487,19 @@ class MailServer:
             ),
             "dovecot sockets",
         )
-        self._wait(lambda: self._banner(self.imap_port, b"* OK", tls=False), "imap")
-        self._wait(lambda: self._banner(self.imaps_port, b"* OK", tls=True), "imaps")
+        imap, imaps = self._dovecot_imap or (self.imap_port, self.imaps_port)
+        self._wait(lambda: self._banner(imap, b"* OK", tls=False), "imap")
+        self._wait(lambda: self._banner(imaps, b"* OK", tls=True), "imaps")
+
+    def _start_cyrus(self) -> None:
+        """Start Cyrus on the IMAP ports (fresh: no mailbox, the fixed accounts) and wait
+        until it answers and its LMTP socket is there."""
+        cyrus = self._cyrus()
+        cyrus.prepare([self.address(u) for u in ("alice", "bob", "robot")])
+        cyrus.start()
+        self._wait(cyrus.lmtp.exists, "cyrus lmtp socket")
+        self._wait(lambda: self._banner(self.imap_port, b"* OK", tls=False), "cyrus imap")
+        self._wait(lambda: self._banner(self.imaps_port, b"* OK", tls=True), "cyrus imaps")
 
     def stop_dovecot(self) -> None:
         """Stop Dovecot only (every IMAP session ends; Postfix queues what it cannot
@@ -559,6 +590,7 @@ class MailServer:
         )
         if postfix_up:
             self.stop_postfix()
+        self._cyrus().stop()
         self.stop_dovecot()
 
     def __enter__(self) -> Self:
@@ -648,14 +680,20 @@ class MailServer:
         (state / "postfix/conf/vmailbox").write_text(vmailbox)
 
         dh = "/usr/share/dovecot/dh.pem"
+        lmtp = f"{state}/dovecot/run/lmtp"
+        imap_ports = (self.imap_port, self.imaps_port)
+        if self.imap_server == "cyrus":  # Dovecot's IMAP aside, Postfix delivering to Cyrus
+            self._dovecot_imap = imap_ports = tuple(free_ports(2))  # type: ignore[assignment]
+            lmtp = str(self._cyrus().lmtp)
         values = {
             "state": str(state),
             "host": self.host,
             "domain": self.domain,
             "smtp_port": self.smtp_port,
             "smtps_port": self.smtps_port,
-            "imap_port": self.imap_port,
-            "imaps_port": self.imaps_port,
+            "imap_port": imap_ports[0],
+            "imaps_port": imap_ports[1],
+            "lmtp_socket": lmtp,
             "vmail_user": self.vmail_user,
             "message_size_limit": self.message_size_limit,
             "message_rate_limit": self.message_rate_limit,
@@ -911,16 +949,24 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, metavar="FILE",
         help="for 'config': write it to FILE, readable by its owner only (it holds a password)",
     )  # fmt: skip
+    parser.add_argument(
+        "--server", choices=["dovecot", "cyrus"], default="dovecot",
+        help="for 'start' and 'install': the IMAP server (cyrus: Cyrus IMAP 3.6 from Debian's "
+        "packages, unpacked beside Dovecot)",
+    )  # fmt: skip
     for name in _PORTS:
         flag = "--" + name.replace("_", "-")
         parser.add_argument(
             flag, type=int, default=0, metavar="N", help="for 'start' (default: a free port)"
         )
     args = parser.parse_args(argv)
-    server = MailServer(state_dir=args.state, **{name: getattr(args, name) for name in _PORTS})
+    server = MailServer(state_dir=args.state, imap_server=args.server,
+                        **{name: getattr(args, name) for name in _PORTS})  # fmt: skip
     try:
         if args.command == "install":
             ensure_installed()
+            if args.server == "cyrus":
+                ensure_cyrus()
         elif args.command == "start":
             server.start(fresh=not args.keep)
             print(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import email.header
 import re
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
@@ -192,7 +193,7 @@ class ImapGroupStore(GroupStore):
             folder = self._claims(record.member)
             if client.folder_exists(folder) and not self._all(client, folder):
                 self._select(client, self._options.folder)
-                client.delete_folder(folder)
+                _remove(client, folder)
                 self._folders.discard(folder)
 
         self._run("removing a dead member", work)
@@ -417,10 +418,25 @@ def _create(client: imapclient.IMAPClient, folder: str) -> None:
             raise
 
 
+def _remove(client: imapclient.IMAPClient, folder: str) -> None:
+    """Delete ``folder`` now. Cyrus deletes by renaming to ``DELETED.<name>.<second>``
+    (its default ``delete_mode: delayed``): a second delete of the same name within a
+    second answers "Mailbox already exists" and leaves the folder. Then the folder is
+    renamed aside (a name of its own, freed at once) and that is deleted."""
+    try:
+        client.delete_folder(folder)
+    except imapclient.exceptions.IMAPClientError as exc:
+        if "exists" not in str(exc).lower():
+            raise
+        aside = f"{folder}-gone-{uuid.uuid4().hex[:12]}"
+        client.rename_folder(folder, aside)
+        client.delete_folder(aside)
+
+
 def _delete(client: imapclient.IMAPClient, folder: str) -> None:
     """Delete ``folder``; one another session deleted first is no failure (logged)."""
     try:
-        client.delete_folder(folder)
+        _remove(client, folder)
     except imapclient.exceptions.IMAPClientError as exc:
         _log.debug("deleting %s: %s", folder, exc)
 

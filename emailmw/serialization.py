@@ -1,42 +1,6 @@
-"""rclpy's ``rclpy.serialization``: a message as CDR bytes, what ROS 2 puts on the wire and
-in bags, and back; byte for byte what rclpy gives for the same message (tested against
-rosbags' own ROS 2 type store). Needs the bag extra (``pip install 'emailmw[bag]'``):
-a :class:`~emailmw.ConfigError` says so."""
+"""rclpy's ``rclpy.serialization``: a message as ROS 2's CDR bytes and back
+(``serialize_message``, ``deserialize_message``); needs the bag extra (rosbags)."""
 
-from __future__ import annotations
-
-import functools
-import importlib.util
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from ._core.errors import ConfigError
-from ._core.interfaces import from_data, to_data, type_name
-
-if TYPE_CHECKING:
-    from ._bag.convert import BagTypes
+from ._ros.serialization import deserialize_message, serialize_message
 
 __all__ = ["deserialize_message", "serialize_message"]
-
-T = TypeVar("T")
-
-
-@functools.cache
-def _types() -> BagTypes:
-    if importlib.util.find_spec("rosbags") is None:
-        raise ConfigError(
-            "CDR serialization needs the bag extra (rosbags): pip install 'emailmw[bag]'",
-            source="emailmw.serialization",
-        )
-    from ._bag.convert import BagTypes
-
-    return BagTypes()
-
-
-def serialize_message(message: Any) -> bytes:
-    """``message`` (an instance of an emailmw message type) as CDR bytes."""
-    return _types().to_cdr(type_name(message), to_data(message))
-
-
-def deserialize_message(serialized_message: bytes, message_type: type[T]) -> T:
-    """The message of type ``message_type`` that ``serialized_message`` (CDR) holds."""
-    return from_data(message_type, _types().from_cdr(type_name(message_type), serialized_message))

@@ -77,6 +77,9 @@ def test_the_modules_and_names_are_rclpys() -> None:
         "emailmw.serialization": ["serialize_message", "deserialize_message"],
         "emailmw.parameter_client": ["AsyncParameterClient"],
         "emailmw.wait_for_message": ["wait_for_message"],
+        "emailmw.impl.logging_severity": ["LoggingSeverity"],
+        "emailmw.rcl_interfaces.msg": ["LoggerLevel", "SetLoggerLevelsResult"],
+        "emailmw.rcl_interfaces.srv": ["GetLoggerLevels", "SetLoggerLevels"],
         "emailmw.std_msgs.msg": ["String", "Header", "Float64MultiArray"],
         "emailmw.geometry_msgs.msg": ["Point", "Pose", "Twist", "Vector3", "Quaternion",
                                       "PoseStamped", "TransformStamped"],
@@ -130,6 +133,91 @@ def test_serialize_message_gives_ros_2_cdr_and_back() -> None:
         raw = serialize_message(ours)
         assert raw == bytes(theirs_raw)
         assert deserialize_message(raw, kind) == ours
+
+
+def test_a_raw_subscription_gets_cdr_and_a_publisher_publishes_it(default: Any) -> None:
+    """rclpy's ``create_subscription(..., raw=True)``: the callback gets the message as ROS
+    2 serializes it (CDR bytes, with or without its info); ``publish(bytes)`` publishes
+    such bytes as the message they hold."""
+    pytest.importorskip("rosbags")
+    from emailmw.serialization import deserialize_message, serialize_message
+
+    node = emailmw.create_node("raw")
+    got: list[Any] = []
+    node.create_subscription(String, "/chatter", got.append, 10, raw=True)
+    node.create_subscription(String, "/chatter", lambda m, info: got.append((m, info)), 10,
+                             raw=True)  # fmt: skip
+    publisher = node.create_publisher(String, "/chatter", 10)
+    publisher.publish(String(data="typed"))
+    publisher.publish(serialize_message(String(data="from bytes")))
+    deadline = time.monotonic() + 10
+    while len(got) < 4 and time.monotonic() < deadline:
+        emailmw.spin_once(node, timeout_sec=0.1)
+    plain = sorted(deserialize_message(m, String).data for m in got if isinstance(m, bytes))
+    assert plain == ["from bytes", "typed"]
+    with_info = [m for m in got if isinstance(m, tuple)]
+    assert len(with_info) == 2
+    assert all(isinstance(m, bytes) and info.source_timestamp for m, info in with_info)
+
+
+def test_the_logger_services_get_and_set_levels_as_rclpy_s(default: Any) -> None:
+    """``Node(enable_logger_service=True)``: ``~/get_logger_levels`` gives each named
+    logger's own level (0: unset), ``~/set_logger_levels`` sets them (a level rcutils does
+    not have is refused with a reason); without it, no such service.
+    ``emailmw.impl.logging_severity.LoggingSeverity`` is rclpy's import path."""
+    from emailmw.impl.logging_severity import LoggingSeverity
+    from emailmw.rcl_interfaces.msg import LoggerLevel
+    from emailmw.rcl_interfaces.srv import GetLoggerLevels, SetLoggerLevels
+
+    server = Node("chatty", enable_logger_service=True)
+    Node("quiet")
+    caller = emailmw.create_node("caller")
+    executor = SingleThreadedExecutor()
+    executor.add_node(server)
+    _spin_in_thread(executor)
+    setter = caller.create_client(SetLoggerLevels, "/chatty/set_logger_levels")
+    getter = caller.create_client(GetLoggerLevels, "/chatty/get_logger_levels")
+    assert not caller.create_client(GetLoggerLevels, "/quiet/get_logger_levels").wait_for_service(
+        timeout_sec=0.2
+    )
+    request = SetLoggerLevels.Request(levels=[
+        LoggerLevel(name="chatty", level=LoggerLevel.LOG_LEVEL_DEBUG),
+        LoggerLevel(name="other", level=15),
+    ])  # fmt: skip
+    results = setter.call(request, timeout_sec=10).results
+    assert [r.successful for r in results] == [True, False]
+    assert "Invalid logger level" in results[1].reason
+    assert server.get_logger().get_effective_level() == LoggingSeverity.DEBUG
+    asked = GetLoggerLevels.Request(names=["chatty", "nobody"])
+    levels = getter.call(asked, timeout_sec=10).levels
+    assert [(x.name, x.level) for x in levels] == [("chatty", 10), ("nobody", 0)]
+    executor.shutdown()
+    emailmw.logging.set_logger_level("chatty", LoggingSeverity.UNSET)
+
+
+def test_use_sim_time_makes_the_node_clock_follow_clock(default: Any) -> None:
+    """rclpy's time source: with ``use_sim_time`` true (from the command line here) the
+    node's clock reads zero until ``/clock`` says a time, then what it said, as the node
+    is spun; set false, the system clock again; other nodes keep the system clock."""
+    from emailmw.builtin_interfaces.msg import Time as TimeMessage
+    from emailmw.rosgraph_msgs.msg import Clock as ClockMessage
+
+    node = Node("sim", cli_args=["--ros-args", "-p", "use_sim_time:=true"])
+    clock = node.get_clock()
+    assert clock.ros_time_is_active
+    assert clock.now().nanoseconds == 0
+    other = emailmw.create_node("wall")
+    publisher = other.create_publisher(ClockMessage, "/clock", 10)
+    publisher.publish(ClockMessage(clock=TimeMessage(sec=100, nanosec=5)))
+    deadline = time.monotonic() + 10
+    while clock.now().nanoseconds == 0 and time.monotonic() < deadline:
+        emailmw.spin_once(node, timeout_sec=0.1)
+    assert clock.now() == Time(seconds=100, nanoseconds=5, clock_type=ClockType.ROS_TIME)
+    assert abs(other.get_clock().now().nanoseconds - time.time_ns()) < 10**9
+    node.set_parameters([Parameter("use_sim_time", value=False)])
+    assert not clock.ros_time_is_active
+    assert abs(clock.now().nanoseconds - time.time_ns()) < 10**9
+    assert all(s.topic != "/clock" for s in node.subscriptions)
 
 
 def test_an_async_parameter_client_reads_and_sets_another_nodes_parameters(

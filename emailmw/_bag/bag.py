@@ -1,7 +1,8 @@
 """Recording, playing, describing and exporting bags (rosbag2, MCAP storage).
 
 A bag holds each message on its topic, CDR-serialized with its ROS type's definition, at
-the time its publisher sent it (``Source-Timestamp``), and beside it, at the same time,
+the time it was received (rosbag2's log time: the recorder's receive time; an exported
+archive's, the mailbox's delivery time), and beside it, at the same time,
 emailmw's metadata of it on ``/_emailmw/message_info`` (``emailmw_msgs/msg/MessageInfo``:
 the topic, emailmw's type name, the send and receive times, the publisher's GID, the
 sequence number, the verified identity, the Message-ID). A message that came without a
@@ -27,6 +28,7 @@ import yaml
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 
 from .._core.carried import unpack
+from .._core.cdr import BagTypes
 from .._core.errors import ConfigError, EmailMWError
 from .._core.interfaces import HEADER_MESSAGE_TYPE, from_data, get_interface, serialize, to_data
 from .._core.log import get_logger
@@ -46,7 +48,6 @@ from .._delivery.context import Context
 from .._delivery.entities import Publisher, Subscription
 from .._delivery.graph import GRAPH_TOPIC, graph_of
 from .._pipeline.landing import unit_emails
-from .convert import BagTypes
 
 __all__ = ["BagInfo", "BagWriter", "bag_info", "export", "play", "read_bag", "record"]
 
@@ -95,7 +96,7 @@ class BagWriter:
         received_ns: int,
     ) -> None:
         """Write one message (its plain data; ``message_type`` None: untyped, ``data`` its
-        body) and its MessageInfo, at its send time."""
+        body) and its MessageInfo, at its receive time (``received_ns``)."""
         self.write_encoded(encode(self.types, topic, message_type, data, info, received_ns))
 
     def write_encoded(self, encoded: Encoded) -> None:
@@ -127,7 +128,7 @@ def encode(
     """One message and its MessageInfo as CDR, with its topic, ROS type and timestamp."""
     kind = message_type or _UNTYPED
     payload = data if message_type else {"data": data}
-    stamp = info.source_timestamp or received_ns
+    stamp = received_ns or info.source_timestamp  # (rosbag2's log time: when received)
     meta = {
         "topic": topic,
         "message_type": message_type or "",

@@ -39,6 +39,7 @@ from .._delivery.groups import GroupSettings
 from .._delivery.polling import NO_TICKET, RefusalLog, Ticket
 from .callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from .executable import Executable, NodeLike, Work, _in_group
+from .serialization import cdr_types, deserialize_message, serialize_message
 
 __all__ = [
     "Client",
@@ -76,7 +77,11 @@ class NodePublisher(Generic[T]):
     def topic_name(self) -> str:
         return self.topic
 
-    def publish(self, msg: T) -> None:
+    def publish(self, msg: T | bytes) -> None:
+        """Publish ``msg``, a message of the publisher's type or (as rclpy takes) its
+        serialized CDR bytes (``emailmw.serialization``; needs the bag extra)."""
+        if isinstance(msg, bytes | bytearray | memoryview):
+            msg = deserialize_message(bytes(msg), self.msg_type)
         if not isinstance(msg, self.msg_type):
             raise TypeMismatchError(
                 f"publisher of {self._type_name} on {self.topic} given {type(msg).__name__}"
@@ -130,7 +135,11 @@ class NodeSubscription(Executable, Generic[T]):
         group: str | None = None,
         callback_group: CallbackGroup | None = None,
         group_settings: GroupSettings | None = None,
+        raw: bool = False,
     ) -> None:
+        if raw:
+            cdr_types()  # (the bag extra is there, or one line saying to install it)
+        self._raw = raw
         self.msg_type = msg_type
         self.topic = topic
         self.callback = callback
@@ -215,7 +224,9 @@ class NodeSubscription(Executable, Generic[T]):
             except TypeMismatchError as exc:
                 work += self._mismatch(exc, ticket, info)
                 continue
-            args = (msg, info) if self._with_info else (msg,)
+            # (rclpy's raw=True: the message as ROS 2 serializes it, CDR)
+            given: Any = serialize_message(msg) if self._raw else msg
+            args = (given, info) if self._with_info else (given,)
             work.append(
                 functools.partial(_then_release, self.callback, args, ticket, self._failing(info))
             )

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from .._core.config import BatchPolicy
 from .._core.errors import (
+    EmailMWError,
     InvalidArgumentError,
     InvalidParameterTypeException,
     InvalidParameterValueException,
@@ -35,24 +36,34 @@ from .._core.log import get_logger
 from .._core.names import resolve_name, validate_namespace, validate_node_name
 from .._core.qos import QoSProfile
 from .._core.ros_args import RosArgs, parse_ros_args
-from .._core.ros_logging import RcutilsLogger, set_levels_from_args
+from .._core.ros_logging import (
+    RcutilsLogger,
+    get_logger_level,
+    set_levels_from_args,
+    set_logger_level,
+)
 from .._core.ros_logging import get_logger as get_ros_logger
 from .._delivery.context import Context, resolve
 from .._delivery.graph import Graph, announcer_of, graph_of
 from .._delivery.groups import GroupSettings
 from ..rcl_interfaces.msg import (
     ListParametersResult,
+    LoggerLevel,
     ParameterDescriptor,
+    SetLoggerLevelsResult,
     SetParametersResult,
 )
 from ..rcl_interfaces.srv import (
     DescribeParameters,
+    GetLoggerLevels,
     GetParameters,
     GetParameterTypes,
     ListParameters,
+    SetLoggerLevels,
     SetParameters,
     SetParametersAtomically,
 )
+from ..rosgraph_msgs.msg import Clock as ClockMessage
 from .callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from .entities import (
     Client,
@@ -65,7 +76,7 @@ from .entities import (
 )
 from .executable import Executable, NodeExecutor, _runnable
 from .parameters import Parameter
-from .time import Clock, ROSClock
+from .time import Clock, ROSClock, Time
 from .timers import Rate, Timer, TimerInfo
 
 __all__ = [
@@ -126,7 +137,7 @@ class Node:
         enable_logger_service: bool = False,
         announce_period: float = 30.0,
     ) -> None:
-        del enable_rosout, enable_logger_service  # no /rosout or logger services here
+        del enable_rosout  # no /rosout here (docs/ros-users.md)
         self.context = resolve(context)
         own = parse_ros_args(cli_args)
         self._args: RosArgs = self.context.ros_args.merged(own) if use_global_arguments else own
@@ -165,6 +176,7 @@ class Node:
                 raise InvalidParameterValueException(name, value, str(exc)) from None
         for parameter in parameter_overrides or ():
             self._overrides[parameter.name] = parameter
+        self._clock_subscription: NodeSubscription[Any] | None = None
         announcer_of(self.context).add(self)
         try:
             self.declare_parameter("use_sim_time", False)
@@ -174,6 +186,8 @@ class Node:
                         self.declare_parameter(name, parameter.value)
             if start_parameter_services:
                 self._start_parameter_services()
+            if enable_logger_service:
+                self._start_logger_services()
         except BaseException:
             self.destroy_node()
             raise
@@ -194,8 +208,25 @@ class Node:
         return self._logger
 
     def get_clock(self) -> Clock:
-        """The node's ROS clock (the system clock: emailmw has no simulated time)."""
+        """The node's ROS clock: the system clock, or, while the ``use_sim_time``
+        parameter is true, the time ``/clock`` last said (zero before it said any)."""
         return self._clock
+
+    def _follow_sim_time(self, enabled: bool) -> None:
+        """rclpy's time source: with ``use_sim_time`` the node's clock reads what
+        ``/clock`` (``rosgraph_msgs/msg/Clock``) says, received as the node is spun."""
+        with self._lock:
+            if enabled and self._clock_subscription is None:
+                self._clock_subscription = self.create_subscription(
+                    ClockMessage, "/clock", self._on_clock, QoSProfile(depth=1)
+                )
+            elif not enabled and self._clock_subscription is not None:
+                self.destroy_subscription(self._clock_subscription)
+                self._clock_subscription = None
+        self._clock._set_ros_time_is_active(enabled)
+
+    def _on_clock(self, message: Any) -> None:
+        self._clock.set_ros_time_override(Time.from_msg(message.clock))
 
     def resolve(self, name: str, what: str = "topic name") -> str:
         """``name`` resolved as this node resolves it, then remapped (``-r``)."""
@@ -290,12 +321,9 @@ class Node:
         delivery mode (``docs/delivery-modes.md``); with ``stateful`` or ``stateless`` a
         message is acknowledged once its callback returned, and one whose callback raised
         is offered again, up to ``group_settings.max_deliveries`` (default 5), then
-        quarantined."""
+        quarantined. ``raw``: the callback gets the message as ROS 2 serializes it (CDR
+        bytes, ``emailmw.serialization``; needs the bag extra)."""
         del qos_overriding_options
-        if raw:
-            raise InvalidArgumentError(
-                "raw subscriptions are not supported: messages are typed YAML"
-            )
         _runnable(callback, "subscription")
         profile = (
             qos_profile if isinstance(qos_profile, QoSProfile) else QoSProfile(depth=qos_profile)
@@ -311,6 +339,7 @@ class Node:
             group,
             callback_group,
             group_settings,
+            raw=raw,
         )
         return self._add(self.subscriptions, subscription)
 
@@ -699,17 +728,31 @@ class Node:
                 result = callback(parameters)
                 if not getattr(result, "successful", False):
                     return result
+            sim_time = None
             for parameter in parameters:
                 self._parameters[parameter.name] = parameter
+                if parameter.name == "use_sim_time":
+                    sim_time = bool(parameter.value)
                 if parameter.name in descriptors:
                     self._descriptors[parameter.name] = descriptors[parameter.name]
                 elif parameter.name not in self._descriptors:
                     self._descriptors[parameter.name] = ParameterDescriptor(
                         name=parameter.name, type=int(parameter.type_)
                     )
+        if sim_time is not None:
+            self._follow_sim_time(sim_time)
         for post in self._post_set:
             post(parameters)
         return SetParametersResult(successful=True)
+
+    # ------------------------------------------------------------------ logger services
+
+    def _start_logger_services(self) -> None:
+        """rclpy's ``enable_logger_service=True``: ``~/get_logger_levels`` and
+        ``~/set_logger_levels`` (``rcl_interfaces``), any logger of the process by name."""
+        prefix = self.get_fully_qualified_name()
+        self.create_service(GetLoggerLevels, f"{prefix}/get_logger_levels", _srv_get_levels)
+        self.create_service(SetLoggerLevels, f"{prefix}/set_logger_levels", _srv_set_levels)
 
     # ------------------------------------------------------------------ parameter services
 
@@ -831,3 +874,25 @@ def create_node(node_name: str, **kwargs: Any) -> Node:
     """A :class:`Node` (rclpy's ``rclpy.create_node``; the keyword arguments are
     ``Node``'s)."""
     return Node(node_name, **kwargs)
+
+
+def _srv_get_levels(request: Any, response: Any) -> Any:
+    """Each named logger's own level (0, unset, for one without), as rclpy answers."""
+    response.levels = [LoggerLevel(name=n, level=int(get_logger_level(n))) for n in request.names]
+    return response
+
+
+def _srv_set_levels(request: Any, response: Any) -> Any:
+    """Set each named logger's level; a level that is none of rcutils' is refused with
+    rclpy's reason."""
+    results = []
+    for level in request.levels:
+        try:
+            set_logger_level(level.name, int(level.level))
+        except (ValueError, EmailMWError):
+            reason = "Failed reason: Invalid logger level."
+            results.append(SetLoggerLevelsResult(successful=False, reason=reason))
+        else:
+            results.append(SetLoggerLevelsResult(successful=True, reason=""))
+    response.results = results
+    return response

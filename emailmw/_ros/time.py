@@ -2,8 +2,9 @@
 (``emailmw.duration``, ``emailmw.time``, ``emailmw.clock``). Integer nanoseconds end to
 end; immutable values, thread-safe.
 
-emailmw has no simulated time: a ``ROS_TIME`` clock reads the system clock (as rclpy's
-does while ``use_sim_time`` is false).
+A ``ROS_TIME`` clock reads the system clock, or, while ROS time is active (a node's
+``use_sim_time`` parameter true: it follows ``/clock``), the time last set on it
+(:meth:`ROSClock.set_ros_time_override`; zero until the first), as rclpy's.
 """
 
 from __future__ import annotations
@@ -218,6 +219,10 @@ class Clock:
             return Time(nanoseconds=time.monotonic_ns(), clock_type=self._clock_type)
         return Time(nanoseconds=time.time_ns(), clock_type=self._clock_type)
 
+    def _longest_nap(self) -> float:
+        """Seconds a sleep waits at most before it reads the clock again."""
+        return 1.0
+
     def sleep_until(self, until: Time, context: Any = None) -> bool:
         """Sleep until this clock reads ``until``; False when ``context`` shut down first."""
         if until.clock_type != self._clock_type:
@@ -228,11 +233,12 @@ class Clock:
             left = until.nanoseconds - self.now().nanoseconds
             if left <= 0:
                 return True
+            nap = min(left / _NS, self._longest_nap())
             waiter = getattr(context, "wait_for_shutdown", None)
             if waiter is not None:
-                waiter(min(left / _NS, 1.0))
+                waiter(nap)
             else:
-                self._wake.wait(min(left / _NS, 1.0))
+                self._wake.wait(nap)
 
     def sleep_for(self, rel_time: Duration, context: Any = None) -> bool:
         """Sleep ``rel_time``; False when ``context`` shut down first."""
@@ -240,11 +246,33 @@ class Clock:
 
 
 class ROSClock(Clock):
-    """rclpy's ``ROSClock``: ``ROS_TIME``, the system clock (no simulated time)."""
+    """rclpy's ``ROSClock``: ``ROS_TIME``, the system clock, or while ROS time is active
+    (simulated time, ``/clock``) the time last set by :meth:`set_ros_time_override` (zero
+    before any). Thread-safe."""
 
     def __init__(self) -> None:
         super().__init__(clock_type=ClockType.ROS_TIME)
+        self._active = False
+        self._override_ns = 0
 
     @property
     def ros_time_is_active(self) -> bool:
-        return False
+        return self._active
+
+    def _set_ros_time_is_active(self, enabled: bool) -> None:
+        """Follow the override (True) or the system clock (False), as rclpy's."""
+        self._active = bool(enabled)
+
+    def set_ros_time_override(self, time: Time) -> None:
+        """The time this clock reads while ROS time is active."""
+        if not isinstance(time, Time):
+            raise ArgumentTypeError(f"expected a Time, got {type(time).__name__}")
+        self._override_ns = time.nanoseconds
+
+    def now(self) -> Time:
+        if self._active:
+            return Time(nanoseconds=self._override_ns, clock_type=ClockType.ROS_TIME)
+        return super().now()
+
+    def _longest_nap(self) -> float:
+        return 0.05 if self._active else 1.0  # (simulated time moves when /clock says)

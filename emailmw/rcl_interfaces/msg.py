@@ -9,21 +9,25 @@ _types: Any = package("rcl_interfaces").msg
 FloatingPointRange = _types.FloatingPointRange
 IntegerRange = _types.IntegerRange
 ListParametersResult = _types.ListParametersResult
+LoggerLevel = _types.LoggerLevel
 Parameter = _types.Parameter
 ParameterDescriptor = _types.ParameterDescriptor
 ParameterEvent = _types.ParameterEvent
 ParameterType = _types.ParameterType
 ParameterValue = _types.ParameterValue
+SetLoggerLevelsResult = _types.SetLoggerLevelsResult
 SetParametersResult = _types.SetParametersResult
 
 __all__ = [
     "FloatingPointRange",
     "IntegerRange",
     "ListParametersResult",
+    "LoggerLevel",
     "Parameter",
     "ParameterDescriptor",
     "ParameterEvent",
     "ParameterType",
     "ParameterValue",
+    "SetLoggerLevelsResult",
     "SetParametersResult",
 ]

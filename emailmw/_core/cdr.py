@@ -16,9 +16,9 @@ import numpy as np
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
-from .._core.errors import ConfigError
-from .._core.idl import MessageSpec, strip_comment
-from .._core.interfaces import get_interface
+from .errors import ConfigError
+from .idl import MessageSpec, strip_comment
+from .interfaces import get_interface
 
 __all__ = ["BagTypes"]
 

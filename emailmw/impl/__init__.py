@@ -1,0 +1,1 @@
+"""rclpy's ``rclpy.impl``: what ROS programs import from it (``logging_severity``)."""

@@ -18,8 +18,10 @@ from . import (
     doctor,
     gateway,
     interface,
+    launch,
     node,
     param,
+    run,
     security,
     service,
     stem,
@@ -31,8 +33,8 @@ __all__ = ["main"]
 
 #: the commands, in the order ``--help`` lists them
 COMMANDS = (
-    topic, service, action, param, node, interface, bag, doctor, analyze, security, gateway,
-    stem,
+    topic, service, action, param, node, interface, bag, run, launch, doctor, analyze,
+    security, gateway, stem,
 )  # fmt: skip
 
 

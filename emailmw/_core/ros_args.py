@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError, yaml_error
+from .names import resolve_name
 
 __all__ = [
     "RosArgs",
@@ -56,13 +57,14 @@ class RosArgs:
                 values[name] = value
         return values
 
-    def remap(self, name: str, node_name: str) -> str:
-        """``name`` (a fully qualified topic or service name) after the ``-r`` rules."""
+    def remap(self, name: str, node_name: str, namespace: str = "/") -> str:
+        """``name`` (a fully qualified topic or service name) after the ``-r`` rules, whose
+        names are expanded as the node's are (relative: in its ``namespace``), as rcl's."""
         for node, source, target in self.remaps:
             if node is not None and node != node_name:
                 continue
-            if name in (source, "/" + source.lstrip("/")):
-                return target if target.startswith("/") else "/" + target
+            if name == resolve_name(source, node_name, namespace, "remapped name"):
+                return resolve_name(target, node_name, namespace, "remapped name")
         return name
 
     def merged(self, other: RosArgs) -> RosArgs:

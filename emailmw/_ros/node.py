@@ -230,15 +230,16 @@ class Node:
 
     def resolve(self, name: str, what: str = "topic name") -> str:
         """``name`` resolved as this node resolves it, then remapped (``-r``)."""
-        return self._args.remap(resolve_name(name, self._name, self._namespace, what), self._name)
+        expanded = resolve_name(name, self._name, self._namespace, what)
+        return self._args.remap(expanded, self._name, self._namespace)
 
     def resolve_topic_name(self, topic: str, *, only_expand: bool = False) -> str:
         expanded = resolve_name(topic, self._name, self._namespace, "topic name")
-        return expanded if only_expand else self._args.remap(expanded, self._name)
+        return expanded if only_expand else self._args.remap(expanded, self._name, self._namespace)
 
     def resolve_service_name(self, service: str, *, only_expand: bool = False) -> str:
         expanded = resolve_name(service, self._name, self._namespace, "service name")
-        return expanded if only_expand else self._args.remap(expanded, self._name)
+        return expanded if only_expand else self._args.remap(expanded, self._name, self._namespace)
 
     def executables(self) -> list[Executable]:
         """What an executor runs of this node: its subscriptions, services, clients (a

@@ -1,0 +1,169 @@
+"""``emailmw run`` and ``emailmw launch`` as ros2's: programs of a directory or an
+installed package with their arguments and ``--ros-args``; YAML and XML launch files
+whose nodes start with their names, namespaces, parameters and remappings, each line
+prefixed with its process; what is not supported is one line. (Nodes here talk
+intraprocess: what is tested is how they are started.)"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emailmw._cli.launch import plan
+from emailmw._core.errors import EmailMWError
+
+HELLO = """\
+import sys
+import time
+
+import emailmw
+from emailmw.node import Node
+
+emailmw.init({"intraprocess": True}, args=sys.argv)
+node = Node("hello", automatically_declare_parameters_from_overrides=True)
+values = {n: p.value for n, p in node.get_parameters_by_prefix("").items()
+          if n != "use_sim_time"}
+print(node.get_fully_qualified_name(), values, node.resolve("chatter"), sys.argv[1:2],
+      flush=True)
+if node.get_parameters_by_prefix("").get("linger"):
+    time.sleep(60)
+emailmw.shutdown()
+"""
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "emailmw", *args], capture_output=True,
+                          text=True, timeout=60, check=False, cwd=cwd)  # fmt: skip
+
+
+@pytest.fixture
+def programs(tmp_path: Path) -> Path:
+    directory = tmp_path / "programs"
+    directory.mkdir()
+    (directory / "hello.py").write_text(HELLO)
+    return directory
+
+
+def test_run_starts_a_directory_s_program_or_a_package_s_console_script(
+    programs: Path,
+) -> None:
+    out = _cli("run", str(programs), "hello", "first", "--ros-args", "-r", "__node:=x",
+               "-r", "__ns:=/robot", "-p", "k:=3", "-r", "chatter:=talk")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "/robot/x {'k': 3} /robot/talk ['first']"
+    version = _cli("run", "emailmw", "emailmw", "--version")
+    assert version.returncode == 0
+    assert version.stdout.startswith("emailmw ")
+    for args, words in (
+        (("nopkg", "x"), "no directory and no installed Python package named 'nopkg'"),
+        (("emailmw", "x"), "package 'emailmw' has no executable 'x' (its executables: emailmw)"),
+        ((str(programs), "bye"), "no bye or bye.py in the directory"),
+    ):
+        failed = _cli("run", *args)
+        assert failed.returncode == 1
+        assert failed.stderr.startswith("emailmw: error: ")
+        assert words in failed.stderr
+        assert failed.stderr.count("\n") == 1
+
+
+YAML = """\
+launch:
+- arg: {name: speed, default: "2"}
+- node:
+    pkg: PROGRAMS
+    exec: hello
+    name: left
+    namespace: robot
+    args: "alpha"
+    param:
+    - {name: speed, value: $(var speed)}
+    - {name: mode, value: fast}
+    - {name: gains, value: [1, 2]}
+    remap:
+    - {from: chatter, to: /left/chatter}
+- node: {pkg: PROGRAMS, exec: hello, name: right}
+"""
+
+XML = """\
+<launch>
+  <arg name="speed" default="2"/>
+  <node pkg="PROGRAMS" exec="hello" name="left" namespace="robot" args="alpha">
+    <param name="speed" value="$(var speed)"/>
+    <param name="mode" value="fast"/>
+    <param name="gains" value="[1, 2]"/>
+    <remap from="chatter" to="/left/chatter"/>
+  </node>
+  <node pkg="PROGRAMS" exec="hello" name="right"/>
+</launch>
+"""
+
+
+@pytest.mark.parametrize(("form", "text"), [("yaml", YAML), ("xml", XML)])
+def test_launch_starts_each_node_as_the_file_says(
+    programs: Path, tmp_path: Path, form: str, text: str
+) -> None:
+    """Both forms: the arg's default overridden from the command line, a node's name,
+    namespace, arguments, parameters (typed) and remapping; output lines prefixed with
+    their process; ros2 launch's lines when each starts and ends."""
+    path = tmp_path / f"two.launch.{form}"
+    path.write_text(text.replace("PROGRAMS", str(programs)))
+    out = _cli("launch", str(path), "speed:=5")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert ("[left-1] /robot/left {'speed': 5, 'mode': 'fast', 'gains': [1, 2]} "
+            "/left/chatter ['alpha']") in lines  # fmt: skip
+    assert "[right-2] /right {} /chatter ['--ros-args']" in lines
+    for label in ("left-1", "right-2"):
+        assert any(line.startswith(f"[INFO] [{label}]: process started with pid [")
+                   for line in lines)  # fmt: skip
+        assert any(line.startswith(f"[INFO] [{label}]: process has finished cleanly")
+                   for line in lines)  # fmt: skip
+
+
+def test_what_launch_does_not_support_is_one_line(tmp_path: Path) -> None:
+    cases = {
+        "a.launch.py": ("", "Python launch files need ROS 2's launch library"),
+        "b.launch.yaml": ("launch:\n- include: {file: x.yaml}\n", "'include' is not supported"),
+        "c.launch.yaml": ("launch:\n- node: {pkg: p, exec: e, name: $(find-pkg-share p)}\n",
+                          "$(find-pkg-share p) is not supported"),
+        "d.launch.yaml": ("launch:\n- arg: {name: x}\n- node: {pkg: p, exec: e}\n",
+                          "argument 'x' has no default: give x:=VALUE"),
+        "e.launch.xml": ("<launch><node pkg='p' exec='e'><env name='a' value='b'/></node>"
+                         "</launch>", "<node> has <env>, which is not supported"),
+    }  # fmt: skip
+    for name, (text, words) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(EmailMWError, match=None) as info:
+            plan(path, {})
+        assert words in str(info.value), name
+        out = _cli("launch", str(path))
+        assert out.returncode == 1
+        assert out.stderr.count("\n") == 1
+        assert words in out.stderr
+
+
+def test_ctrl_c_stops_every_process_of_a_launch(programs: Path, tmp_path: Path) -> None:
+    """SIGINT to the launch goes to each process (as Ctrl-C in ros2 launch): it ends at
+    once instead of after the nodes' minute."""
+    path = tmp_path / "linger.launch.yaml"
+    path.write_text(YAML.replace("PROGRAMS", str(programs)).replace(
+        "    - {name: mode, value: fast}", "    - {name: linger, value: true}"))  # fmt: skip
+    launch = subprocess.Popen([sys.executable, "-m", "emailmw", "launch", str(path)],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert launch.stdout is not None
+    seen = ""
+    deadline = time.monotonic() + 30
+    while "[left-1] /robot/left" not in seen and time.monotonic() < deadline:
+        seen += launch.stdout.readline()
+    assert "[left-1] /robot/left" in seen
+    started = time.monotonic()
+    launch.send_signal(signal.SIGINT)
+    rest, _ = launch.communicate(timeout=30)
+    assert time.monotonic() - started < 15
+    assert "[ERROR] [left-1]: process has died" in rest

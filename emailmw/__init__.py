@@ -119,33 +119,43 @@ __version__ = "0.1.0"
 
 
 from . import (
-    action,
-    action_msgs,
-    builtin_interfaces,
     callback_groups,
     clock,
     duration,
-    example_interfaces,
     exceptions,
     executors,
-    floctrl,
-    geometry_msgs,
-    interfaces,
     logging,
     node,
     parameter,
     qos,
-    rcl_interfaces,
     signals,
-    std_msgs,
-    stem,
     task,
     time,
-    unique_identifier_msgs,
     utilities,
-    ymp,
 )
 from .parameter import Parameter
+
+#: submodules imported when first named (``emailmw.std_msgs``), not with ``import emailmw``:
+#: a program pays only for the message packages and faces it uses
+_LAZY: frozenset[str] = frozenset({
+    "action", "action_msgs", "builtin_interfaces", "example_interfaces", "floctrl",
+    "geometry_msgs", "interfaces", "rcl_interfaces", "rosgraph_msgs", "std_msgs", "stem",
+    "unique_identifier_msgs", "ymp",
+})  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'emailmw' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 __all__ = [
     "Ack",

@@ -3,159 +3,313 @@
 The public API lives here; everything in ``emailmw._*`` is private. Layers, bottom up:
 transports (``EmailSender``/``EmailReceiver``), the polling manager, the subscription and
 service handlers, the :class:`Context`, the entities, and wait sets on top.
+
+Names are imported when first used (``emailmw.Node``, ``from emailmw import init``), so
+``import emailmw`` costs next to nothing and a program pays for what it uses (PEP 562).
 """
 
-from ._core.config import NO_BATCH, BatchPolicy, Endpoint, Options, UserInfo
-from ._core.errors import (
-    AuthenticationError,
-    ClosedError,
-    ConfigError,
-    ConnectError,
-    ConnectionLimitError,
-    ContextAlreadyInitializedError,
-    ContextError,
-    ContextNotInitializedError,
-    EmailMWError,
-    ForeignEmailError,
-    GuardConditionAlreadyInUseError,
-    InterfaceError,
-    InvalidCallbackError,
-    InvalidHeaderError,
-    InvalidNameError,
-    MalformedEmailError,
-    MessageTooLargeError,
-    PermissionDeniedError,
-    ReceiveError,
-    RemoteError,
-    RoutingError,
-    SecurityError,
-    SendError,
-    ServiceTimeoutError,
-    TLSError,
-    TransportError,
-    TypeMismatchError,
-    UndecryptableError,
-    UnknownRequestError,
-)
-from ._core.futures import Future
-from ._core.interfaces import (
-    ActionType,
-    ServiceType,
-    deserialize,
-    get_interface,
-    interface_names,
-    message,
-    serialize,
-    service,
-)
-from ._core.protocol import Recipients
-from ._core.qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
-from ._core.types import (
-    Ack,
-    Email,
-    Gid,
-    Headers,
-    MessageInfo,
-    RequestId,
-    ServiceInfo,
-    ServiceRequest,
-)
-from ._core.waitables import GuardCondition
-from ._core.wire import build as build_email
-from ._core.wire import parse as parse_email
-from ._delivery.context import (
-    Context,
-    IntraprocessNetwork,
-    get_default_context,
-    get_rmw_implementation_identifier,
-    init,
-    ok,
-    open_transport,
-    shutdown,
-    try_shutdown,
-)
-from ._delivery.entities import Publisher, ServiceClient, ServiceServer, Subscription
-from ._delivery.waitset import (
-    WaitResult,
-    WaitSet,
-    wait_for_message,
-    wait_for_message_with_info,
-    wait_for_request,
-    wait_for_request_with_info,
-    wait_for_response,
-    wait_for_response_with_info,
-)
-from ._faces.gateway import Gateway, load_gateway
-from ._ros.executor import (
-    Executor,
-    MultiThreadedExecutor,
-    SingleThreadedExecutor,
-    get_global_executor,
-    spin,
-    spin_once,
-    spin_until_future_complete,
-)
-from ._ros.node import (
-    Client,
-    Node,
-    NodeGuardCondition,
-    NodePublisher,
-    NodeSubscription,
-    Service,
-    SubscriptionEventCallbacks,
-    Timer,
-    create_node,
-)
-from ._security import Keystore
-from ._transport.base import EmailReceiver, EmailSender, IncomingEmail
-from ._transport.group import GroupSettings
-from ._transport.intraprocess import (
-    IntraprocessReceiver,
-    IntraprocessSender,
-    intraprocess_pair,
-)
+from __future__ import annotations
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from . import (
+        action,
+        action_msgs,
+        builtin_interfaces,
+        callback_groups,
+        clock,
+        duration,
+        example_interfaces,
+        exceptions,
+        executors,
+        floctrl,
+        geometry_msgs,
+        interfaces,
+        logging,
+        node,
+        parameter,
+        qos,
+        rcl_interfaces,
+        rosgraph_msgs,
+        signals,
+        std_msgs,
+        stem,
+        task,
+        time,
+        unique_identifier_msgs,
+        utilities,
+        ymp,
+    )
+    from ._core.config import NO_BATCH, BatchPolicy, Endpoint, Options, UserInfo
+    from ._core.errors import (
+        AuthenticationError,
+        ClosedError,
+        ConfigError,
+        ConnectError,
+        ConnectionLimitError,
+        ContextAlreadyInitializedError,
+        ContextError,
+        ContextNotInitializedError,
+        EmailMWError,
+        ForeignEmailError,
+        GuardConditionAlreadyInUseError,
+        InterfaceError,
+        InvalidCallbackError,
+        InvalidHeaderError,
+        InvalidNameError,
+        MalformedEmailError,
+        MessageTooLargeError,
+        PermissionDeniedError,
+        ReceiveError,
+        RemoteError,
+        RoutingError,
+        SecurityError,
+        SendError,
+        ServiceTimeoutError,
+        TLSError,
+        TransportError,
+        TypeMismatchError,
+        UndecryptableError,
+        UnknownRequestError,
+    )
+    from ._core.futures import Future
+    from ._core.interfaces import (
+        ActionType,
+        ServiceType,
+        deserialize,
+        get_interface,
+        interface_names,
+        message,
+        serialize,
+        service,
+    )
+    from ._core.protocol import Recipients
+    from ._core.qos import DeadlineMissed, DurabilityPolicy, HistoryPolicy, MessageLost, QoSProfile
+    from ._core.types import (
+        Ack,
+        Email,
+        Gid,
+        Headers,
+        MessageInfo,
+        RequestId,
+        ServiceInfo,
+        ServiceRequest,
+    )
+    from ._core.waitables import GuardCondition
+    from ._core.wire import build as build_email
+    from ._core.wire import parse as parse_email
+    from ._delivery.context import (
+        Context,
+        IntraprocessNetwork,
+        get_default_context,
+        get_rmw_implementation_identifier,
+        init,
+        ok,
+        open_transport,
+        shutdown,
+        try_shutdown,
+    )
+    from ._delivery.entities import Publisher, ServiceClient, ServiceServer, Subscription
+    from ._delivery.waitset import (
+        WaitResult,
+        WaitSet,
+        wait_for_message,
+        wait_for_message_with_info,
+        wait_for_request,
+        wait_for_request_with_info,
+        wait_for_response,
+        wait_for_response_with_info,
+    )
+    from ._faces.gateway import Gateway, load_gateway
+    from ._ros.executor import (
+        Executor,
+        MultiThreadedExecutor,
+        SingleThreadedExecutor,
+        get_global_executor,
+        spin,
+        spin_once,
+        spin_until_future_complete,
+    )
+    from ._ros.node import (
+        Client,
+        Node,
+        NodeGuardCondition,
+        NodePublisher,
+        NodeSubscription,
+        Service,
+        SubscriptionEventCallbacks,
+        Timer,
+        create_node,
+    )
+    from ._security import Keystore
+    from ._transport.base import EmailReceiver, EmailSender, IncomingEmail
+    from ._transport.group import GroupSettings
+    from ._transport.intraprocess import (
+        IntraprocessReceiver,
+        IntraprocessSender,
+        intraprocess_pair,
+    )
+    from .parameter import Parameter
 
 __version__ = "0.1.0"
 
+#: each public name: the module it comes from, and its name there (None: the module)
+_WHERE: dict[str, tuple[str, str | None]] = {
+    "Ack": ("._core.types", "Ack"),
+    "action": (".action", None),
+    "action_msgs": (".action_msgs", None),
+    "ActionType": ("._core.interfaces", "ActionType"),
+    "AuthenticationError": ("._core.errors", "AuthenticationError"),
+    "BatchPolicy": ("._core.config", "BatchPolicy"),
+    "build_email": ("._core.wire", "build"),
+    "builtin_interfaces": (".builtin_interfaces", None),
+    "callback_groups": (".callback_groups", None),
+    "Client": ("._ros.node", "Client"),
+    "clock": (".clock", None),
+    "ClosedError": ("._core.errors", "ClosedError"),
+    "ConfigError": ("._core.errors", "ConfigError"),
+    "ConnectError": ("._core.errors", "ConnectError"),
+    "ConnectionLimitError": ("._core.errors", "ConnectionLimitError"),
+    "Context": ("._delivery.context", "Context"),
+    "ContextAlreadyInitializedError": ("._core.errors", "ContextAlreadyInitializedError"),
+    "ContextError": ("._core.errors", "ContextError"),
+    "ContextNotInitializedError": ("._core.errors", "ContextNotInitializedError"),
+    "create_node": ("._ros.node", "create_node"),
+    "DeadlineMissed": ("._core.qos", "DeadlineMissed"),
+    "deserialize": ("._core.interfaces", "deserialize"),
+    "DurabilityPolicy": ("._core.qos", "DurabilityPolicy"),
+    "duration": (".duration", None),
+    "Email": ("._core.types", "Email"),
+    "EmailMWError": ("._core.errors", "EmailMWError"),
+    "EmailReceiver": ("._transport.base", "EmailReceiver"),
+    "EmailSender": ("._transport.base", "EmailSender"),
+    "Endpoint": ("._core.config", "Endpoint"),
+    "example_interfaces": (".example_interfaces", None),
+    "exceptions": (".exceptions", None),
+    "Executor": ("._ros.executor", "Executor"),
+    "executors": (".executors", None),
+    "floctrl": (".floctrl", None),
+    "ForeignEmailError": ("._core.errors", "ForeignEmailError"),
+    "Future": ("._core.futures", "Future"),
+    "Gateway": ("._faces.gateway", "Gateway"),
+    "geometry_msgs": (".geometry_msgs", None),
+    "get_default_context": ("._delivery.context", "get_default_context"),
+    "get_global_executor": ("._ros.executor", "get_global_executor"),
+    "get_interface": ("._core.interfaces", "get_interface"),
+    "get_rmw_implementation_identifier": (
+        "._delivery.context",
+        "get_rmw_implementation_identifier",
+    ),
+    "Gid": ("._core.types", "Gid"),
+    "GroupSettings": ("._transport.group", "GroupSettings"),
+    "GuardCondition": ("._core.waitables", "GuardCondition"),
+    "GuardConditionAlreadyInUseError": ("._core.errors", "GuardConditionAlreadyInUseError"),
+    "Headers": ("._core.types", "Headers"),
+    "HistoryPolicy": ("._core.qos", "HistoryPolicy"),
+    "IncomingEmail": ("._transport.base", "IncomingEmail"),
+    "init": ("._delivery.context", "init"),
+    "interface_names": ("._core.interfaces", "interface_names"),
+    "InterfaceError": ("._core.errors", "InterfaceError"),
+    "interfaces": (".interfaces", None),
+    "intraprocess_pair": ("._transport.intraprocess", "intraprocess_pair"),
+    "IntraprocessNetwork": ("._delivery.context", "IntraprocessNetwork"),
+    "IntraprocessReceiver": ("._transport.intraprocess", "IntraprocessReceiver"),
+    "IntraprocessSender": ("._transport.intraprocess", "IntraprocessSender"),
+    "InvalidCallbackError": ("._core.errors", "InvalidCallbackError"),
+    "InvalidHeaderError": ("._core.errors", "InvalidHeaderError"),
+    "InvalidNameError": ("._core.errors", "InvalidNameError"),
+    "Keystore": ("._security", "Keystore"),
+    "load_gateway": ("._faces.gateway", "load_gateway"),
+    "logging": (".logging", None),
+    "MalformedEmailError": ("._core.errors", "MalformedEmailError"),
+    "message": ("._core.interfaces", "message"),
+    "MessageInfo": ("._core.types", "MessageInfo"),
+    "MessageLost": ("._core.qos", "MessageLost"),
+    "MessageTooLargeError": ("._core.errors", "MessageTooLargeError"),
+    "MultiThreadedExecutor": ("._ros.executor", "MultiThreadedExecutor"),
+    "NO_BATCH": ("._core.config", "NO_BATCH"),
+    "Node": ("._ros.node", "Node"),
+    "node": (".node", None),
+    "NodeGuardCondition": ("._ros.node", "NodeGuardCondition"),
+    "NodePublisher": ("._ros.node", "NodePublisher"),
+    "NodeSubscription": ("._ros.node", "NodeSubscription"),
+    "ok": ("._delivery.context", "ok"),
+    "open_transport": ("._delivery.context", "open_transport"),
+    "Options": ("._core.config", "Options"),
+    "parameter": (".parameter", None),
+    "Parameter": (".parameter", "Parameter"),
+    "parse_email": ("._core.wire", "parse"),
+    "PermissionDeniedError": ("._core.errors", "PermissionDeniedError"),
+    "Publisher": ("._delivery.entities", "Publisher"),
+    "qos": (".qos", None),
+    "QoSProfile": ("._core.qos", "QoSProfile"),
+    "rcl_interfaces": (".rcl_interfaces", None),
+    "ReceiveError": ("._core.errors", "ReceiveError"),
+    "Recipients": ("._core.protocol", "Recipients"),
+    "RemoteError": ("._core.errors", "RemoteError"),
+    "RequestId": ("._core.types", "RequestId"),
+    "rosgraph_msgs": (".rosgraph_msgs", None),
+    "RoutingError": ("._core.errors", "RoutingError"),
+    "SecurityError": ("._core.errors", "SecurityError"),
+    "SendError": ("._core.errors", "SendError"),
+    "serialize": ("._core.interfaces", "serialize"),
+    "service": ("._core.interfaces", "service"),
+    "Service": ("._ros.node", "Service"),
+    "ServiceClient": ("._delivery.entities", "ServiceClient"),
+    "ServiceInfo": ("._core.types", "ServiceInfo"),
+    "ServiceRequest": ("._core.types", "ServiceRequest"),
+    "ServiceServer": ("._delivery.entities", "ServiceServer"),
+    "ServiceTimeoutError": ("._core.errors", "ServiceTimeoutError"),
+    "ServiceType": ("._core.interfaces", "ServiceType"),
+    "shutdown": ("._delivery.context", "shutdown"),
+    "signals": (".signals", None),
+    "SingleThreadedExecutor": ("._ros.executor", "SingleThreadedExecutor"),
+    "spin": ("._ros.executor", "spin"),
+    "spin_once": ("._ros.executor", "spin_once"),
+    "spin_until_future_complete": ("._ros.executor", "spin_until_future_complete"),
+    "std_msgs": (".std_msgs", None),
+    "stem": (".stem", None),
+    "Subscription": ("._delivery.entities", "Subscription"),
+    "SubscriptionEventCallbacks": ("._ros.node", "SubscriptionEventCallbacks"),
+    "task": (".task", None),
+    "time": (".time", None),
+    "Timer": ("._ros.node", "Timer"),
+    "TLSError": ("._core.errors", "TLSError"),
+    "TransportError": ("._core.errors", "TransportError"),
+    "try_shutdown": ("._delivery.context", "try_shutdown"),
+    "TypeMismatchError": ("._core.errors", "TypeMismatchError"),
+    "UndecryptableError": ("._core.errors", "UndecryptableError"),
+    "unique_identifier_msgs": (".unique_identifier_msgs", None),
+    "UnknownRequestError": ("._core.errors", "UnknownRequestError"),
+    "UserInfo": ("._core.config", "UserInfo"),
+    "utilities": (".utilities", None),
+    "wait_for_message": ("._delivery.waitset", "wait_for_message"),
+    "wait_for_message_with_info": ("._delivery.waitset", "wait_for_message_with_info"),
+    "wait_for_request": ("._delivery.waitset", "wait_for_request"),
+    "wait_for_request_with_info": ("._delivery.waitset", "wait_for_request_with_info"),
+    "wait_for_response": ("._delivery.waitset", "wait_for_response"),
+    "wait_for_response_with_info": ("._delivery.waitset", "wait_for_response_with_info"),
+    "WaitResult": ("._delivery.waitset", "WaitResult"),
+    "WaitSet": ("._delivery.waitset", "WaitSet"),
+    "ymp": (".ymp", None),
+}
 
-from . import (
-    callback_groups,
-    clock,
-    duration,
-    exceptions,
-    executors,
-    logging,
-    node,
-    parameter,
-    qos,
-    signals,
-    task,
-    time,
-    utilities,
-)
-from .parameter import Parameter
 
-#: submodules imported when first named (``emailmw.std_msgs``), not with ``import emailmw``:
-#: a program pays only for the message packages and faces it uses
-_LAZY: frozenset[str] = frozenset({
-    "action", "action_msgs", "builtin_interfaces", "example_interfaces", "floctrl",
-    "geometry_msgs", "interfaces", "rcl_interfaces", "rosgraph_msgs", "std_msgs", "stem",
-    "unique_identifier_msgs", "ymp",
-})  # fmt: skip
-
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        import importlib
-
-        module = importlib.import_module(f".{name}", __name__)
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'emailmw' has no attribute {name!r}")
+def __getattr__(name: str) -> _typing.Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'emailmw' has no attribute {name!r}")
+    module = _importlib.import_module(where[0], __name__)
+    value = module if where[1] is None else getattr(module, where[1])
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_WHERE})
+
 
 __all__ = [
     "Ack",
@@ -221,6 +375,7 @@ __all__ = [
     "spin_once",
     "spin_until_future_complete",
     "std_msgs",
+    "rosgraph_msgs",
     "AuthenticationError",
     "ClosedError",
     "ConfigError",

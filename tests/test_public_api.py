@@ -10,7 +10,7 @@ import emailmw
 
 # Changing this list is changing the public API: say so in the commit (#37 added the
 # rclpy-shaped modules, the message packages, Parameter, create_node, try_shutdown; #39
-# BatchPolicy and NO_BATCH; #48 ConnectionLimitError).
+# BatchPolicy and NO_BATCH; #48 ConnectionLimitError; #49 rosgraph_msgs).
 PUBLIC = [
     "Ack",
     "ActionType",
@@ -125,6 +125,7 @@ PUBLIC = [
     "parse_email",
     "qos",
     "rcl_interfaces",
+    "rosgraph_msgs",
     "serialize",
     "service",
     "shutdown",

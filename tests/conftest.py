@@ -30,8 +30,11 @@ def _own_state_home(tmp_path_factory: pytest.TempPathFactory,
                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """Each test's own ``$XDG_STATE_HOME`` (the accounts' sending ledgers): tests reuse
     account names (``me@example.test``, a run's ``u0001``) and must not spend each
-    other's budget, nor the machine's user's."""
+    other's budget, nor the machine's user's. And no graph daemon started by the command
+    line (each would hold a test's account open for hours): the daemon's tests start
+    theirs themselves (``tests/email/test_daemon.py``)."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    monkeypatch.setenv("EMAILMW_NO_DAEMON", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -64,7 +64,7 @@ def test_many_threads_never_hold_more_than_the_limit() -> None:
 
 
 def test_max_connections_is_read_from_limits() -> None:
-    account = {"username": "a@example.test", "password": "x"}
+    account = {"username": "a@example.test", "password": "Pw-connections-1"}
     servers = {"url-smtp": "smtps://mail.test", "url-imap": "imaps://mail.test"}
     base = {"user": {**account, **servers}, "recipients": {"to": "b@example.test"}}
     assert load_options({"email": base}).limits.max_connections == 10  # Dovecot's default

@@ -215,3 +215,25 @@ def test_a_misuse_is_an_emailmw_error_and_the_standard_one() -> None:
         assert isinstance(caught.value, ValueError)
     finally:
         context.shutdown()
+
+
+def test_import_emailmw_imports_what_is_used_when_it_is_used() -> None:
+    """``import emailmw`` loads no module of its own (names come when first used, PEP
+    562), and a configuration is read without anything else imported first (the built-in
+    transports' names are known to it: was a KeyError traceback)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, emailmw\n"
+        "print(sorted(m for m in sys.modules if m.startswith('emailmw')))\n"
+        "from emailmw._core.config import load_options\n"
+        "o = load_options({'transport': 'curl', 'user': {'url-smtp': 'smtps://m.test',\n"
+        "    'url-imap': 'imaps://m.test', 'username': 'a@m.test', 'password': 'Pw-1'},\n"
+        "    'recipients': {'to': 'b@m.test'}})\n"
+        "print(o.transport, emailmw.Node.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["['emailmw']", "curl Node"]

@@ -10,11 +10,11 @@ import yaml
 
 from .._core.interfaces import ActionType, from_data, get_interface, to_data
 from .._delivery.context import Context
-from .._delivery.graph import Graph, graph_of
+from .._delivery.graph import Graph
 from .._ros.action import ActionClient
 from .._ros.node import Node
 from ..action_msgs.msg import GoalStatus
-from .common import CommandError, Commands, resolve, verbs, with_account, yaml_values
+from .common import CommandError, Commands, current_graph, resolve, verbs, with_account, yaml_values
 
 __all__ = ["actions_of", "register"]
 
@@ -57,7 +57,7 @@ def actions_of(graph: Graph) -> dict[str, dict[str, Any]]:
 
 @with_account
 def list_(context: Context, args: argparse.Namespace) -> int:
-    for name, entry in sorted(actions_of(graph_of(context).graph()).items()):
+    for name, entry in sorted(actions_of(current_graph(context)).items()):
         print(f"{name} [{entry['type']}]" if args.show_types else name)
     return 0
 
@@ -65,7 +65,7 @@ def list_(context: Context, args: argparse.Namespace) -> int:
 @with_account
 def info(context: Context, args: argparse.Namespace) -> int:
     name = resolve(args.name, "action name")
-    entry = actions_of(graph_of(context).graph()).get(name)
+    entry = actions_of(current_graph(context)).get(name)
     if entry is None:
         raise CommandError(f"no action {name!r} in the graph (see 'emailmw action list')")
     suffix = f" [{entry['type']}]" if args.show_types else ""

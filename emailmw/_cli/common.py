@@ -10,9 +10,10 @@ first argument and is wrapped with :func:`with_account`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
@@ -21,6 +22,7 @@ from .._core.config import load_options
 from .._core.errors import EmailMWError, yaml_error
 from .._core.names import resolve_name
 from .._delivery.context import Context
+from .._delivery.graph import Graph, graph_of, read_graph
 
 __all__ = [
     "CONFIG_HELP",
@@ -29,6 +31,8 @@ __all__ = [
     "Verb",
     "account_context",
     "common_options",
+    "current_graph",
+    "share_context",
     "resolve",
     "verbs",
     "with_account",
@@ -98,16 +102,45 @@ def account_context(args: argparse.Namespace) -> Context:
     )  # fmt: skip
 
 
+#: the graph daemon's context, which every verb it runs shares (``daemon.py``); None in a
+#: command of its own
+_shared: Context | None = None
+
+
+def share_context(context: Context | None) -> None:
+    """Let the verbs run in this process use ``context`` (the daemon's), kept open."""
+    global _shared
+    _shared = context
+
+
+@contextlib.contextmanager
+def _account(args: argparse.Namespace) -> Iterator[Context]:
+    if _shared is not None:
+        yield _shared
+        return
+    with account_context(args) as context:
+        yield context
+
+
 def with_account(run: Callable[..., int]) -> Callable[..., int]:
     """``run(context, args, *more)`` as ``verb(args, *more)``: run with the account's
-    context, shut down when it returns."""
+    context (the daemon's, in the daemon), shut down when it returns (the daemon's stays
+    open)."""
 
     @functools.wraps(run)
     def verb(args: argparse.Namespace, *more: Any) -> int:
-        with account_context(args) as context:
+        with _account(args) as context:
             return run(context, args, *more)
 
     return verb
+
+
+def current_graph(context: Context) -> Graph:
+    """The graph: the daemon's, kept up to date in memory; else read from the mailbox's
+    history of the graph topic (at once, no waiting for the next announcements)."""
+    if context is _shared:
+        return graph_of(context).graph()
+    return read_graph(context.receiver)
 
 
 def resolve(name: str, what: str = "topic name") -> str:

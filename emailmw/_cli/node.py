@@ -6,8 +6,7 @@ import argparse
 
 from .._core.names import is_hidden
 from .._delivery.context import Context
-from .._delivery.graph import read_graph
-from .common import CommandError, Commands, verbs, with_account
+from .common import CommandError, Commands, current_graph, verbs, with_account
 
 __all__ = ["register"]
 
@@ -23,16 +22,14 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
 
 @with_account
 def list_(context: Context, args: argparse.Namespace) -> int:
-    for name in sorted(
-        n for n in read_graph(context.receiver).nodes if args.all or not is_hidden(n)
-    ):
+    for name in sorted(n for n in current_graph(context).nodes if args.all or not is_hidden(n)):
         print(name)
     return 0
 
 
 @with_account
 def info(context: Context, args: argparse.Namespace) -> int:
-    graph = read_graph(context.receiver)
+    graph = current_graph(context)
     node_name = args.name if args.name.startswith("/") else f"/{args.name}"
     record = graph.nodes.get(node_name)
     if record is None:

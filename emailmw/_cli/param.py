@@ -12,11 +12,10 @@ import yaml
 
 from .._core.ros_args import read_params_file
 from .._delivery.context import Context
-from .._delivery.graph import graph_of
 from .._ros.node import Node
 from .._ros.parameters import Parameter, parameter_value_to_python
 from ..rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters, SetParameters
-from .common import CommandError, Commands, verbs, with_account, yaml_values
+from .common import CommandError, Commands, current_graph, verbs, with_account, yaml_values
 
 __all__ = ["register"]
 
@@ -114,7 +113,7 @@ def list_(context: Context, args: argparse.Namespace) -> int:
     if args.node is not None:
         targets = [_node_name(args.node)]
     else:
-        graph = graph_of(context).graph()
+        graph = current_graph(context)
         targets = sorted(
             n for n, r in graph.nodes.items()
             if any(s == f"{n}/list_parameters" for s, _ in r.services)

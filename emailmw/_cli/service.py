@@ -12,9 +12,8 @@ from .._core.errors import ServiceTimeoutError, TypeMismatchError
 from .._core.interfaces import ServiceType, deserialize, serialize
 from .._core.names import is_hidden
 from .._delivery.context import Context
-from .._delivery.graph import read_graph
 from .._ros.node import Node
-from .common import CommandError, Commands, resolve, verbs, with_account, yaml_values
+from .common import CommandError, Commands, current_graph, resolve, verbs, with_account, yaml_values
 from .interface import service_type
 
 __all__ = ["register"]
@@ -39,7 +38,7 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
 
 @with_account
 def list_(context: Context, args: argparse.Namespace) -> int:
-    table = read_graph(context.receiver).services()
+    table = current_graph(context).services()
     for name in sorted(n for n in table if args.include_hidden_services or not is_hidden(n)):
         print(f"{name} [{', '.join(sorted(table[name]))}]" if args.show_types else name)
     return 0
@@ -48,7 +47,7 @@ def list_(context: Context, args: argparse.Namespace) -> int:
 @with_account
 def type_(context: Context, args: argparse.Namespace) -> int:
     name = resolve(args.name, "service name")
-    kinds = read_graph(context.receiver).services().get(name)
+    kinds = current_graph(context).services().get(name)
     if kinds is None:
         raise CommandError(f"no service {name!r} in the graph (see 'emailmw service list')")
     for kind in sorted(kinds):
@@ -58,7 +57,7 @@ def type_(context: Context, args: argparse.Namespace) -> int:
 
 @with_account
 def find(context: Context, args: argparse.Namespace) -> int:
-    for name, kinds in sorted(read_graph(context.receiver).services().items()):
+    for name, kinds in sorted(current_graph(context).services().items()):
         if args.type in kinds:
             print(name)
     return 0

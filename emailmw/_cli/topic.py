@@ -33,10 +33,10 @@ from .._core.qos import (
 )
 from .._delivery.context import Context
 from .._delivery.entities import Subscription
-from .._delivery.graph import GRAPH_TOPIC, Graph, read_graph
+from .._delivery.graph import GRAPH_TOPIC, Graph
 from .._delivery.waitset import wait_for_message_with_info
 from .._ros.node import Node
-from .common import CommandError, Commands, resolve, verbs, with_account, yaml_values
+from .common import CommandError, Commands, current_graph, resolve, verbs, with_account, yaml_values
 from .interface import message_type
 
 __all__ = ["add_qos_options", "qos_of", "register"]
@@ -132,7 +132,7 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
 
 
 def _graph(context: Context) -> Graph:
-    return read_graph(context.receiver)
+    return current_graph(context)
 
 
 @with_account

@@ -32,6 +32,7 @@ from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
+    "INTRAPROCESS_ACCOUNT",
     "MAIL_ACCOUNT",
     "NO_BATCH",
     "AccountFormat",
@@ -668,6 +669,13 @@ def read_mail_account(section: ConfigSection) -> UserInfo:
 
 #: the mail transports' account: a password login to an SMTP and an IMAP server
 MAIL_ACCOUNT: Final = AccountFormat(_USER_KEYS, read_mail_account)
+#: the in-process pair's: none needed (``user:``, when given, names the sender's address)
+INTRAPROCESS_ACCOUNT: Final = AccountFormat(_USER_KEYS, read_mail_account, required=False)
+# the built-in transports' names, known before their builders are imported (a program
+# reads its configuration before it sends anything: _transport/factory registers those)
+for _name, _account in (("native", MAIL_ACCOUNT), ("curl", MAIL_ACCOUNT),
+                        ("intraprocess", INTRAPROCESS_ACCOUNT)):  # fmt: skip
+    register_transport_name(_name, _account)
 
 
 def _read_recipients(

@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._core.config import MAIL_ACCOUNT, AccountFormat, Options, register_transport_name
+from .._core.config import (
+    INTRAPROCESS_ACCOUNT,
+    MAIL_ACCOUNT,
+    AccountFormat,
+    Options,
+    register_transport_name,
+)
 from .._core.errors import ConfigError, InvalidArgumentError
 from .base import EmailReceiver, EmailSender
 from .budget import ReceiveBudget
@@ -174,5 +180,4 @@ register_transport(TransportKind("curl", _curl_receiver, _curl_sender, _imap_sto
                                  probes=_MAIL_PROBES))  # fmt: skip
 # (an in-process pair needs no account: ``user:``, when given, names the sender's address)
 register_transport(TransportKind("intraprocess", build=_intraprocess,
-                                 account=AccountFormat(MAIL_ACCOUNT.keys, MAIL_ACCOUNT.read,
-                                                       required=False)))  # fmt: skip
+                                 account=INTRAPROCESS_ACCOUNT))  # fmt: skip

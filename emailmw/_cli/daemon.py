@@ -1,0 +1,223 @@
+"""``emailmw daemon start|stop|status``: ``ros2 daemon`` for a mail account.
+
+The daemon of a configuration keeps one context of its account open and the graph in
+memory (kept up to date from the graph topic's announcements as they arrive), and runs,
+for the command line, the verbs that read the graph or ask a node and end
+(``quick.DAEMON_VERBS``: ``topic list``, ``param get``, ``service call`` ...): the command
+sends its arguments over a Unix socket in a private directory of the user, the daemon runs
+the verb on its context and sends back what it printed and its exit status. So such a
+command costs a Python start and a round trip instead of a login and a read of the
+mailbox. The command line starts the daemon on its first use (as ros2cli does) and works
+without one (``--no-daemon``).
+
+One daemon per configuration file; it ends after ``--timeout`` seconds without a request
+(two hours, ros2's), on ``emailmw daemon stop``, on SIGTERM, or when the file changed (the
+command then runs the usual way and starts a new one). Verbs run one at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import CommandError, Commands, account_context, share_context, verbs
+from .quick import ask, config_file, daemon_socket
+
+__all__ = ["register"]
+
+#: seconds without a request after which a daemon ends (ros2 daemon's default)
+DEFAULT_TIMEOUT = 7200.0
+
+
+def register(commands: Commands, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "daemon", help="the graph daemon that answers the command line quickly"
+    )
+    add = verbs(parser, common)
+    start_ = add("start", run=start, help="start the daemon of the configuration")
+    start_.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+        help="end after this long without a request (default: 2 hours)",
+    )  # fmt: skip
+    add("stop", run=stop, help="stop it")
+    add("status", run=status, help="whether it runs")
+    serve_ = add("serve", run=serve, help=argparse.SUPPRESS)
+    serve_.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+
+
+def _where(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The configuration file and the daemon's socket."""
+    given = getattr(args, "config", None)
+    config = config_file(["--config", given] if given else [])
+    if config is None or not config.is_file():
+        raise CommandError(
+            "no configuration file: give --config FILE or EMAILMW_CONFIG_FILE, or write "
+            "./email.yml (the daemon serves one mail account)"
+        )
+    return config, daemon_socket(config)
+
+
+def _ping(path: Path) -> dict[str, Any] | None:
+    try:
+        return ask(path, {"control": "ping"}, timeout=10)
+    except (OSError, ValueError):
+        return None
+
+
+def start(args: argparse.Namespace) -> int:
+    config, path = _where(args)
+    if _ping(path) is not None:
+        print("The daemon is already running")
+        return 0
+    log = path.with_suffix(".log")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(log, "ab") as out:
+        os.chmod(log, 0o600)
+        subprocess.Popen(
+            [sys.executable, "-m", "emailmw", "--config", str(config), "daemon", "serve",
+             "--timeout", str(args.timeout)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if _ping(path) is not None:
+            print("The daemon has been started")
+            return 0
+        time.sleep(0.1)
+    raise CommandError(f"the daemon did not answer within 60 s: see {log}")
+
+
+def stop(args: argparse.Namespace) -> int:
+    _, path = _where(args)
+    if _ping(path) is None:
+        print("The daemon is not running")
+        return 0
+    with contextlib.suppress(OSError, ValueError):
+        ask(path, {"control": "stop"}, timeout=30)
+    print("The daemon has been stopped")
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    _, path = _where(args)
+    answer = _ping(path)
+    if answer is None:
+        print("The daemon is not running")
+        return 0
+    print(f"The daemon is running (pid {answer.get('pid')}, {answer.get('served')} request(s))")
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    """The daemon itself, in the foreground (``start`` runs it in the background)."""
+    from . import main  # (the whole command line, run here on the shared context)
+
+    config, path = _where(args)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    if _ping(path) is not None:
+        raise CommandError("a daemon of this configuration runs already")
+    path.unlink(missing_ok=True)  # (a killed daemon's socket)
+    context = account_context(argparse.Namespace(config=str(config)))
+    version = _version(config)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    served = 0
+    try:
+        context.start_receiving()
+        from .._delivery.graph import graph_of
+
+        graph_of(context)  # the graph in memory from now on
+        share_context(context)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(path))
+            os.chmod(path, 0o600)
+            listener.listen(16)
+            listener.settimeout(1.0)
+            last = time.monotonic()
+            while not stopping.is_set() and time.monotonic() - last < args.timeout:
+                try:
+                    connection, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                with connection:
+                    last = time.monotonic()
+                    request = _read(connection)
+                    if request.get("control") == "stop":
+                        _send(connection, {"status": 0})
+                        break
+                    if request.get("control") == "ping":
+                        _send(connection, {"status": 0, "pid": os.getpid(), "served": served})
+                        continue
+                    if _version(config) != version:  # the configuration changed: end
+                        _send(connection, {"status": None})
+                        break
+                    served += 1
+                    _send(connection, _run(main, request))
+    finally:
+        share_context(None)
+        path.unlink(missing_ok=True)
+        context.shutdown()
+    return 0
+
+
+def _version(config: Path) -> tuple[int, int] | None:
+    try:
+        found = config.stat()
+    except OSError:
+        return None
+    return found.st_mtime_ns, found.st_size
+
+
+def _read(connection: socket.socket) -> dict[str, Any]:
+    connection.settimeout(30)
+    data = b""
+    while chunk := connection.recv(1 << 16):
+        data += chunk
+        if len(data) > 1 << 20:
+            break
+    try:
+        found = json.loads(data or b"{}")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _send(connection: socket.socket, answer: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        connection.sendall(json.dumps(answer).encode())
+
+
+def _run(main: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """Run the command line ``request["argv"]`` here, on the shared context: what it
+    printed and its exit status."""
+    argv = request.get("argv")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        return {"status": None}
+    out, err = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    try:
+        with contextlib.suppress(OSError, TypeError):
+            os.chdir(str(request.get("cwd") or cwd))
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv, daemon=False)
+            except SystemExit as exc:  # argparse's usage errors, --help
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+            except Exception as exc:  # noqa: BLE001 - the daemon outlives a verb's bug
+                print(f"emailmw: error: {exc}", file=sys.stderr)
+                code = 1
+    finally:
+        os.chdir(cwd)
+    return {"status": code, "stdout": out.getvalue(), "stderr": err.getvalue()}

@@ -1,0 +1,123 @@
+"""The graph daemon (``emailmw daemon``, ros2's): the command line hands it the verbs that
+read the graph or ask a node, and it answers from its open connection and the graph in
+memory, the same as without it; the first use starts it; a killed daemon, or a changed
+configuration, never stops a command from answering."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import emailmw
+from emailmw import example_interfaces, std_msgs
+from emailmw._cli.quick import daemon_socket
+from emailmw.executors import SingleThreadedExecutor
+from emailmw.testing.mailserver import MailServer
+
+from ..helpers import round_trip
+from .helpers import write_config
+
+VERBS = [
+    ("topic", "list"),
+    ("topic", "info", "-v", "/chatter"),
+    ("node", "list"),
+    ("param", "get", "/talker", "speed"),
+    ("service", "call", "/add_two_ints", "example_interfaces/srv/AddTwoInts", "{a: 2, b: 3}"),
+]
+
+
+def _cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "EMAILMW_NO_DAEMON"}
+    return subprocess.run([sys.executable, "-m", "emailmw", "--config", str(config), *args],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env=env)  # fmt: skip
+
+
+def _served(config: Path) -> int | None:
+    """How many verbs the daemon ran (None: none runs)."""
+    out = _cli(config, "daemon", "status")
+    if "is running" not in out.stdout:
+        return None
+    return int(out.stdout.split(", ")[1].split()[0])
+
+
+def _wait_running(config: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while _served(config) is None:
+        assert time.monotonic() < deadline, "no daemon started"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def talker(mailserver: MailServer, account: Callable[[], str], tmp_path: Path) -> Iterator[Path]:
+    """A spun node ``/talker`` (a parameter, a publisher, a service); the CLI's config of
+    the same account. The daemon is stopped afterwards."""
+    config = write_config(tmp_path / "email.yml", mailserver.config(account()))
+    ctx = emailmw.Context(config)
+    node = emailmw.Node("talker", context=ctx, announce_period=60)
+    node.declare_parameter("speed", 3)
+    node.create_publisher(std_msgs.msg.String, "/chatter", 10)
+
+    def add(request: Any, response: Any) -> Any:
+        response.sum = request.a + request.b
+        return response
+
+    node.create_service(example_interfaces.srv.AddTwoInts, "/add_two_ints", add)
+    executor = SingleThreadedExecutor(context=ctx)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    round_trip(ctx, 30)
+    yield config
+    _cli(config, "daemon", "stop")
+    executor.shutdown()
+    ctx.shutdown()
+    spinner.join(10)
+
+
+def test_the_daemon_answers_as_the_mailbox_does(talker: Path) -> None:
+    """Each verb prints the same with the daemon as without it, and the daemon ran each
+    (its count); start, status and stop say what ros2 daemon says."""
+    direct = {verb: _cli(talker, "--no-daemon", *verb) for verb in VERBS}
+    for verb, out in direct.items():
+        assert out.returncode == 0, (verb, out.stderr)
+    assert "/chatter" in direct[VERBS[0]].stdout
+    assert _cli(talker, "daemon", "start").stdout == "The daemon has been started\n"
+    assert _cli(talker, "daemon", "start").stdout == "The daemon is already running\n"
+    for verb in VERBS:
+        out = _cli(talker, *verb)
+        assert (out.returncode, out.stdout) == (0, direct[verb].stdout), verb
+    assert _served(talker) == len(VERBS)
+    mistake = _cli(talker, "param", "get", "/nobody", "speed")
+    assert mistake.returncode == 1
+    assert mistake.stderr.startswith("emailmw: error: ")
+    assert _cli(talker, "daemon", "stop").stdout == "The daemon has been stopped\n"
+    assert _cli(talker, "daemon", "status").stdout == "The daemon is not running\n"
+
+
+def test_the_first_use_starts_it_and_a_killed_or_outdated_one_is_replaced(talker: Path) -> None:
+    """No daemon: the command answers the usual way and starts one. Killed (SIGKILL: its
+    socket left behind): the command still answers and a new one starts. The
+    configuration changed: the old one ends and the command still answers."""
+    first = _cli(talker, "topic", "list")
+    assert first.returncode == 0
+    assert "/chatter" in first.stdout
+    _wait_running(talker)
+    pid = int(_cli(talker, "daemon", "status").stdout.split("pid ")[1].split(",")[0])
+    os.kill(pid, signal.SIGKILL)
+    assert daemon_socket(talker.resolve()).exists()  # (left behind)
+    again = _cli(talker, "topic", "list")
+    assert (again.returncode, again.stdout) == (0, first.stdout)
+    _wait_running(talker)
+    talker.write_text(talker.read_text() + "\n# edited\n")
+    edited = _cli(talker, "topic", "list")
+    assert (edited.returncode, edited.stdout) == (0, first.stdout)

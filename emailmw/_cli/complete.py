@@ -1,7 +1,8 @@
 """Shell completion (argcomplete, bash and zsh): verbs and options from the parsers, type
 names from the interfaces emailmw knows, and topic, service, action and node names from the
-graph in the mailbox when it answers within :data:`GRAPH_BUDGET_S` (else none: a
-completion never hangs the shell).
+graph daemon (``daemon.py``: from memory), else from the mailbox, when it answers within
+:data:`GRAPH_BUDGET_S` (else none: a completion never hangs the shell); a node's parameter
+names from the daemon (it asks the node).
 
 Install once (``docs/ros-users.md``)::
 
@@ -25,8 +26,9 @@ from .._core.interfaces import interface_names
 from .._core.names import is_hidden
 from .._delivery.graph import Graph, read_graph
 from .._transport.factory import make_receiver
+from .quick import ask, config_file, daemon_socket
 
-__all__ = ["GRAPH_BUDGET_S", "install"]
+__all__ = ["GRAPH_BUDGET_S", "install", "names_of"]
 
 #: how long a completion waits for the graph (seconds)
 GRAPH_BUDGET_S = 1.0
@@ -59,14 +61,41 @@ def _graph(parsed_args: argparse.Namespace) -> Graph | None:
     return found[0] if found else None
 
 
-def _from_graph(names: Callable[[Graph], list[str]]) -> Completer:
+def _from_daemon(parsed_args: argparse.Namespace, kind: str, node: str = "") -> list[str] | None:
+    """The names of ``kind`` the configuration's graph daemon knows (``daemon.py``: from
+    memory), or None when none answers within the budget."""
+    given = getattr(parsed_args, "config", None)
+    config = config_file(["--config", given] if given else [])
+    if config is None:
+        return None
+    try:
+        answer = ask(daemon_socket(config), {"control": "names", "kind": kind, "node": node},
+                     timeout=GRAPH_BUDGET_S)  # fmt: skip
+    except (OSError, ValueError):
+        return None
+    names = answer.get("names")
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
+def _from_graph(kind: str) -> Completer:
     def complete(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
-        graph = _graph(parsed_args)
-        if graph is None:
-            return []
-        return sorted(n for n in names(graph) if n.startswith(prefix))
+        names = _from_daemon(parsed_args, kind)
+        if names is None:
+            graph = _graph(parsed_args)
+            if graph is None:
+                return []
+            names = names_of(kind, graph)
+        return sorted(n for n in names if n.startswith(prefix))
 
     return complete
+
+
+def _parameters(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """A node's parameter names: asked of the node by the graph daemon (without one, a
+    login and a call would not fit in the budget: none)."""
+    node = getattr(parsed_args, "node", None)
+    names = _from_daemon(parsed_args, "parameters", node) if node else None
+    return sorted(n for n in names or [] if n.startswith(prefix))
 
 
 def _topics(graph: Graph) -> list[str]:
@@ -86,6 +115,17 @@ def _nodes(graph: Graph) -> list[str]:
     return [n for n in graph.nodes if not is_hidden(n)]
 
 
+_GRAPH_NAMES: dict[str, Callable[[Graph], list[str]]] = {
+    "topics": _topics, "services": _services, "actions": _actions, "nodes": _nodes,
+}  # fmt: skip
+
+
+def names_of(kind: str, graph: Graph) -> list[str]:
+    """The names of ``kind`` (``topics``, ``services``, ``actions``, ``nodes``) in
+    ``graph``, hidden ones left out."""
+    return _GRAPH_NAMES[kind](graph)
+
+
 def _types(kind: str) -> Completer:
     def complete(prefix: str, **_: Any) -> list[str]:
         return [n for n in interface_names() if f"/{kind}/" in n and n.startswith(prefix)]
@@ -99,16 +139,17 @@ def _all_types(prefix: str, **_: Any) -> list[str]:
 
 #: (command, argument) -> its completer; the verb does not matter
 _COMPLETERS: dict[tuple[str, str], Completer] = {
-    ("topic", "name"): _from_graph(_topics),
+    ("topic", "name"): _from_graph("topics"),
     ("topic", "type"): _types("msg"),
-    ("service", "name"): _from_graph(_services),
+    ("service", "name"): _from_graph("services"),
     ("service", "type"): _types("srv"),
-    ("action", "name"): _from_graph(_actions),
+    ("action", "name"): _from_graph("actions"),
     ("action", "type"): _types("action"),
-    ("node", "name"): _from_graph(_nodes),
-    ("param", "node"): _from_graph(_nodes),
+    ("node", "name"): _from_graph("nodes"),
+    ("param", "node"): _from_graph("nodes"),
+    ("param", "name"): _parameters,
     ("interface", "type"): _all_types,
-    ("bag", "topics"): _from_graph(_topics),
+    ("bag", "topics"): _from_graph("topics"),
 }
 
 

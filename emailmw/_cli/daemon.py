@@ -160,6 +160,9 @@ def serve(args: argparse.Namespace) -> int:
                     if request.get("control") == "ping":
                         _send(connection, {"status": 0, "pid": os.getpid(), "served": served})
                         continue
+                    if request.get("control") == "names":
+                        _send(connection, _names(context, request))
+                        continue
                     if _version(config) != version:  # the configuration changed: end
                         _send(connection, {"status": None})
                         break
@@ -170,6 +173,27 @@ def serve(args: argparse.Namespace) -> int:
         path.unlink(missing_ok=True)
         context.shutdown()
     return 0
+
+
+def _names(context: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """Names for the shell's completion (``complete.py``): of the graph in memory, or a
+    node's parameters (asked of it)."""
+    from .._delivery.graph import graph_of
+    from .complete import names_of
+
+    kind = request.get("kind")
+    try:
+        if kind == "parameters":
+            from .param import _Remote
+
+            remote = _Remote(context, str(request.get("node") or ""), timeout=2.0)
+            try:
+                return {"names": remote.names()}
+            finally:
+                remote.close()
+        return {"names": names_of(str(kind), graph_of(context).graph())}
+    except Exception:  # noqa: BLE001 - no completion is the answer to any failure
+        return {"names": []}
 
 
 def _version(config: Path) -> tuple[int, int] | None:

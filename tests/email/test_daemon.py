@@ -25,6 +25,7 @@ from emailmw.testing.mailserver import MailServer
 
 from ..helpers import round_trip
 from .helpers import write_config
+from .test_cli_ros2 import complete
 
 VERBS = [
     ("topic", "list"),
@@ -97,7 +98,7 @@ def test_the_daemon_answers_as_the_mailbox_does(talker: Path) -> None:
         out = _cli(talker, *verb)
         assert (out.returncode, out.stdout) == (0, direct[verb].stdout), verb
     assert _served(talker) == len(VERBS)
-    mistake = _cli(talker, "param", "get", "/nobody", "speed")
+    mistake = _cli(talker, "topic", "info", "/nothing")
     assert mistake.returncode == 1
     assert mistake.stderr.startswith("emailmw: error: ")
     assert _cli(talker, "daemon", "stop").stdout == "The daemon has been stopped\n"
@@ -121,3 +122,14 @@ def test_the_first_use_starts_it_and_a_killed_or_outdated_one_is_replaced(talker
     talker.write_text(talker.read_text() + "\n# edited\n")
     edited = _cli(talker, "topic", "list")
     assert (edited.returncode, edited.stdout) == (0, first.stdout)
+
+
+def test_completion_asks_the_daemon_for_names_and_a_node_s_parameters(talker: Path) -> None:
+    """With the daemon, the shell's completion takes topic and node names from its memory
+    and a node's parameter names from the node (asked by the daemon); without it, no
+    parameter names (a login and a call would not fit in the second it has)."""
+    assert complete("emailmw param get /talker s", talker) == []
+    assert _cli(talker, "daemon", "start").returncode == 0
+    assert complete("emailmw topic echo /ch", talker) == ["/chatter"]
+    assert complete("emailmw param get /t", talker) == ["/talker"]
+    assert complete("emailmw param get /talker s", talker) == ["speed"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +219,51 @@ def test_use_sim_time_makes_the_node_clock_follow_clock(default: Any) -> None:
     assert not clock.ros_time_is_active
     assert abs(clock.now().nanoseconds - time.time_ns()) < 10**9
     assert all(s.topic != "/clock" for s in node.subscriptions)
+
+
+def test_matched_and_incompatible_type_events_as_rclpy_s(default: Any) -> None:
+    """``rclpy.event_handler`` renamed: a subscription's ``matched`` callback is called as
+    publishers of its topic come and go in the graph (counts and changes), a publisher's
+    as subscriptions do; ``incompatible_type`` when a message of another type comes.
+    ``rclpy.qos_event`` (Humble's name) gives the same classes."""
+    from emailmw.event_handler import (
+        PublisherEventCallbacks,
+        QoSPublisherMatchedInfo,
+        QoSSubscriptionMatchedInfo,
+        SubscriptionEventCallbacks,
+    )
+    from emailmw.example_interfaces.msg import Int32
+    from emailmw.qos_event import SubscriptionEventCallbacks as Humble
+
+    assert Humble is SubscriptionEventCallbacks
+    seen: list[Any] = []
+    listener = emailmw.create_node("listener")
+    events = SubscriptionEventCallbacks(matched=seen.append, incompatible_type=seen.append)
+    listener.create_subscription(String, "/matched", lambda m: None, 10, event_callbacks=events)
+    talker = emailmw.create_node("talker")
+    heard: list[Any] = []
+    publisher = talker.create_publisher(
+        String, "/matched", 10, event_callbacks=PublisherEventCallbacks(matched=heard.append)
+    )
+    executor = SingleThreadedExecutor()
+    for node in (listener, talker):
+        executor.add_node(node)
+    _spin_in_thread(executor)
+
+    def wait(found: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 15
+        while not found() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert found(), (seen, heard)
+
+    wait(lambda: QoSSubscriptionMatchedInfo(1, 1, 1, 1) in seen)
+    wait(lambda: QoSPublisherMatchedInfo(1, 1, 1, 1) in heard)
+    talker.create_publisher(Int32, "/matched", 10).publish(Int32(data=5))
+    wait(lambda: any(getattr(x, "total_count_change", 0) == 1 and not hasattr(x, "current_count")
+                     for x in seen))  # fmt: skip
+    talker.destroy_publisher(publisher)
+    wait(lambda: any(getattr(x, "current_count_change", 0) == -1 for x in seen))
+    executor.shutdown()
 
 
 def test_an_async_parameter_client_reads_and_sets_another_nodes_parameters(

@@ -327,6 +327,7 @@ class GraphMonitor(Closeable):
         self._cond = threading.Condition()
         self._latest: dict[str, Announcement] = {}
         self._closed = False
+        self._listeners: list[Callable[[], None]] = []
         self._sub = Subscription(GRAPH_TOPIC, context=context)
         try:
             history = context.receiver.history(GRAPH_TOPIC, 2000)
@@ -348,6 +349,20 @@ class GraphMonitor(Closeable):
             if known is None or found[1:3] > known[1:3]:
                 self._latest[found[0]] = found
             self._cond.notify_all()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` (on the monitor's thread: quick, no blocking) after each
+        announcement read: the graph may have changed."""
+        with self._cond:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        with self._cond:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
 
     def _run(self) -> None:
         while not self._closed:

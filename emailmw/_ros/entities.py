@@ -6,7 +6,6 @@ it arrives (on the polling thread), so :meth:`Client.call` works from any thread
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import threading
@@ -38,6 +37,7 @@ from .._delivery.graph import Graph, graph_of
 from .._delivery.groups import GroupSettings
 from .._delivery.polling import NO_TICKET, RefusalLog, Ticket
 from .callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
+from .events import IncompatibleTypeInfo, SubscriptionEventCallbacks
 from .executable import Executable, NodeLike, Work, _in_group
 from .serialization import cdr_types, deserialize_message, serialize_message
 
@@ -70,6 +70,7 @@ class NodePublisher(Generic[T]):
         self.topic = topic
         self.qos_profile = qos_profile
         self._node = node
+        self._events: Executable | None = None  # its matched events (the node's)
         self._type_name = type_name(msg_type)
         self._core = Publisher(topic, context=node.context, batch=batch, compress=compress)
 
@@ -95,15 +96,6 @@ class NodePublisher(Generic[T]):
     def destroy(self) -> bool:
         self._core.close()
         return True
-
-
-@dataclasses.dataclass
-class SubscriptionEventCallbacks:
-    """Callbacks for a subscription's QoS events; they run in the executor."""
-
-    deadline: Callable[[DeadlineMissed], Any] | None = None
-    message_lost: Callable[[MessageLost], Any] | None = None
-    type_mismatch: Callable[[TypeMismatchError], Any] | None = None
 
 
 class NodeSubscription(Executable, Generic[T]):
@@ -140,6 +132,7 @@ class NodeSubscription(Executable, Generic[T]):
         if raw:
             cdr_types()  # (the bag extra is there, or one line saying to install it)
         self._raw = raw
+        self._events: Executable | None = None  # its matched events (the node's)
         self.msg_type = msg_type
         self.topic = topic
         self.callback = callback
@@ -207,8 +200,15 @@ class NodeSubscription(Executable, Generic[T]):
         self._poison_log.refused(
             "poison", f"quarantined message{which} on {self.topic}: {reason}", reason, now
         )
+        work: list[Callable[[], None]] = []
         handler = self.events.type_mismatch
-        return [] if handler is None else [lambda: handler(exc)]
+        if handler is not None:
+            work.append(lambda: handler(exc))
+        told = self.events.incompatible_type
+        if told is not None:
+            info_ = IncompatibleTypeInfo(total_count=self.type_mismatches, total_count_change=1)
+            work.append(lambda: told(info_))
+        return work
 
     def _work(
         self,

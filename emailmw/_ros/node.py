@@ -74,6 +74,7 @@ from .entities import (
     SubscriptionEventCallbacks,
     _servers,
 )
+from .events import MatchedEvents, QoSPublisherMatchedInfo, QoSSubscriptionMatchedInfo
 from .executable import Executable, NodeExecutor, _runnable
 from .parameters import Parameter
 from .time import Clock, ROSClock, Time
@@ -292,14 +293,18 @@ class Node:
         :class:`~emailmw.qos.QoSProfile`, or a keep-last depth; what matters of it is on
         the subscription side). ``batch`` and ``compress`` (emailmw's): as
         :class:`~emailmw.Publisher`'s (``docs/batching.md``)."""
-        del callback_group, event_callbacks, qos_overriding_options, publisher_class
+        del qos_overriding_options, publisher_class
         profile = (
             qos_profile if isinstance(qos_profile, QoSProfile) else QoSProfile(depth=qos_profile)
         )
-        return self._add(
-            self.publishers,
-            NodePublisher(self, msg_type, self.resolve(topic), profile, batch, compress),
-        )
+        publisher = NodePublisher(self, msg_type, self.resolve(topic), profile, batch, compress)
+        matched = getattr(event_callbacks, "matched", None)
+        if matched is not None:
+            publisher._events = self._matched(
+                lambda: self.count_subscribers(publisher.topic), matched,
+                QoSPublisherMatchedInfo, callback_group,
+            )  # fmt: skip
+        return self._add(self.publishers, publisher)
 
     def create_subscription(
         self,
@@ -342,6 +347,11 @@ class Node:
             group_settings,
             raw=raw,
         )
+        if event_callbacks is not None and event_callbacks.matched is not None:
+            subscription._events = self._matched(
+                lambda: self.count_publishers(subscription.topic), event_callbacks.matched,
+                QoSSubscriptionMatchedInfo, callback_group,
+            )  # fmt: skip
         return self._add(self.subscriptions, subscription)
 
     def create_client(
@@ -414,10 +424,34 @@ class Node:
         self._changed()
         return True
 
+    def _matched(
+        self,
+        count: Callable[[], int],
+        callback: Callable[[Any], Any],
+        info_type: Any,
+        group: CallbackGroup | None,
+    ) -> MatchedEvents:
+        """A ``matched`` event callback, run in this node's executor (``events.py``)."""
+        monitor = graph_of(self.context)
+        events = MatchedEvents(
+            count, callback, info_type, monitor.add_listener, monitor.remove_listener,
+            group or self.default_callback_group,
+        )  # fmt: skip
+        self.add_waitable(events)
+        return events
+
+    def _unmatched(self, entity: Any) -> None:
+        events = getattr(entity, "_events", None)
+        if events is not None:
+            self.remove_waitable(events)
+            events.destroy()
+
     def destroy_publisher(self, publisher: NodePublisher[Any]) -> bool:
+        self._unmatched(publisher)
         return self._remove(self.publishers, publisher)
 
     def destroy_subscription(self, subscription: NodeSubscription[Any]) -> bool:
+        self._unmatched(subscription)
         return self._remove(self.subscriptions, subscription)
 
     def destroy_client(self, client: Client[Any]) -> bool:

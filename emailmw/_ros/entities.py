@@ -6,6 +6,7 @@ it arrives (on the polling thread), so :meth:`Client.call` works from any thread
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import threading
@@ -14,6 +15,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Generic, TypeVar
 
 from .._core.config import BatchPolicy
+from .._core.content_filter import ContentFilter, compile_filter
 from .._core.errors import (
     ServiceTimeoutError,
     TypeMismatchError,
@@ -43,6 +45,7 @@ from .serialization import cdr_types, deserialize_message, serialize_message
 
 __all__ = [
     "Client",
+    "ContentFilterOptions",
     "NodeGuardCondition",
     "NodePublisher",
     "NodeSubscription",
@@ -98,6 +101,16 @@ class NodePublisher(Generic[T]):
         return True
 
 
+@dataclasses.dataclass
+class ContentFilterOptions:
+    """rclpy's content filter of a subscription: a DDS filter expression and its
+    parameters (``%0`` ...), e.g. ``ContentFilterOptions("data = %0", ["'hello'"])``
+    (``_core/content_filter.py`` says what is supported)."""
+
+    filter_expression: str
+    expression_parameters: list[str] = dataclasses.field(default_factory=list)
+
+
 class NodeSubscription(Executable, Generic[T]):
     """A typed subscription whose callback runs in the executor, with QoS applied.
 
@@ -128,7 +141,13 @@ class NodeSubscription(Executable, Generic[T]):
         callback_group: CallbackGroup | None = None,
         group_settings: GroupSettings | None = None,
         raw: bool = False,
+        content_filter: ContentFilterOptions | None = None,
     ) -> None:
+        self._filter: ContentFilter | None = None
+        if content_filter is not None:
+            self.set_content_filter(
+                content_filter.filter_expression, content_filter.expression_parameters
+            )
         if raw:
             cdr_types()  # (the bag extra is there, or one line saying to install it)
         self._raw = raw
@@ -154,6 +173,28 @@ class NodeSubscription(Executable, Generic[T]):
         )  # fmt: skip
         if qos.durability is DurabilityPolicy.TRANSIENT_LOCAL:
             self._replay_history(node.context)
+
+    @property
+    def is_cft_enabled(self) -> bool:
+        """Whether a content filter is set (rclpy's)."""
+        return self._filter is not None
+
+    def set_content_filter(
+        self, filter_expression: str, expression_parameters: Sequence[str] = ()
+    ) -> None:
+        """Deliver only the messages ``filter_expression`` holds for (an empty one: all);
+        the others are settled unseen. Checked now: a mistake is one line."""
+        self._filter = (
+            compile_filter(filter_expression, list(expression_parameters))
+            if filter_expression
+            else None
+        )
+
+    def get_content_filter(self) -> ContentFilterOptions:
+        found = self._filter
+        if found is None:
+            return ContentFilterOptions("", [])
+        return ContentFilterOptions(found.expression, list(found.parameters))
 
     @property
     def expired(self) -> int:
@@ -223,6 +264,10 @@ class NodeSubscription(Executable, Generic[T]):
                 msg = deserialize(self.msg_type, body)
             except TypeMismatchError as exc:
                 work += self._mismatch(exc, ticket, info)
+                continue
+            found = self._filter
+            if found is not None and not found.matches(msg):
+                ticket.release()  # (filtered out: settled, never handed to the callback)
                 continue
             # (rclpy's raw=True: the message as ROS 2 serializes it, CDR)
             given: Any = serialize_message(msg) if self._raw else msg

@@ -67,6 +67,7 @@ from ..rosgraph_msgs.msg import Clock as ClockMessage
 from .callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from .entities import (
     Client,
+    ContentFilterOptions,
     NodeGuardCondition,
     NodePublisher,
     NodeSubscription,
@@ -317,6 +318,7 @@ class Node:
         event_callbacks: SubscriptionEventCallbacks | None = None,
         qos_overriding_options: Any = None,
         raw: bool = False,
+        content_filter_options: ContentFilterOptions | None = None,
         mode: str = "topic",
         group: str | None = None,
         group_settings: GroupSettings | None = None,
@@ -328,7 +330,8 @@ class Node:
         message is acknowledged once its callback returned, and one whose callback raised
         is offered again, up to ``group_settings.max_deliveries`` (default 5), then
         quarantined. ``raw``: the callback gets the message as ROS 2 serializes it (CDR
-        bytes, ``emailmw.serialization``; needs the bag extra)."""
+        bytes, ``emailmw.serialization``; needs the bag extra). ``content_filter_options``:
+        only the messages its expression holds for reach the callback (rclpy's)."""
         del qos_overriding_options
         _runnable(callback, "subscription")
         profile = (
@@ -346,6 +349,7 @@ class Node:
             callback_group,
             group_settings,
             raw=raw,
+            content_filter=content_filter_options,
         )
         if event_callbacks is not None and event_callbacks.matched is not None:
             subscription._events = self._matched(

@@ -317,6 +317,24 @@ def _no_topic(request: AnalyzeRequest) -> None:
     )
 
 
+def _any_topic(dirs: list[Path], glob: str) -> bool:
+    """Whether any message landed in ``dirs`` has a topic ``glob`` matches (the topic
+    column alone, read with pyarrow: no Spark job)."""
+    import fnmatch
+
+    import pyarrow.dataset as ds
+
+    from .landing import LANDING_SCHEMA
+
+    pattern = re.compile(fnmatch.translate(glob))
+    for directory in dirs:
+        topics = ds.dataset(str(directory), schema=LANDING_SCHEMA, format="parquet")
+        found = topics.to_table(columns=["topic"]).column("topic").unique().to_pylist()
+        if any(t is not None and pattern.match(t) for t in found):
+            return True
+    return False
+
+
 def _link_tree(source: Path, target: Path) -> None:
     """Copy a landed directory, hard-linking its (immutable) Parquet parts when possible."""
 
@@ -477,6 +495,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             shutil.rmtree(stale, ignore_errors=True)
     if not dirs:
         raise ConfigError("nothing to analyze", source=" ".join(request.sources))
+    if request.topic_glob and not _any_topic(dirs, request.topic_glob):
+        _no_topic(request)  # (said before the tables are computed: seconds, not a minute)
     phases["landing"] = time.monotonic() - mark
 
     early = _EarlyPlots(out) if request.report else None

@@ -342,8 +342,12 @@ def _drilldown(overview: Overview, details: Details, topics: list[str]) -> Any |
               for (const [k, v] of Object.entries(data)) out[k] = keep.map(i => v[i]);
               return out;
             }
-            pubs.data = only(pub_all, cb_obj.value);
-            slow.data = only(slow_all, cb_obj.value);
+            // each table emptied first: a grid given as many rows as it shows keeps
+            // drawing the rows it has (BokehJS's DataTable redraws on a new row count)
+            for (const [source, all] of [[pubs, pub_all], [slow, slow_all]]) {
+              source.data = only(all, null);
+              source.data = only(all, cb_obj.value);
+            }
             """,
         ),
     )

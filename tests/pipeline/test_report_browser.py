@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -106,4 +107,35 @@ def test_the_drill_down_shows_a_topic_s_publishers_and_slowest_messages(page: An
              .map(t => [...new Set(t.source.data.topic)])"""
     )
     assert tables == [[target], [target]]
+    assert errors == []
+
+
+def _first_table_rows(tab: Any) -> list[list[str]]:
+    """The cells of the rows on screen in the first drill-down table (Bokeh draws its
+    tables in shadow roots: Playwright's locators go in)."""
+    rows = tab.locator(".slick-viewport").first.locator(".slick-row")
+    return [row.locator(".slick-cell").all_inner_texts() for row in rows.all()]
+
+
+def test_the_drill_down_tables_redraw_for_each_topic_chosen(page: Any) -> None:
+    """What is on screen after each choice is the chosen topic's: its publishers' GIDs in
+    the first table (the grid redraws even when the row count stays the same: it kept the
+    previous topic's rows)."""
+    tab, archive, errors = page
+    by_topic: dict[str, set[str]] = {}
+    for gid, topic in archive.expected["publisher_health"]:
+        by_topic.setdefault(topic, set()).add(str(gid))
+    same = [t for t in sorted(by_topic) if len(by_topic[t]) == len(by_topic[sorted(by_topic)[0]])]
+    assert len(same) >= 2, "the archive has no two topics with as many publishers"
+    chooser = tab.locator("select:not([multiple])").first
+    for topic in same[:3]:
+        chooser.select_option(topic)
+        deadline = time.monotonic() + 10
+        shown: set[str] = set()
+        while time.monotonic() < deadline:  # (a redraw is no event the page announces)
+            shown = {cells[0].strip() for cells in _first_table_rows(tab) if cells}
+            if shown == by_topic[topic]:
+                break
+            tab.wait_for_timeout(100)
+        assert shown == by_topic[topic], (topic, shown)
     assert errors == []

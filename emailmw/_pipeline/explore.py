@@ -21,6 +21,7 @@ from typing import Any, Literal
 from bokeh.embed import components
 from bokeh.layouts import column
 from bokeh.models import (  # type: ignore[attr-defined]  # lazily exported names
+    BasicTicker,
     ColumnDataSource,
     CustomJS,
     DataTable,
@@ -28,6 +29,8 @@ from bokeh.models import (  # type: ignore[attr-defined]  # lazily exported name
     FactorRange,
     HoverTool,
     MultiChoice,
+    NumeralTickFormatter,
+    Range1d,
     Select,
     TableColumn,
     Whisker,
@@ -43,7 +46,6 @@ __all__ = ["SHOWN_FIRST", "interactive_plots"]
 
 #: topics or services the plots show before the reader picks others (the busiest ones)
 SHOWN_FIRST = 8
-_WIDTH = 1000
 _NS = 1_000_000_000
 
 
@@ -67,13 +69,13 @@ def _figure(
     y_label: str,
     height: int = 320,
 ) -> Any:
-    """A plot of the report's width, with zoom and pan."""
+    """A plot of the page's width (it follows the window), with zoom and pan."""
     return figure(
         title=title,
         x_axis_type=x_axis_type,
         x_axis_label=x_label,
         y_axis_label=y_label,
-        width=_WIDTH,
+        sizing_mode="stretch_width",
         height=height,
         tools="pan,wheel_zoom,box_zoom,reset,save",
     )
@@ -155,8 +157,8 @@ def _latency_over_time(details: Details, plots: _Plots) -> Any | None:
     if lowest > 0:
         plot = figure(
             title=plot.title.text, x_axis_type="datetime", y_axis_type="log",
-            x_axis_label="time (UTC)", y_axis_label="latency (ms)", width=_WIDTH, height=320,
-            tools="pan,wheel_zoom,box_zoom,reset,save",
+            x_axis_label="time (UTC)", y_axis_label="latency (ms)", height=320,
+            sizing_mode="stretch_width", tools="pan,wheel_zoom,box_zoom,reset,save",
         )  # fmt: skip
     for name, items in per_topic.items():
         items.sort(key=lambda i: i["bin"])
@@ -192,7 +194,7 @@ def _cdf(overview: Overview, plots: _Plots) -> tuple[Any, str] | None:
         title="Latency CDF (delivery - source timestamp, where the delivery time is known "
         "to 1 ms or better)",
         x_axis_type="log", x_axis_label="latency (ms, log)", y_axis_label="% of messages",
-        width=_WIDTH, height=320, tools="pan,wheel_zoom,box_zoom,reset,save",
+        sizing_mode="stretch_width", height=320, tools="pan,wheel_zoom,box_zoom,reset,save",
     )  # fmt: skip
     percent = [q * 100 for q in CDF_POINTS]
     skewed = []
@@ -251,6 +253,10 @@ def _loss(details: Details, plots: _Plots) -> Any | None:
         lost = plot.line("time", "lost", source=source, color=color, line_width=2)
         late = plot.line("time", "late", source=source, color=color, line_dash="dashed")
         plots.add(plots.by_topic, name, [lost, late])
+    # counts: whole numbers on the axis, from zero
+    plot.yaxis.ticker = BasicTicker(min_interval=1)
+    plot.yaxis.formatter = NumeralTickFormatter(format="0")
+    plot.y_range.start = 0
     plot.add_tools(
         HoverTool(
             tooltips=[("stream", "@stream"), ("from", "@time{%F %T}"), ("lost", "@lost"),
@@ -280,11 +286,18 @@ def _round_trips(overview: Overview, plots: _Plots) -> Any | None:
         }
     )
     lowest = min(s["round_trip_p50_ms"] for s in services)
+    # the axis fits the whiskers' ends (p99) too, not only the dots
+    highest = max(s["round_trip_p99_ms"] or s["round_trip_p50_ms"] for s in services)
+    x_range = (
+        Range1d(start=lowest / 1.5, end=highest * 1.5)
+        if lowest > 0
+        else Range1d(start=min(0.0, lowest * 1.1), end=highest * 1.1 or 1.0)
+    )
     plot = figure(
         title="Service round trips (dot: p50; whisker: p90 to p99)",
-        y_range=FactorRange(factors=list(reversed(labels))),
+        y_range=FactorRange(factors=list(reversed(labels))), x_range=x_range,
         x_axis_type="log" if lowest > 0 else "linear", x_axis_label="round trip (ms)",
-        width=_WIDTH, height=max(180, 26 * len(labels) + 80),
+        sizing_mode="stretch_width", height=max(180, 26 * len(labels) + 80),
         tools="pan,wheel_zoom,box_zoom,reset,save",
     )  # fmt: skip
     plot.add_layout(Whisker(source=source, base="service", lower="p90", upper="p99",
@@ -359,7 +372,7 @@ def _drilldown(overview: Overview, details: Details, topics: list[str]) -> Any |
         return DataTable(
             source=source,
             columns=[TableColumn(field=k, title=headings.get(k, k)) for k in keys],
-            width=_WIDTH, height=height, index_position=None,
+            sizing_mode="stretch_width", height=height, index_position=None,
         )  # fmt: skip
 
     return column(
@@ -381,7 +394,7 @@ def _selector(title: str, names: list[str], lines: dict[str, list[Any]]) -> Any:
     for name, renderers in lines.items():
         for renderer in renderers:
             renderer.visible = name in shown
-    choice = MultiChoice(title=title, options=names, value=shown, width=_WIDTH)
+    choice = MultiChoice(title=title, options=names, value=shown, sizing_mode="stretch_width")
     choice.js_on_change(
         "value",
         CustomJS(
@@ -406,7 +419,7 @@ def interactive_plots(overview: Overview, details: Details | None) -> tuple[str,
     if cdf is not None:
         parts.append(cdf[0])
         if cdf[1]:
-            parts.append(Div(text=cdf[1], width=_WIDTH))
+            parts.append(Div(text=cdf[1], sizing_mode="stretch_width"))
     if details is not None:
         parts.append(_loss(details, plots))
     parts.append(_round_trips(overview, plots))
@@ -426,7 +439,7 @@ def interactive_plots(overview: Overview, details: Details | None) -> tuple[str,
         )
     if len(services) > 1:
         selectors.append(Div(text=f"{len(services)} services, all in the round-trip plot."))
-    script, div = components(column(*selectors, *shown))
+    script, div = components(column(*selectors, *shown, sizing_mode="stretch_width"))
     # BokehJS and its widgets and tables inlined: the page needs nothing else to work
     resources = Resources(mode="inline", components=["bokeh", "bokeh-widgets", "bokeh-tables"])
     return resources.render(), script, div

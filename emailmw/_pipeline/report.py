@@ -462,7 +462,7 @@ def write_report(
 def _page(head: str, body: str) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>emailmw traffic report"
-        "</title><style>body{font-family:sans-serif;margin:2em;max-width:75em}"
+        "</title><style>body{font-family:sans-serif;margin:2em}"
         "table{border-collapse:collapse;margin-bottom:1em;font-size:90%}"
         "td,th{border:1px solid #ccc;padding:.25em .5em;text-align:right}"
         "th{background:#f3f3f3;font-weight:600}img{max-width:100%}"

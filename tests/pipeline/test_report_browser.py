@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from emailmw._pipeline.analyze import AnalyzeRequest, analyze
-from emailmw.testing.archive import Archive, generate
+from emailmw.testing.archive import Archive, generate, linear_percentile
 
 pytestmark = pytest.mark.spark
 
@@ -138,4 +138,33 @@ def test_the_drill_down_tables_redraw_for_each_topic_chosen(page: Any) -> None:
                 break
             tab.wait_for_timeout(100)
         assert shown == by_topic[topic], (topic, shown)
+    assert errors == []
+
+
+_PLOTS = """() => [...Bokeh.documents[0].all_models]
+  .filter(m => m.type === 'Figure' || m.type === 'Plot')
+  .map(p => ({title: p.title ? p.title.text : '', width: p.inner_width,
+              x_end: p.x_range.end, x_start: p.x_range.start,
+              y_ticker: p.left.length ? p.left[0].ticker.type : null,
+              y_interval: p.left.length ? p.left[0].ticker.min_interval : null}))"""
+
+
+def test_plots_follow_the_page_fit_what_they_show_and_count_in_whole_numbers(page: Any) -> None:
+    """Every plot is as wide as the window lets it (was a fixed 1000 px); the round-trip
+    plot's axis reaches past every p99 whisker (it fitted the p50 dots only); the loss
+    plot counts in whole numbers (it had fractional ticks)."""
+    tab, archive, errors = page
+    tab.set_viewport_size({"width": 1800, "height": 1000})
+    tab.wait_for_function(f"() => ({_PLOTS})().every(p => p.width > 1400)", timeout=10000)
+    plots = {p["title"]: p for p in tab.evaluate(_PLOTS)}
+    (round_trips,) = [p for t, p in plots.items() if t.startswith("Service round trips")]
+    rtts: dict[str, list[float]] = {}
+    for call in archive.expected["calls"]:
+        if call["rtt_ms"] is not None:
+            rtts.setdefault(call["service"], []).append(call["rtt_ms"])
+    slowest = max(linear_percentile(v, 0.99) for v in rtts.values())
+    assert round_trips["x_end"] >= slowest
+    (loss,) = [p for t, p in plots.items() if t.startswith("Lost and out-of-order")]
+    assert (loss["y_ticker"], loss["y_interval"]) == ("BasicTicker", 1)
+    tab.set_viewport_size({"width": 1280, "height": 1000})
     assert errors == []

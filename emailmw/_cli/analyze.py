@@ -55,12 +55,22 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
         help="verify signed mail against this keystore (default: EMAILMW_SECURITY_KEYSTORE)",
     )
     analyze.add_argument("--no-report", action="store_true", help="tables only")
+    health = analyze.add_argument_group("the report's verdict (over any: degraded or unhealthy)")
+    health.add_argument("--max-loss", type=float, default=0.1, metavar="PERCENT",
+                        help="messages lost (default 0.1)")  # fmt: skip
+    health.add_argument("--max-p99-ms", type=float, default=1000.0, metavar="MS",
+                        help="a topic's p99 latency (default 1000)")  # fmt: skip
+    health.add_argument("--max-unanswered", type=int, default=0, metavar="N",
+                        help="unanswered service calls (default 0)")  # fmt: skip
+    health.add_argument("--max-skew-ms", type=float, default=100.0, metavar="MS",
+                        help="a clock ahead of the server's (default 100)")  # fmt: skip
     analyze.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         from .._pipeline.analyze import AnalyzeRequest, analyze, parse_time
+        from .._pipeline.health import HealthThresholds
 
         # what the spark extra installs, and Spark's Arrow path needs on driver and executors
         wanted = ("pyspark", "pyarrow", "pandas", "numpy", "matplotlib", "bokeh")
@@ -92,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         release_spark=True,
         keystore=args.keystore,
         debug=bool(getattr(args, "debug", False)),
+        thresholds=HealthThresholds(
+            args.max_loss, args.max_p99_ms, args.max_unanswered, args.max_skew_ms
+        ),
     )
     try:
         summary = analyze(request)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .._core.errors import ConfigError
+from .health import HealthThresholds
 from .landing import Source, list_units, maildirs
 
 __all__ = ["AnalyzeRequest", "analyze", "parse_time"]
@@ -84,6 +85,8 @@ class AnalyzeRequest:
     release_spark: bool = False
     # verify signed mail against this keystore's trusted keys (the ``security`` column)
     keystore: str | None = None
+    # what the report's verdict calls unhealthy
+    thresholds: HealthThresholds = field(default_factory=HealthThresholds)
 
 
 def _say(text: str) -> None:
@@ -562,7 +565,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             }
             report = write_report(
                 overview, summary, out, groups=groups.to_pylist(), run=run,
-                details=report_details, **drawn,
+                details=report_details, thresholds=request.thresholds, **drawn,
             )  # fmt: skip
             phases["report"] = time.monotonic() - mark
             _say(f"report: {report}")

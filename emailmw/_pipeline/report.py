@@ -26,6 +26,7 @@ import matplotlib.dates as mdates
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from .health import HealthThresholds, health_verdict
 from .overview import Details, Overview
 from .tables import CDF_POINTS
 
@@ -315,6 +316,20 @@ _HEADINGS = {
 }
 
 
+_VERDICT_COLORS = {"healthy": "#1a7f37", "degraded": "#9a6700", "unhealthy": "#cf222e"}
+
+
+def _verdict(overview: Overview, summary: dict[str, Any], limits: HealthThresholds) -> str:
+    level, lines = health_verdict(overview, summary, limits)
+    color = _VERDICT_COLORS[level]
+    return (
+        f"<div class='verdict' data-level='{level}' style='border-left:6px solid {color};"
+        f"padding:.4em .8em;margin-bottom:1em'><b style='color:{color}'>{level}</b>: "
+        + "; ".join(html.escape(line) for line in lines)
+        + "</div>"
+    )
+
+
 def _figures(overview: Overview, summary: dict[str, Any]) -> str:
     """The overview engineers look at first: messages, loss, latency, calls, rejects."""
     stats = overview.topic_stats
@@ -363,6 +378,7 @@ def write_report(
     groups: list[dict[str, Any]] | None = None,
     run: dict[str, Any] | None = None,
     details: Details | None = None,
+    thresholds: HealthThresholds | None = None,
 ) -> Path:
     """Write ``out/report.html`` and ``out/plots/*.png``. ``topic_images`` and
     ``loss_image``: what :func:`topic_plots` and :func:`loss_plot` returned for these same
@@ -433,7 +449,10 @@ def write_report(
         ("Run", _table(run_rows, ["setting", "value"])),
         ("Summary", _table(summary_rows, ["figure", "value"])),
     ]
-    figures = f"<h2>Overview</h2>{_figures(overview, summary)}"
+    figures = (
+        f"<h2>Overview</h2>{_verdict(overview, summary, thresholds or HealthThresholds())}"
+        f"{_figures(overview, summary)}"
+    )
     tables_html = "".join(f"<h2>{html.escape(t)}</h2>{content}" for t, content in tables)
     closing_html = "".join(
         f"<details><summary>{html.escape(t)}</summary>{content}</details>" for t, content in closing

@@ -213,3 +213,36 @@ def test_the_interactive_report_is_one_page_that_works_offline(tmp_path: Path) -
     static = (tmp_path / "report-static.html").read_text()
     assert "<script" not in static
     assert static.count("data:image/png;base64,") == 3  # rate, latency, round trips
+
+
+class _Overview:
+    def __init__(self, health: list[dict[str, Any]], stats: list[dict[str, Any]]) -> None:
+        self.publisher_health = health
+        self.topic_stats = stats
+
+
+def test_the_verdict_says_in_a_word_and_in_sentences_what_is_wrong() -> None:
+    """Healthy when nothing is over its threshold; loss or unanswered calls beyond theirs
+    make it unhealthy; a slow p99 or a clock ahead of the server's, degraded; each finding
+    a sentence; the thresholds the user gives are the ones applied."""
+    from emailmw._pipeline.health import HealthThresholds, health_verdict
+
+    limits = HealthThresholds()
+    health = [{"sent": 1000}]
+    fine = [{"topic": "/a", "latency_p50_ms": 12.0, "latency_p99_ms": 40.0}]
+    summary = {"lost": 0, "calls": 5, "answered": 5}
+    assert health_verdict(_Overview(health, fine), summary, limits)[0] == "healthy"
+    level, lines = health_verdict(_Overview(health, fine), {**summary, "lost": 3}, limits)
+    assert (level, lines) == ("unhealthy", ["3 of 1,000 messages lost (0.30 %, over 0.1 %)"])
+    relaxed = HealthThresholds(loss_percent=1.0)
+    assert health_verdict(_Overview(health, fine), {**summary, "lost": 3}, relaxed)[0] == "healthy"
+    slow = [{"topic": "/b", "latency_p50_ms": -250.0, "latency_p99_ms": 2500.0}]
+    level, lines = health_verdict(_Overview(health, slow), {**summary, "answered": 4}, limits)
+    assert level == "unhealthy"
+    assert lines == [
+        "1 topic(s) with a p99 latency over 1000 ms (worst /b: 2,500 ms)",
+        "1 service call(s) unanswered",
+        "a publisher's clock is ahead of the server's (a median latency of -250 ms): "
+        "latencies are off by as much",
+    ]
+    assert health_verdict(_Overview(health, slow), summary, limits)[0] == "degraded"

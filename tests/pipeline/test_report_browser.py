@@ -71,6 +71,14 @@ def test_the_report_opens_on_the_overview_without_an_error(page: Any) -> None:
     published = sum(t["messages"] for t in archive.expected["topics"].values())
     assert any(t.startswith("messages\n") and f"{published:,}" in t for t in tiles), tiles
     assert tab.locator("details > summary").all_inner_texts() == ["Run", "Summary"]
+    # the verdict, first under the overview's heading, in words and colour: this archive
+    # loses messages (its known answers say how many)
+    verdict = tab.locator(".verdict")
+    assert verdict.get_attribute("data-level") == "unhealthy"
+    lost = sum(h["lost"] for h in archive.expected["publisher_health"].values())
+    assert lost > 0
+    assert f"{lost:,} of " in verdict.inner_text()
+    assert verdict.bounding_box()["y"] < tab.locator(".tile").first.bounding_box()["y"]
 
 
 def test_the_topic_selector_drives_every_plot(page: Any) -> None:

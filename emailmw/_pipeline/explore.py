@@ -16,6 +16,7 @@ the report's width, so 100 topics and 30 services read as well as 3.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any, Literal
 
 from bokeh.embed import components
@@ -28,6 +29,7 @@ from bokeh.models import (  # type: ignore[attr-defined]  # lazily exported name
     Div,
     FactorRange,
     HoverTool,
+    InlineStyleSheet,
     MultiChoice,
     NumeralTickFormatter,
     Range1d,
@@ -388,13 +390,32 @@ def _drilldown(overview: Overview, details: Details, topics: list[str]) -> Any |
     )
 
 
-def _selector(title: str, names: list[str], lines: dict[str, list[Any]]) -> Any:
-    """A selector of ``names`` that shows, in every plot, the lines of the chosen ones."""
+def _chip_colors(colors: dict[str, str]) -> InlineStyleSheet:
+    """Each chosen topic's chip in its lines' colour (the selector draws in a shadow root:
+    the rules go in with it)."""
+    def text(color: str) -> str:  # dark on the palette's light colours, else white
+        r, g, b = (int(color.lstrip("#")[i : i + 2], 16) for i in (0, 2, 4))
+        return "#000" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#fff"
+
+    rules = "".join(
+        f'.choices__list--multiple .choices__item[data-value="{json.dumps(name)[1:-1]}"]'
+        f"{{background-color:{color};border-color:{color};color:{text(color)}}}"
+        for name, color in colors.items()
+    )
+    return InlineStyleSheet(css=rules)
+
+
+def _selector(
+    title: str, names: list[str], lines: dict[str, list[Any]], colors: dict[str, str]
+) -> Any:
+    """A selector of ``names`` that shows, in every plot, the lines of the chosen ones;
+    each chip in the colour of its lines."""
     shown = names[:SHOWN_FIRST]
     for name, renderers in lines.items():
         for renderer in renderers:
             renderer.visible = name in shown
-    choice = MultiChoice(title=title, options=names, value=shown, sizing_mode="stretch_width")
+    choice = MultiChoice(title=title, options=names, value=shown, sizing_mode="stretch_width",
+                         stylesheets=[_chip_colors(colors)])  # fmt: skip
     choice.js_on_change(
         "value",
         CustomJS(
@@ -435,6 +456,7 @@ def interactive_plots(overview: Overview, details: Details | None) -> tuple[str,
                 f"Topics shown in every plot (the {SHOWN_FIRST} busiest at first)",
                 [t for t in topics if t in plots.by_topic],
                 plots.by_topic,
+                plots.colors,
             )
         )
     if len(services) > 1:

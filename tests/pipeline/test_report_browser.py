@@ -176,3 +176,30 @@ def test_plots_follow_the_page_fit_what_they_show_and_count_in_whole_numbers(pag
     assert (loss["y_ticker"], loss["y_interval"]) == ("BasicTicker", 1)
     tab.set_viewport_size({"width": 1280, "height": 1000})
     assert errors == []
+
+
+def test_each_topic_s_chip_has_its_lines_colour(page: Any) -> None:
+    """A chosen topic's chip in the selector is drawn in the colour of its lines (every
+    chip was the same blue: a line was tied to its topic only by hovering)."""
+    tab, _, errors = page
+    colors = tab.evaluate(
+        """() => { const out = {};
+             for (const m of Bokeh.documents[0].all_models) {
+               if (m.type !== 'GlyphRenderer' || !m.data_source.data.topic) continue;
+               const c = m.glyph.line_color, v = (c && c.value) || c;
+               if (typeof v === 'string') out[m.data_source.data.topic[0]] = v; }
+             return out; }"""
+    )
+    chips = tab.locator(".choices__list--multiple .choices__item")
+    checked = 0
+    for chip in chips.all():
+        topic = chip.get_attribute("data-value")
+        if topic not in colors:
+            continue
+        wanted = colors[topic].lstrip("#")
+        rgb = "rgb({}, {}, {})".format(*(int(wanted[i : i + 2], 16) for i in (0, 2, 4)))
+        assert chip.evaluate("c => getComputedStyle(c).backgroundColor") == rgb, topic
+        checked += 1
+    assert checked >= 2
+    assert len(set(colors.values())) > 1
+    assert errors == []

@@ -189,7 +189,7 @@ def test_the_interactive_plots_stay_readable_with_a_hundred_topics_and_thirty_se
     assert isinstance(trips.x_scale, LogScale)
     assert isinstance(trips.y_range, FactorRange)
     assert len(trips.y_range.factors) == 30
-    choice = explore._selector("topics", list(plots.by_topic), plots.by_topic)
+    choice = explore._selector("topics", list(plots.by_topic), plots.by_topic, plots.colors)
     assert isinstance(choice, MultiChoice)
     assert len(choice.options) == 100
     assert choice.value == list(plots.by_topic)[:8]

@@ -394,7 +394,13 @@ def _chip_colors(colors: dict[str, str]) -> InlineStyleSheet:
     """Each chosen topic's chip in its lines' colour (the selector draws in a shadow root:
     the rules go in with it)."""
     def text(color: str) -> str:  # dark on the palette's light colours, else white
-        r, g, b = (int(color.lstrip("#")[i : i + 2], 16) for i in (0, 2, 4))
+        hexes = color.lstrip("#")
+        if len(hexes) == 3:
+            hexes = "".join(c * 2 for c in hexes)
+        try:
+            r, g, b = (int(hexes[i : i + 2], 16) for i in (0, 2, 4))
+        except ValueError:
+            return "#fff"
         return "#000" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#fff"
 
     rules = "".join(

@@ -112,6 +112,12 @@ def run(args: argparse.Namespace) -> int:
         from .._pipeline.jvm import stop_session
 
         stop_session()
+    if summary.get("empty"):
+        where = f"{args.out}/report.html" if not args.no_report else str(args.out)
+        print(
+            f"no mail in {', '.join(args.sources)}: nothing to analyze (an empty report: {where})"
+        )
+        return 0
     unmeasured = summary["latency_measured"] < summary["publish"] or (
         summary["round_trips_measured"] < summary["answered"]
     )

@@ -320,6 +320,47 @@ def _no_topic(request: AnalyzeRequest) -> None:
     )
 
 
+def _holds_no_mail(source: Source) -> bool:
+    """Whether ``source`` holds no email at all (an empty mbox file; a Maildir tree with no
+    file in any cur/ or new/): looked at without reading any email."""
+    if source.kind == "mbox":
+        return source.path.stat().st_size == 0
+    for maildir, _ in maildirs(source.path):
+        for sub in ("cur", "new"):
+            with contextlib.suppress(OSError), os.scandir(maildir / sub) as entries:
+                if any(entry.is_file() for entry in entries):
+                    return False
+    return True
+
+
+def _empty(
+    request: AnalyzeRequest, archives: list[Source], out: Path, started: float
+) -> dict[str, Any]:
+    """An archive of no mail: an empty landing per source (so that a later run merges it
+    as one), an empty report, the summary of nothing, one line saying so; no Spark."""
+    import pyarrow.parquet as pq
+
+    from .landing import LANDING_SCHEMA
+    from .overview import Overview
+
+    for source in archives:
+        landed = out / "_landing" / f"src={source.digest}"
+        shutil.rmtree(landed, ignore_errors=True)
+        landed.mkdir(parents=True)
+        pq.write_table(LANDING_SCHEMA.empty_table(), landed / "part-empty.parquet")
+    overview = Overview([], [], [], [], {}, [])
+    summary = overview.summary()
+    summary.update(group_members=0, group_processed=0, group_redelivered=0, empty=True)
+    if request.report:
+        from .report import write_report
+
+        run = {"sources": ", ".join(request.sources), "master": "(not started: no mail)"}
+        write_report(overview, summary, out, run=run, thresholds=request.thresholds)
+    summary["seconds"] = round(time.monotonic() - started, 2)
+    summary["phases"] = {"start": summary["seconds"]}
+    return summary
+
+
 def _any_topic(dirs: list[Path], glob: str) -> bool:
     """Whether any message landed in ``dirs`` has a topic ``glob`` matches (the topic
     column alone, read with pyarrow: no Spark job)."""
@@ -426,6 +467,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         raise ConfigError("not a directory", source=f"--out {request.out}") from exc
     _preflight(request.master)
     archives, earlier = _classify(request)
+    if archives and not earlier and all(_holds_no_mail(a) for a in archives):
+        return _empty(request, archives, out, started)  # (no Spark started for nothing)
     # The JVM starts (with the class-data archive of jvm.py) while the archives are listed.
     session: dict[str, Any] = {}
     expected = _estimate(archives, earlier)  # before landing replaces any directory

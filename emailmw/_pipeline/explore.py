@@ -393,6 +393,7 @@ def _drilldown(overview: Overview, details: Details, topics: list[str]) -> Any |
 def _chip_colors(colors: dict[str, str]) -> InlineStyleSheet:
     """Each chosen topic's chip in its lines' colour (the selector draws in a shadow root:
     the rules go in with it)."""
+
     def text(color: str) -> str:  # dark on the palette's light colours, else white
         hexes = color.lstrip("#")
         if len(hexes) == 3:

@@ -851,3 +851,22 @@ def test_a_rerun_after_mail_was_removed_keeps_what_was_landed(
     assert "kept 4 email(s) of" in capfd.readouterr().err
     again = _run(spark, [out, root], out, report=False)
     assert (again["publish"], again["lost"]) == (11, 0)
+
+
+def test_an_empty_archive_is_an_empty_report_and_one_line_without_spark(tmp_path: Path) -> None:
+    """An empty mbox or a Maildir without mail: one line saying so and where the (empty)
+    report is, nothing on standard error, within seconds (no Spark is started: it printed
+    a screen of lines and took minutes); the landing is there, for a later merge."""
+    (tmp_path / "e.mbox").touch()
+    for sub in ("cur", "new", "tmp"):
+        (tmp_path / "md" / sub).mkdir(parents=True)
+    for source in (tmp_path / "e.mbox", tmp_path / "md"):
+        out = tmp_path / f"out-{source.name}"
+        result = _analyze_cli(str(source), "--out", str(out))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout == (
+            f"no mail in {source}: nothing to analyze (an empty report: {out}/report.html)\n"
+        )
+        assert result.stderr == ""
+        assert (out / "report.html").is_file()
+        assert len(list((out / "_landing").glob("src=*/*.parquet"))) == 1

@@ -10,7 +10,7 @@ import emailmw
 
 # Changing this list is changing the public API: say so in the commit (#37 added the
 # rclpy-shaped modules, the message packages, Parameter, create_node, try_shutdown; #39
-# BatchPolicy and NO_BATCH; #48 ConnectionLimitError; #49 rosgraph_msgs).
+# BatchPolicy and NO_BATCH; #48 ConnectionLimitError; #49 rosgraph_msgs, service_msgs).
 PUBLIC = [
     "Ack",
     "ActionType",
@@ -128,6 +128,7 @@ PUBLIC = [
     "rosgraph_msgs",
     "serialize",
     "service",
+    "service_msgs",
     "shutdown",
     "signals",
     "spin",

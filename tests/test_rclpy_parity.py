@@ -266,6 +266,56 @@ def test_matched_and_incompatible_type_events_as_rclpy_s(default: Any) -> None:
     executor.shutdown()
 
 
+def test_service_introspection_publishes_each_call_s_events(default: Any) -> None:
+    """rclpy's ``configure_introspection``: with CONTENTS a call gives its four events on
+    ``/add/_service_event`` (request sent and received, response sent and received, each
+    with the client's GID and the sequence number, and the request or response); with
+    METADATA the same without the contents; OFF, none."""
+    from emailmw._core.interfaces import event_type
+    from emailmw.service_introspection import ServiceIntrospectionState
+    from emailmw.service_msgs.msg import ServiceEventInfo
+
+    node = emailmw.create_node("introspected")
+    server = node.create_service(
+        AddTwoInts, "/add", lambda q, r: AddTwoInts.Response(sum=q.a + q.b)
+    )
+    client = node.create_client(AddTwoInts, "/add")
+    events: list[Any] = []
+    node.create_subscription(event_type(AddTwoInts), "/add/_service_event", events.append, 100)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    _spin_in_thread(executor)
+
+    def call_and_collect(count: int) -> list[Any]:
+        events.clear()
+        assert client.call(AddTwoInts.Request(a=2, b=3), timeout_sec=10).sum == 5
+        deadline = time.monotonic() + 10
+        while len(events) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2 if count == 0 else 0)
+        return sorted(events, key=lambda e: e.info.event_type)
+
+    for entity in (server, client):
+        entity.configure_introspection(node.get_clock(), 10, ServiceIntrospectionState.CONTENTS)
+    full = call_and_collect(4)
+    assert [e.info.event_type for e in full] == [
+        ServiceEventInfo.REQUEST_SENT, ServiceEventInfo.REQUEST_RECEIVED,
+        ServiceEventInfo.RESPONSE_SENT, ServiceEventInfo.RESPONSE_RECEIVED,
+    ]  # fmt: skip
+    assert len({(tuple(e.info.client_gid), e.info.sequence_number) for e in full}) == 1
+    assert [len(e.request) for e in full] == [1, 1, 0, 0]
+    assert full[0].request[0] == AddTwoInts.Request(a=2, b=3)
+    assert full[3].response[0] == AddTwoInts.Response(sum=5)
+    for entity in (server, client):
+        entity.configure_introspection(node.get_clock(), 10, ServiceIntrospectionState.METADATA)
+    bare = call_and_collect(4)
+    assert [len(e.request) + len(e.response) for e in bare] == [0, 0, 0, 0]
+    for entity in (server, client):
+        entity.configure_introspection(node.get_clock(), 10, ServiceIntrospectionState.OFF)
+    assert call_and_collect(0) == []
+    executor.shutdown()
+
+
 def test_an_async_parameter_client_reads_and_sets_another_nodes_parameters(
     default: Any, tmp_path: Path
 ) -> None:

@@ -1,20 +1,24 @@
-"""``emailmw service list|call``: ros2 service's verbs over email."""
+"""``emailmw service list|type|find|call|echo``: ros2 service's verbs over email."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+from typing import Any
 
 import yaml
 
 from .._core.errors import ServiceTimeoutError, TypeMismatchError
-from .._core.interfaces import ServiceType, deserialize, serialize
+from .._core.interfaces import ServiceType, deserialize, event_type, serialize
 from .._core.names import is_hidden
 from .._delivery.context import Context
 from .._ros.node import Node
+from . import topic
 from .common import CommandError, Commands, current_graph, resolve, verbs, with_account, yaml_values
 from .interface import service_type
+from .topic import add_qos_options
 
 __all__ = ["register"]
 
@@ -34,6 +38,12 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument("type")
     p.add_argument("values", nargs="?", default="{}")
     p.add_argument("--timeout", type=float, default=60.0)
+    p = add("echo", run=echo, help="print a service's events (its introspection)")
+    p.add_argument("name")
+    p.add_argument("--once", action="store_true", help="exit after the first event")
+    p.add_argument("--no-arr", action="store_true", help="arrays as their type and length")
+    p.add_argument("--no-str", action="store_true", help="strings as their length")
+    add_qos_options(p)
 
 
 @with_account
@@ -61,6 +71,21 @@ def find(context: Context, args: argparse.Namespace) -> int:
         if args.type in kinds:
             print(name)
     return 0
+
+
+@with_account
+def echo(context: Context, args: argparse.Namespace) -> int:
+    """ros2's ``service echo``: the events a service and its clients publish once their
+    introspection is on (``configure_introspection``), each as YAML."""
+    name = resolve(args.name, "service name")
+    for kind in current_graph(context).services().get(name, ()):
+        with contextlib.suppress(Exception):  # (its events read as their type where known)
+            event_type(service_type(kind))
+    events = argparse.Namespace(**vars(args))
+    events.name = f"{name}/_service_event"
+    events.field, events.csv, events.filter_expr = None, False, None
+    verb: Any = topic.echo
+    return int(verb.__wrapped__(context, events))
 
 
 def call(args: argparse.Namespace) -> int:

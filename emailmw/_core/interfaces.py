@@ -364,9 +364,28 @@ def get_interface(name: str) -> Any:
     return found
 
 
+def event_type(srv: ServiceType) -> type[Any]:
+    """The message type of ``srv``'s introspection events, ``pkg/srv/Name_Event`` (ROS 2's,
+    Iron on: ``service_msgs/ServiceEventInfo info``, and the request and the response, at
+    most one each), made when first asked for."""
+    name = f"{srv.name}_Event"
+    with _LOCK:
+        found = _REGISTRY.get(name)
+        if found is not None:
+            return found  # type: ignore[no-any-return]
+    fields = (
+        FieldSpec("info", TypeSpec("service_msgs/msg/ServiceEventInfo")),
+        FieldSpec("request", TypeSpec(f"{srv.name}_Request", array=True, bound=1)),
+        FieldSpec("response", TypeSpec(f"{srv.name}_Response", array=True, bound=1)),
+    )
+    text = "\n".join(f"{f.type.ros()} {f.name}" for f in fields)
+    get_interface("service_msgs/msg/ServiceEventInfo")  # (its package loaded)
+    return _part(MessageSpec(name, fields, (), text), get_interface)
+
+
 _INTERNAL_SUFFIXES: Final = (
     "_Request", "_Response", "_Goal", "_Result", "_Feedback", "_SendGoal", "_GetResult",
-    "_FeedbackMessage",
+    "_FeedbackMessage", "_Event",
 )  # fmt: skip
 
 

@@ -605,6 +605,10 @@ class ServiceClient(_Entity, Waitable):
         :class:`~emailmw.ServiceInfo` (failed with :class:`~emailmw.SendError` when the
         server refused the request after this returned). Cancelling the future abandons
         the call: a later answer is dropped."""
+        return self.send_request_numbered(request)[1]
+
+    def send_request_numbered(self, request: str) -> tuple[int, Future[tuple[str, ServiceInfo]]]:
+        """:meth:`send_request_async`, and the request's sequence number."""
         seq, future = self._send(request, hold=False)
 
         def abandoned(done: Future[tuple[str, ServiceInfo]]) -> None:
@@ -612,7 +616,7 @@ class ServiceClient(_Entity, Waitable):
                 self._forget(seq)
 
         future._when_done(abandoned)
-        return future
+        return seq, future
 
     def _not_sent(self, email: Email, error: SendError) -> None:
         seq = int(email.headers.get(HEADER_REQUEST_SEQUENCE_NUMBER, "-1"))

@@ -38,9 +38,11 @@ from .._delivery.entities import Publisher, ServiceClient, ServiceServer, Subscr
 from .._delivery.graph import Graph, graph_of
 from .._delivery.groups import GroupSettings
 from .._delivery.polling import NO_TICKET, RefusalLog, Ticket
+from ..service_msgs.msg import ServiceEventInfo
 from .callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from .events import IncompatibleTypeInfo, SubscriptionEventCallbacks
 from .executable import Executable, NodeLike, Work, _in_group
+from .introspection import Introspection
 from .serialization import cdr_types, deserialize_message, serialize_message
 
 __all__ = [
@@ -444,6 +446,7 @@ class Client(Executable, Generic[T]):
         self._node = node
         self.callback_group = _in_group(self, callback_group, node)
         self._core = ServiceClient(name, context=node.context)
+        self._introspection = Introspection(node.context, name, srv_type)
         self._lock = threading.Lock()
         self._pending: list[Future[Any]] = []
         self._answered = GuardCondition()  # a call completed since the executor last looked
@@ -480,7 +483,9 @@ class Client(Executable, Generic[T]):
         type). Cancelling it abandons the call."""
         if not isinstance(request, self.srv_type.Request):
             raise TypeMismatchError(f"{self.srv_type.name} request expected, got {request!r}")
-        sent = self._core.send_request_async(serialize(request))
+        seq, sent = self._core.send_request_numbered(serialize(request))
+        gid = self._core.gid
+        self._introspection.event(ServiceEventInfo.REQUEST_SENT, gid, seq, request=request)
         future: Future[Any] = Future(
             f"the call to service {self.service_name!r}", scheduler=lambda: self._node.executor
         )
@@ -494,10 +499,25 @@ class Client(Executable, Generic[T]):
 
         with self._lock:
             self._pending.append(future)
-        relay(sent, future, lambda raw: deserialize(self.srv_type.Response, raw[0]))
+
+        def received(raw: tuple[str, Any]) -> Any:
+            response = deserialize(self.srv_type.Response, raw[0])
+            self._introspection.event(
+                ServiceEventInfo.RESPONSE_RECEIVED, gid, seq, response=response
+            )
+            return response
+
+        relay(sent, future, received)
         future._when_done(abandoned)
         future._when_done(lambda _: self._answered.trigger())
         return future
+
+    def configure_introspection(
+        self, clock: Any, service_event_pub_qos: Any, introspection_state: int
+    ) -> None:
+        """rclpy's: publish this client's events on ``<service>/_service_event``
+        (``introspection.py``)."""
+        self._introspection.configure(clock, service_event_pub_qos, introspection_state)
 
     def remove_pending_request(self, future: Future[Any]) -> None:
         """Give up on the call of ``future`` (rclpy's): a later answer is dropped."""
@@ -523,6 +543,7 @@ class Client(Executable, Generic[T]):
 
     def destroy(self) -> bool:
         """Close the client: pending calls fail with :class:`~emailmw.ClosedError`."""
+        self._introspection.close()
         self._core.close()
         return True
 
@@ -553,10 +574,18 @@ class Service(Executable):
         self.callback = callback
         self.callback_group = _in_group(self, callback_group, node)
         self._core = ServiceServer(name, context=node.context)
+        self._introspection = Introspection(node.context, name, srv_type)
 
     @property
     def srv_name(self) -> str:
         return self.service_name
+
+    def configure_introspection(
+        self, clock: Any, service_event_pub_qos: Any, introspection_state: int
+    ) -> None:
+        """rclpy's: publish this service's events on ``<service>/_service_event``
+        (``introspection.py``)."""
+        self._introspection.configure(clock, service_event_pub_qos, introspection_state)
 
     def waitables(self) -> Sequence[Waitable]:
         return (self._core,)
@@ -577,11 +606,17 @@ class Service(Executable):
             self._core._discard(request.id)
             return None
 
+        client, seq = request.id.client_gid, request.id.sequence_number
+        self._introspection.event(ServiceEventInfo.REQUEST_RECEIVED, client, seq, request=typed)
+
         def respond(response: Any) -> None:
             if response is None:
                 self._core._discard(request.id)
                 return
             self._core.send_response(request.id, serialize(response))
+            self._introspection.event(
+                ServiceEventInfo.RESPONSE_SENT, client, seq, response=response
+            )
 
         def run() -> Any:
             try:
@@ -597,6 +632,7 @@ class Service(Executable):
         return run
 
     def destroy(self) -> bool:
+        self._introspection.close()
         self._core.close()
         return True
 

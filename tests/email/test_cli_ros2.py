@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import emailmw
 from emailmw import example_interfaces, std_msgs
@@ -467,3 +468,26 @@ def test_completion_never_waits_more_than_its_budget(tmp_path: Path) -> None:
         silent.close()
     # the interpreter's start and the parser take their share; the graph at most 1 s
     assert time.monotonic() - started < 1.0 + 5.0
+
+
+def test_service_echo_prints_the_events_of_an_introspected_service(
+    system: dict[str, Any],
+) -> None:
+    """ros2's ``service echo``: once the service publishes its events (CONTENTS), a call's
+    request received and response sent are printed as YAML, with their contents."""
+    from emailmw.service_introspection import ServiceIntrospectionState
+
+    node = system["node"]
+    (server,) = [s for s in node.services if s.service_name == "/add_two_ints"]
+    server.configure_introspection(node.get_clock(), 10, ServiceIntrospectionState.CONTENTS)
+    config = system["config"]
+    called = cli(config, "service", "call", "/add_two_ints",
+                 "example_interfaces/srv/AddTwoInts", "{a: 2, b: 3}")  # fmt: skip
+    assert called.returncode == 0, called.stderr
+    out = cli(config, "service", "echo", "/add_two_ints", "--qos-durability", "transient_local",
+              "--qos-depth", "2", "--once")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    event = yaml.safe_load(out.stdout.split("---")[0])
+    assert event["info"]["event_type"] in (1, 2)  # request received or response sent
+    assert event["request"] == [{"a": 2, "b": 3}] or event["response"] == [{"sum": 5}]
+    server.configure_introspection(node.get_clock(), 10, ServiceIntrospectionState.OFF)

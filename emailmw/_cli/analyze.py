@@ -55,6 +55,11 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
         help="verify signed mail against this keystore (default: EMAILMW_SECURITY_KEYSTORE)",
     )
     analyze.add_argument("--no-report", action="store_true", help="tables only")
+    analyze.add_argument(
+        "--since-last", action="store_true",
+        help="an earlier run's --out DIR: land only what each source gained since (the "
+        "same as giving DIR as a source too)",
+    )  # fmt: skip
     health = analyze.add_argument_group("the report's verdict (over any: degraded or unhealthy)")
     health.add_argument("--max-loss", type=float, default=0.1, metavar="PERCENT",
                         help="messages lost (default 0.1)")  # fmt: skip
@@ -88,8 +93,11 @@ def run(args: argparse.Namespace) -> int:
         from .._security import Keystore
 
         Keystore(args.keystore)  # one line now, not in a worker, if it is not one
+    sources = list(args.sources)
+    if args.since_last and (args.out / "_landing").is_dir() and str(args.out) not in sources:
+        sources.insert(0, str(args.out))
     request = AnalyzeRequest(
-        sources=args.sources,
+        sources=sources,
         out=args.out,
         master=args.master,
         since_ns=parse_time(args.since) if args.since else None,

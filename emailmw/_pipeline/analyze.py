@@ -26,6 +26,7 @@ from typing import Any
 
 from .._core.errors import ConfigError
 from .health import HealthThresholds
+from .incremental import incremental_sources, mbox_states, new_units, record_mbox_states
 from .landing import Source, list_units, maildirs
 
 __all__ = ["AnalyzeRequest", "analyze", "parse_time"]
@@ -498,7 +499,12 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
 
     # the driver's share of the landing, while the JVM starts: the archives listed into
     # units of work (cheap: no email is read); the executors parse them
+    states = mbox_states(archives)
     units = list_units(archives)
+    landing = out / "_landing"
+    # a source this output landed before: only what it gained since is landed
+    incremental = incremental_sources(archives, earlier, landing)
+    units, increments, removed = new_units(units, archives, incremental, landing)
     spark_thread.join()
     if "error" in session:
         raise session["error"]
@@ -507,17 +513,28 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     from .tables import JobOptions, compute, land
 
     spark = session["spark"]
-    landing = out / "_landing"
     mark = time.monotonic()
-    # a source an earlier run landed and this one lands again: what it landed then is set
-    # aside, and what the source no longer holds (mail removed since) is kept
-    previous = _set_aside(earlier, archives, out)
+    # a source an earlier run landed and this one lands again whole: what it landed then
+    # is set aside, and what the source no longer holds (mail removed since) is kept
+    whole = [a for a in archives if a.digest not in incremental]
+    previous = _set_aside(earlier, whole, out)
     earlier = [d for d in earlier if d.name not in previous]
+    if incremental:
+        _say(f"landing only what {len(incremental)} archive(s) gained since the last run")
+    for source in archives:
+        if removed.get(source.digest):
+            _say(f"kept {removed[source.digest]} email(s) of {source.label} that an earlier "
+                 "run landed and the source no longer holds")  # fmt: skip
     _say(f"landing {len(archives)} archive(s) in {units.num_rows} unit(s) of work")
     dirs: list[Path] = []
     if archives:
         with _SparkProgress(spark, "landing", expected or None):
-            dirs = land(spark, archives, units, landing, keystore=request.keystore)
+            dirs = land(spark, whole, units, landing, keystore=request.keystore)
+        for name in increments.values():
+            added = landing / f"src={name}"
+            added.mkdir(parents=True, exist_ok=True)
+            dirs.append(added)
+        record_mbox_states(landing, states)
     labels = {f"src={a.digest}": a.label for a in archives}
     for name, aside in previous.items():
         kept_dir, count = _keep_removed(aside, landing / name, landing)

@@ -36,6 +36,7 @@ from .._core.types import Headers
 from .._core.wire import parse, parse_head
 
 __all__ = [
+    "mbox_ranges_from",
     "INTERNAL_TOPIC_PREFIX",
     "LANDING_SCHEMA",
     "LATENCY_RESOLUTION_NS",
@@ -608,6 +609,25 @@ def _mbox_ranges(path: Path, pieces: int) -> list[tuple[int, int]]:
         starts = [0]
         for i in range(1, pieces):
             found = m.find(b"\nFrom ", size * i // pieces)
+            if found == -1:
+                break
+            if found + 1 > starts[-1]:
+                starts.append(found + 1)
+    return [(a, b) for a, b in zip(starts, [*starts[1:], size], strict=True) if b > a]
+
+
+def mbox_ranges_from(path: Path, start: int) -> list[tuple[int, int]]:
+    """Byte ranges of an mbox from ``start`` (a message's beginning: where it ended when it
+    was last landed) to its end, each starting at a ``From `` line, about
+    :data:`MBOX_UNIT_BYTES` each."""
+    size = path.stat().st_size
+    if size <= start:
+        return []
+    pieces = max(1, -(-(size - start) // MBOX_UNIT_BYTES))
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        starts = [start]
+        for i in range(1, pieces):
+            found = m.find(b"\nFrom ", start + (size - start) * i // pieces)
             if found == -1:
                 break
             if found + 1 > starts[-1]:

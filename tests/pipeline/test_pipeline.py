@@ -870,3 +870,42 @@ def test_an_empty_archive_is_an_empty_report_and_one_line_without_spark(tmp_path
         assert result.stderr == ""
         assert (out / "report.html").is_file()
         assert len(list((out / "_landing").glob("src=*/*.parquet"))) == 1
+
+
+def _landed_rows(directory: Path) -> int:
+    import pyarrow.dataset as ds
+
+    from emailmw._pipeline.landing import LANDING_SCHEMA
+
+    return ds.dataset(str(directory), schema=LANDING_SCHEMA, format="parquet").count_rows()
+
+
+def test_a_rerun_over_a_grown_archive_lands_only_the_new_mail(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The same output re-run over sources that grew: a Maildir's new files and an mbox's
+    appended messages are all that is landed (beside the earlier landing), and the tables
+    count everything once; an mbox rewritten at its head is landed again whole."""
+    base = 1_790_000_000 * 10**9
+    root = _maildir_of(tmp_path / "m", [(base + i * 10**9, _publish(i)) for i in range(10)])
+    mbox = tmp_path / "a.mbox"
+
+    def mbox_of(seqs: range) -> bytes:
+        own = (_publish(i).replace(b"GID: 77", b"GID: 78") for i in seqs)  # (its publisher)
+        return b"".join(b"From x@example.test Thu Jan  1 00:00:00 2026\n" + raw + b"\n"
+                        for raw in own)  # fmt: skip
+
+    mbox.write_bytes(mbox_of(range(5)))
+    out = tmp_path / "out"
+    assert _run(spark, [root, mbox], out, report=False)["publish"] == 15
+    (root / "cur" / f"{(base + 30 * 10**9) // 10**9}.M0P99.t,S=1:2,").write_bytes(_publish(10))
+    (root / "cur" / f"{(base + 31 * 10**9) // 10**9}.M0P98.t,S=1:2,").write_bytes(_publish(11))
+    with mbox.open("ab") as grow:
+        grow.write(mbox_of(range(5, 8)))
+    again = _run(spark, [out, root, mbox], out, report=False)
+    assert (again["publish"], again["lost"], again["duplicated"]) == (20, 0, 0)
+    added = sorted((out / "_landing").glob("src=*-inc-*"))
+    assert sorted(_landed_rows(d) for d in added) == [2, 3]  # the new files, the new tail
+    mbox.write_bytes(mbox_of(range(1, 8)))  # rewritten: its first message gone
+    third = _run(spark, [out, root, mbox], out, report=False)
+    assert third["publish"] == 20  # (the removed message kept: it was landed)

@@ -1,0 +1,149 @@
+"""Re-runs that land only the new mail (``emailmw analyze SOURCE --out DIR --since-last``,
+or ``emailmw analyze DIR SOURCE --out DIR``): a source an earlier run landed in the same
+output keeps that landing, and only what it gained since is landed, beside it
+(``_landing/src=<digest>-inc-<ns>``); the tables are computed over both, emails landed
+twice counted once.
+
+What is new:
+
+* a Maildir: the files whose key (the name before ``:2,``, as the landing keys them) no
+  earlier landing of the source has;
+* an mbox: the bytes after the size it had at its last landing, when its first 64 KiB (of
+  those) are still what they were (an mbox only grows at its end); one rewritten otherwise
+  (compacted, its head changed) is landed again whole, as before.
+
+Pure but for reading the landings' keys (pyarrow) and the mbox's head and size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import pyarrow as pa
+
+from .landing import LANDING_SCHEMA, Source, mbox_ranges_from
+
+__all__ = ["incremental_sources", "mbox_states", "new_units", "record_mbox_states"]
+
+_HEAD: Final = 64 << 10
+
+
+def _state_path(landing: Path, digest: str) -> Path:
+    return landing / f".mbox-state-{digest}.json"
+
+
+def _head(path: Path, length: int = _HEAD) -> str:
+    with path.open("rb") as handle:
+        return hashlib.sha256(handle.read(length)).hexdigest()
+
+
+def mbox_states(archives: list[Source]) -> dict[str, dict[str, Any]]:
+    """Each mbox's size and head now, before it is listed: what its landing will hold
+    (bytes it gains meanwhile are the next run's)."""
+    states = {}
+    for source in archives:
+        if source.kind == "mbox":
+            size = source.path.stat().st_size
+            states[source.digest] = {"size": size, "head": _head(source.path, min(size, _HEAD))}
+    return states
+
+
+def record_mbox_states(landing: Path, states: dict[str, dict[str, Any]]) -> None:
+    """Remember the landed mboxes' states (for the next re-run)."""
+    for digest, state in states.items():
+        _state_path(landing, digest).write_text(json.dumps(state))
+
+
+def incremental_sources(
+    archives: list[Source], earlier: list[Path], landing: Path
+) -> dict[str, Path]:
+    """The sources whose earlier landing is in ``landing`` (this output's) and can be
+    extended: digest -> that landing's directory."""
+    here = {d.resolve() for d in earlier if d.parent.resolve() == landing.resolve()}
+    found: dict[str, Path] = {}
+    for source in archives:
+        previous = landing / f"src={source.digest}"
+        if previous.resolve() not in here:
+            continue
+        if source.kind == "mbox":
+            try:
+                state = json.loads(_state_path(landing, source.digest).read_text())
+                size = source.path.stat().st_size
+            except (OSError, ValueError):
+                continue
+            landed = int(state.get("size", 0))
+            if size < landed or _head(source.path, min(landed, _HEAD)) != state.get("head"):
+                continue  # rewritten, not grown: landed again whole
+        found[source.digest] = previous
+    return found
+
+
+def _landed_keys(landing: Path, digest: str) -> set[tuple[str, str]]:
+    """(mailbox, key) of every email the source's landings hold (a batch's or a part's
+    suffix after ``#`` taken off)."""
+    import pyarrow.dataset as ds
+
+    keys: set[tuple[str, str]] = set()
+    for directory in landing.glob(f"src={digest}*"):
+        table = ds.dataset(str(directory), schema=LANDING_SCHEMA, format="parquet").to_table(
+            columns=["mailbox", "key"]
+        )
+        for mailbox, key in zip(
+            table.column("mailbox").to_pylist(), table.column("key").to_pylist(), strict=True
+        ):
+            keys.add((mailbox, str(key).partition("#")[0]))
+    return keys
+
+
+def new_units(
+    units: pa.Table, archives: list[Source], incremental: dict[str, Path], landing: Path
+) -> tuple[pa.Table, dict[str, str], dict[str, int]]:
+    """``units`` with, for each incremental source, only what is new (see the module),
+    under its own landing name; digest -> that name; and digest -> how many emails its
+    earlier landings hold that the (Maildir) source no longer does (they stay counted)."""
+    if not incremental:
+        return units, {}, {}
+    stamp = time.time_ns()
+    names = {digest: f"{digest}-inc-{stamp}" for digest in incremental}
+    by_digest = {a.digest: a for a in archives}
+    rows: list[dict[str, Any]] = []
+    mboxes_done: set[str] = set()
+    keys_of: dict[str, set[tuple[str, str]]] = {}
+    listed: dict[str, set[tuple[str, str]]] = {}
+    for row in units.to_pylist():
+        digest = row["src"]
+        if digest not in incremental:
+            rows.append(row)
+            continue
+        if row["kind"] == "maildir":
+            keys = keys_of.get(digest)
+            if keys is None:
+                keys = keys_of[digest] = _landed_keys(landing, digest)
+            groups = []
+            seen = listed.setdefault(digest, set())
+            for group in row["groups"]:
+                seen.update((group["mailbox"], n.partition(":2,")[0]) for n in group["names"])
+                fresh = [n for n in group["names"]
+                         if (group["mailbox"], n.partition(":2,")[0]) not in keys]  # fmt: skip
+                if fresh:
+                    groups.append({**group, "names": fresh})
+            if groups:
+                rows.append({**row, "src": names[digest], "groups": groups})
+            continue
+        if digest in mboxes_done:
+            continue
+        mboxes_done.add(digest)
+        source = by_digest[digest]
+        state = json.loads(_state_path(landing, digest).read_text())
+        for start, end in mbox_ranges_from(source.path, int(state["size"])):
+            rows.append({**row, "src": names[digest], "start": start, "end": end})
+    removed = {
+        digest: len(keys_of.get(digest, set()) - listed.get(digest, set()))
+        for digest in incremental
+        if by_digest[digest].kind == "maildir"
+    }
+    return pa.Table.from_pylist(rows, schema=units.schema), names, removed

@@ -28,6 +28,9 @@ driver) and ``executor_parse_cpu_s`` (those of the Python processes the workers'
 started), with one worker; ``driver_main_cpu_s`` (the command itself: it lists the archive,
 plans the queries and draws the report, and reads no email), ``driver_jvm_cpu_s`` and
 ``executor_jvm_cpu_s``; ``speedup_2_executors`` (one worker's time over two workers').
+``--rerun`` (issue #50): ``rerun_first_s`` (a first run over a copy of the archive),
+``rerun_1pct_s`` (the copy grown by 1 %, analysed again into the same output with
+``--since-last``: only the new mail is landed) and ``rerun_ratio`` (target <= 0.2).
 Prints a table, writes JSON, exits 0.
 """
 
@@ -205,18 +208,67 @@ def _cpu(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+def rerun_figures(count: int, fmt: str) -> dict[str, float]:
+    """A first run over a copy of the archive, then the copy grown by 1 % and analysed
+    again into the same output with ``--since-last`` (only the new mail landed):
+    ``rerun_first_s``, ``rerun_1pct_s`` and their ratio (target <= 0.2)."""
+    import itertools
+
+    source = make_archive(count, fmt)
+    work = CACHE / f"rerun-{fmt}-{count}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    extra = max(1, count // 100)
+    if fmt == "maildir":
+        copy = work / "Maildir"
+        for sub in ("cur", "new", "tmp"):
+            (copy / sub).mkdir(parents=True)
+        for entry in os.scandir(source / "cur"):
+            os.link(entry.path, copy / "cur" / entry.name)
+    else:
+        copy = work / "archive.mbox"
+        shutil.copyfile(source, copy)
+    out = work / "out"
+    first_s, _, _ = run_analyze(copy, out)
+    grown = itertools.islice(iter_bulk(count + extra), count, None)
+    if fmt == "maildir":
+        for i, (raw, delivered) in enumerate(grown):
+            secs, nanos = divmod(delivered, 1_000_000_000)
+            name = f"{secs}.M{nanos // 1000:06d}P{count + i:08d}.bench,S={len(raw)}:2,"
+            (copy / "cur" / name).write_bytes(raw.replace(b"\r\n", b"\n"))
+    else:
+        with open(copy, "ab") as more:
+            for raw, _ in grown:
+                more.write(b"From bench@example.test Thu Jan  1 00:00:00 2026\n")
+                more.write(raw.replace(b"\r\n", b"\n") + b"\n")
+    again_s, _, _ = run_analyze(copy, out, keep=True, extra=("--since-last",))
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "rerun_first_s": round(first_s, 2),
+        "rerun_1pct_s": round(again_s, 2),
+        "rerun_ratio": round(again_s / first_s, 3),
+    }
+
+
 def run_analyze(
-    path: Path, out: Path, master: str | None = None, executors_under: list[int] | None = None
+    path: Path,
+    out: Path,
+    master: str | None = None,
+    executors_under: list[int] | None = None,
+    *,
+    keep: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> tuple[float, float, str]:
     """One ``emailmw analyze`` run: its seconds, peak RSS (MB) and output. ``CPU`` gets the
     CPU seconds of the Python processes and of the JVMs, on the driver's side (its process
     tree) and on the executors' (the processes under the cluster's workers
     ``executors_under``)."""
-    shutil.rmtree(out, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(out, ignore_errors=True)
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "emailmw", "analyze", str(path), "--out", str(out),
-         *(["--master", master] if master else [])],
+         *(["--master", master] if master else []), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -275,6 +327,10 @@ def main() -> int:
         help="also run on a standalone master with one and with two 1-core workers",
     )
     parser.add_argument(
+        "--rerun", action="store_true",
+        help="also the first run over a copy, and a re-run after it grew by 1 %% (--since-last)",
+    )  # fmt: skip
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -318,6 +374,8 @@ def main() -> int:
     }
     if args.cluster:
         results.update(cluster_figures(archive, args.format, args.messages, analyze_s))
+    if args.rerun:
+        results.update(rerun_figures(args.messages, args.format))
     target = 4.0 if args.format == "maildir" else 2.5
     print(output.strip())
     print(f"{'figure':<22}{'value':>14}")
@@ -334,7 +392,7 @@ def main() -> int:
             else ""
         )
     )
-    for key in CLUSTER_KEYS:
+    for key in (*CLUSTER_KEYS, "rerun_first_s", "rerun_1pct_s", "rerun_ratio"):
         if key in results:
             print(f"{key:<22}{results[key]:>14}")
     if args.json:

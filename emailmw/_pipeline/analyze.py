@@ -410,6 +410,18 @@ def _estimate(archives: list[Source], earlier: list[Path]) -> int:
     return count
 
 
+def _units_estimate(units: Any) -> int:
+    """:func:`_estimate` of what ``units`` hold: the files they name, ~512 bytes of mbox a
+    message."""
+    count = 0
+    for row in units.to_pylist():
+        if row["kind"] == "maildir":
+            count += sum(len(group["names"]) for group in row["groups"])
+        else:
+            count += (row["end"] - row["start"]) // 512
+    return count
+
+
 def _import_report() -> None:
     with contextlib.suppress(Exception):  # a real failure shows when the report is written
         importlib.import_module(".report", __package__)
@@ -499,8 +511,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
 
     # the driver's share of the landing, while the JVM starts: the archives listed into
     # units of work (cheap: no email is read); the executors parse them
-    states = mbox_states(archives)
     units = list_units(archives)
+    states = mbox_states(archives, units)
     landing = out / "_landing"
     # a source this output landed before: only what it gained since is landed
     incremental = incremental_sources(archives, earlier, landing)
@@ -528,7 +540,8 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     _say(f"landing {len(archives)} archive(s) in {units.num_rows} unit(s) of work")
     dirs: list[Path] = []
     if archives:
-        with _SparkProgress(spark, "landing", expected or None):
+        to_land = _units_estimate(units) if incremental else expected
+        with _SparkProgress(spark, "landing", to_land or None):
             dirs = land(spark, whole, units, landing, keystore=request.keystore)
         for name in increments.values():
             added = landing / f"src={name}"
@@ -571,7 +584,11 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     )
     with _SparkProgress(spark, "computing tables", None):
         # merged runs may hold the same stored email twice
-        tables = compute(spark, dirs, options, deduplicate=bool(earlier) or bool(previous))
+        # merged runs may hold the same stored email twice; a source's own increments
+        # never do (each lands only what its earlier landings lack): no shuffle for them
+        own = tuple(f"src={digest}" for digest in incremental)
+        merged = [d for d in earlier if not d.name.startswith(own)] if own else earlier
+        tables = compute(spark, dirs, options, deduplicate=bool(merged) or bool(previous))
         overview = run_job(
             spark, out, tables, on_collected=None if early is None else early.collected
         )

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from .landing import LANDING_SCHEMA, Source, mbox_ranges_from
+from .landing import LANDING_SCHEMA, MAILDIR_UNIT_FILES, Source, mbox_ranges_from
 
 __all__ = ["incremental_sources", "mbox_states", "new_units", "record_mbox_states"]
 
@@ -41,13 +41,20 @@ def _head(path: Path, length: int = _HEAD) -> str:
         return hashlib.sha256(handle.read(length)).hexdigest()
 
 
-def mbox_states(archives: list[Source]) -> dict[str, dict[str, Any]]:
-    """Each mbox's size and head now, before it is listed: what its landing will hold
-    (bytes it gains meanwhile are the next run's)."""
+def mbox_states(archives: list[Source], units: pa.Table) -> dict[str, dict[str, Any]]:
+    """Each mbox's landed size (where its last listed unit ends: bytes it gains after the
+    listing are the next run's) and head."""
+    ends: dict[str, int] = {}
+    for digest, kind, end in zip(
+        units.column("src").to_pylist(), units.column("kind").to_pylist(),
+        units.column("end").to_pylist(), strict=True,
+    ):  # fmt: skip
+        if kind == "mbox" and end is not None:
+            ends[digest] = max(ends.get(digest, 0), int(end))
     states = {}
     for source in archives:
         if source.kind == "mbox":
-            size = source.path.stat().st_size
+            size = ends.get(source.digest, 0)
             states[source.digest] = {"size": size, "head": _head(source.path, min(size, _HEAD))}
     return states
 
@@ -114,6 +121,7 @@ def new_units(
     mboxes_done: set[str] = set()
     keys_of: dict[str, set[tuple[str, str]]] = {}
     listed: dict[str, set[tuple[str, str]]] = {}
+    packing: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
     for row in units.to_pylist():
         digest = row["src"]
         if digest not in incremental:
@@ -123,16 +131,14 @@ def new_units(
             keys = keys_of.get(digest)
             if keys is None:
                 keys = keys_of[digest] = _landed_keys(landing, digest)
-            groups = []
             seen = listed.setdefault(digest, set())
             for group in row["groups"]:
                 seen.update((group["mailbox"], n.partition(":2,")[0]) for n in group["names"])
                 fresh = [n for n in group["names"]
                          if (group["mailbox"], n.partition(":2,")[0]) not in keys]  # fmt: skip
-                if fresh:
-                    groups.append({**group, "names": fresh})
-            if groups:
-                rows.append({**row, "src": names[digest], "groups": groups})
+                if fresh:  # (the new files of several units go in as few as they fill)
+                    pending = packing.setdefault(digest, ({**row, "src": names[digest]}, []))
+                    pending[1].append({**group, "names": fresh})
             continue
         if digest in mboxes_done:
             continue
@@ -141,6 +147,17 @@ def new_units(
         state = json.loads(_state_path(landing, digest).read_text())
         for start, end in mbox_ranges_from(source.path, int(state["size"])):
             rows.append({**row, "src": names[digest], "start": start, "end": end})
+    for template, groups in packing.values():
+        unit: list[dict[str, Any]] = []
+        size = 0
+        for group in groups:
+            if unit and size + len(group["names"]) > MAILDIR_UNIT_FILES:
+                rows.append({**template, "groups": unit})
+                unit, size = [], 0
+            unit.append(group)
+            size += len(group["names"])
+        if unit:
+            rows.append({**template, "groups": unit})
     removed = {
         digest: len(keys_of.get(digest, set()) - listed.get(digest, set()))
         for digest in incremental

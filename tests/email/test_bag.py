@@ -101,19 +101,25 @@ def _rosbags_messages(bag: Path) -> list[tuple[str, str, int, Any]]:
 
 
 def test_a_live_recording_opens_in_rosbags_with_ros_types(recorded: dict[str, Any]) -> None:
+    """Every message, as a ROS tool reads it, in the order it was received (rosbag2's log
+    time: mail may arrive in another order than it was sent)."""
     messages = _rosbags_messages(recorded["bag"])
+    assert [t for _, _, t, _ in messages] == sorted(t for _, _, t, _ in messages)
     by_topic: dict[str, list[Any]] = {}
     for topic, kind, _, message in messages:
         by_topic.setdefault(topic, []).append((kind, message))
     assert sorted(by_topic) == ["/chatter", "/cmd_vel", "/counts", "/raw"]
-    assert [m.data for _, m in by_topic["/chatter"]] == [f"hello {i} ü" for i in range(COUNT)]
+    number = lambda text: int(text.split()[-2 if text.endswith("ü") else -1])  # noqa: E731
+    chatter = sorted((m.data for _, m in by_topic["/chatter"]), key=number)
+    assert chatter == [f"hello {i} ü" for i in range(COUNT)]
     assert {k for k, _ in by_topic["/cmd_vel"]} == {"geometry_msgs/msg/Twist"}
-    assert [(m.linear.x, m.angular.z) for _, m in by_topic["/cmd_vel"]] == [
+    assert sorted((m.linear.x, m.angular.z) for _, m in by_topic["/cmd_vel"]) == [
         (0.5 * i, -0.25 * i) for i in range(COUNT)
     ]
-    assert [m.data for _, m in by_topic["/counts"]] == list(range(COUNT))
+    assert sorted(m.data for _, m in by_topic["/counts"]) == list(range(COUNT))
     # an untyped message is kept as std_msgs/msg/String
-    assert [m.data for _, m in by_topic["/raw"]] == [f"plain text {i}" for i in range(COUNT)]
+    raw = sorted((m.data for _, m in by_topic["/raw"]), key=number)
+    assert raw == [f"plain text {i}" for i in range(COUNT)]
 
 
 def test_the_bag_opens_in_the_mcap_reader_with_ros2_schemas(recorded: dict[str, Any]) -> None:
@@ -144,13 +150,13 @@ def test_emailmw_metadata_rides_along(recorded: dict[str, Any]) -> None:
     from emailmw._bag.bag import read_bag
 
     messages = [m for m in read_bag(recorded["bag"]) if m.topic == "/counts"]
-    assert [m.data["data"] for m in messages] == list(range(COUNT))
+    assert sorted(m.data["data"] for m in messages) == list(range(COUNT))
     gids = {m.info["publisher_gid"] for m in messages}
     assert len(gids) == 1
     assert gids != {0}
-    sequences = [m.info["sequence_number"] for m in messages]
-    assert sequences == sorted(sequences)
-    assert len(set(sequences)) == COUNT
+    by_sequence = sorted(messages, key=lambda m: m.info["sequence_number"])
+    assert [m.data["data"] for m in by_sequence] == list(range(COUNT))  # sent in this order
+    assert len({m.info["sequence_number"] for m in messages}) == COUNT
     for message in messages:  # logged at its receive time (rosbag2's), sent before
         source, received = message.info["source_stamp"], message.info["received_stamp"]
         assert message.timestamp_ns == received["sec"] * 10**9 + received["nanosec"]

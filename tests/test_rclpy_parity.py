@@ -316,6 +316,34 @@ def test_service_introspection_publishes_each_call_s_events(default: Any) -> Non
     executor.shutdown()
 
 
+def test_a_node_s_log_lines_go_to_rosout_while_someone_reads_it(default: Any) -> None:
+    """rclpy's ``/rosout`` (``enable_rosout``, on by default): the node's lines as
+    ``rcl_interfaces/msg/Log`` (level, name, message, file, line) once a subscription of
+    ``/rosout`` is in the graph; a node with it off sends none."""
+    from emailmw.rcl_interfaces.msg import Log
+
+    talker = emailmw.create_node("chatty_logger")
+    quiet = Node("quiet_logger", enable_rosout=False)
+    reader = emailmw.create_node("console")
+    got: list[Any] = []
+    reader.create_subscription(Log, "/rosout", got.append, 100)
+    executor = SingleThreadedExecutor()
+    executor.add_node(reader)
+    _spin_in_thread(executor)
+    deadline = time.monotonic() + 15
+    while not got and time.monotonic() < deadline:  # (until the talker knows of the reader)
+        talker.get_logger().info("hello rosout")
+        quiet.get_logger().info("not on rosout")
+        time.sleep(0.1)
+    assert got, "no line reached /rosout"
+    line = got[0]
+    assert (line.name, line.msg, line.level) == ("chatty_logger", "hello rosout", Log.INFO)
+    assert line.file.endswith("test_rclpy_parity.py")
+    assert line.line > 0
+    assert all(m.name != "quiet_logger" for m in got)
+    executor.shutdown()
+
+
 def test_an_async_parameter_client_reads_and_sets_another_nodes_parameters(
     default: Any, tmp_path: Path
 ) -> None:

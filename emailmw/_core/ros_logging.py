@@ -22,11 +22,16 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
 from .errors import InvalidArgumentError
 
 __all__ = [
+    "LogRecord",
+    "add_sink",
+    "remove_sink",
     "LoggingSeverity",
     "RcutilsLogger",
     "get_logger",
@@ -206,6 +211,9 @@ class RcutilsLogger:
                 stream.flush()
             except (OSError, ValueError):  # a closed stream at exit
                 return False
+        for sink in _SINKS:
+            sink(LogRecord(stamp, severity, name or self.name, str(message), file_name,
+                           function, line))  # fmt: skip
         return True
 
     def debug(self, message: Any, **kwargs: Any) -> bool:
@@ -227,6 +235,33 @@ class RcutilsLogger:
 
 
 _loggers: dict[str, RcutilsLogger] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One line logged, for the sinks (a node's ``/rosout``)."""
+
+    stamp_ns: int
+    severity: LoggingSeverity
+    name: str
+    message: str
+    file: str
+    function: str
+    line: int
+
+
+#: called with every line logged (after it is written); quick, never raising
+_SINKS: list[Callable[[LogRecord], None]] = []
+
+
+def add_sink(sink: Callable[[LogRecord], None]) -> None:
+    """Call ``sink`` with every line any logger writes (a node's ``/rosout``)."""
+    _SINKS.append(sink)
+
+
+def remove_sink(sink: Callable[[LogRecord], None]) -> None:
+    if sink in _SINKS:
+        _SINKS.remove(sink)
 
 
 def get_logger(name: str) -> RcutilsLogger:

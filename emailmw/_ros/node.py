@@ -78,6 +78,7 @@ from .entities import (
 from .events import MatchedEvents, QoSPublisherMatchedInfo, QoSSubscriptionMatchedInfo
 from .executable import Executable, NodeExecutor, _runnable
 from .parameters import Parameter
+from .rosout import Rosout
 from .time import Clock, ROSClock, Time
 from .timers import Rate, Timer, TimerInfo
 
@@ -139,7 +140,6 @@ class Node:
         enable_logger_service: bool = False,
         announce_period: float = 30.0,
     ) -> None:
-        del enable_rosout  # no /rosout here (docs/ros-users.md)
         self.context = resolve(context)
         own = parse_ros_args(cli_args)
         self._args: RosArgs = self.context.ros_args.merged(own) if use_global_arguments else own
@@ -179,6 +179,8 @@ class Node:
         for parameter in parameter_overrides or ():
             self._overrides[parameter.name] = parameter
         self._clock_subscription: NodeSubscription[Any] | None = None
+        # rclpy's default: the node's log lines on /rosout, while someone reads it
+        self._rosout = Rosout(self.context, self._logger.name) if enable_rosout else None
         announcer_of(self.context).add(self)
         try:
             self.declare_parameter("use_sim_time", False)
@@ -480,6 +482,8 @@ class Node:
         if self._destroyed:
             return
         self._destroyed = True
+        if self._rosout is not None:
+            self._rosout.close()
         if self.context.ok():
             try:
                 announcer_of(self.context).remove(self)

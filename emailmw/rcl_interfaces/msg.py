@@ -9,6 +9,7 @@ _types: Any = package("rcl_interfaces").msg
 FloatingPointRange = _types.FloatingPointRange
 IntegerRange = _types.IntegerRange
 ListParametersResult = _types.ListParametersResult
+Log = _types.Log
 LoggerLevel = _types.LoggerLevel
 Parameter = _types.Parameter
 ParameterDescriptor = _types.ParameterDescriptor
@@ -22,6 +23,7 @@ __all__ = [
     "FloatingPointRange",
     "IntegerRange",
     "ListParametersResult",
+    "Log",
     "LoggerLevel",
     "Parameter",
     "ParameterDescriptor",

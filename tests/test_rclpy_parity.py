@@ -344,6 +344,42 @@ def test_a_node_s_log_lines_go_to_rosout_while_someone_reads_it(default: Any) ->
     executor.shutdown()
 
 
+def test_timers_run_on_simulated_time_when_the_node_uses_it(default: Any) -> None:
+    """With ``use_sim_time`` a node's timer counts periods of ``/clock``'s time, as
+    rclpy's: nothing while simulated time stands still (whatever the wall clock does),
+    one call per period it advances, missed periods skipped."""
+    from emailmw.builtin_interfaces.msg import Time as TimeMessage
+    from emailmw.rosgraph_msgs.msg import Clock as ClockMessage
+
+    node = Node("sim_timer", cli_args=["--ros-args", "-p", "use_sim_time:=true"])
+    calls: list[Any] = []
+    node.create_timer(1.0, calls.append)  # (one argument: a TimerInfo)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    _spin_in_thread(executor)
+    clock = emailmw.create_node("sim_source").create_publisher(ClockMessage, "/clock", 10)
+
+    def tick(seconds: float, expected: int) -> None:
+        ns = round(seconds * 1e9)
+        clock.publish(ClockMessage(clock=TimeMessage(sec=ns // 10**9, nanosec=ns % 10**9)))
+        deadline = time.monotonic() + 10
+        while node.get_clock().now().nanoseconds != ns:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        while len(calls) < expected:  # the call due, whenever the executor gets to it
+            assert time.monotonic() < deadline, (seconds, calls)
+            time.sleep(0.01)
+        time.sleep(0.3)  # (wall-clock time passes, simulated time stands: no more calls)
+        assert len(calls) == expected, (seconds, calls)
+
+    tick(10.0, 0)  # the timer starts counting at the first simulated time
+    tick(10.5, 0)
+    tick(11.1, 1)
+    tick(13.5, 2)  # two periods passed at once: one call, missed ones skipped
+    assert calls[-1].actual_call_time.nanoseconds == 13_500_000_000
+    executor.shutdown()
+
+
 def test_an_async_parameter_client_reads_and_sets_another_nodes_parameters(
     default: Any, tmp_path: Path
 ) -> None:

@@ -402,7 +402,8 @@ class Node:
         is spun (``autostart`` False: after :meth:`Timer.reset`)."""
         if callback is not None:
             _runnable(callback, "timer")
-        timer = Timer(timer_period_sec, callback, None, clock, autostart=autostart)
+        # the node's clock by default, as rclpy's: simulated time when use_sim_time is on
+        timer = Timer(timer_period_sec, callback, None, clock or self._clock, autostart=autostart)
         timer._attach(callback_group if callback_group is not None else self.default_callback_group)
         return self._add(self.timers, timer)
 

@@ -61,6 +61,7 @@ class Timer(Executable):
         self._next = time.monotonic() + period
         self._last = time.monotonic()
         self._cancelled = not autostart
+        self._sim_next: int | None = None  # the next call in simulated time (ns), while on
 
     def _attach(self, group: CallbackGroup) -> None:
         group.add_entity(self)
@@ -98,10 +99,54 @@ class Timer(Executable):
     def time_since_last_call(self) -> int:
         return int((time.monotonic() - self._last) * 1e9)
 
+    def _sim_now(self) -> int | None:
+        """The clock's simulated time (ns) while it follows ``/clock``, else None."""
+        if getattr(self.clock, "ros_time_is_active", False):
+            return int(self.clock.now().nanoseconds)
+        return None
+
     def due_in(self, now: float) -> float | None:
-        return None if self._cancelled else self._next - now
+        if self._cancelled:
+            return None
+        sim = self._sim_now()
+        if sim is None:
+            self._sim_next = None
+            return self._next - now
+        with self._lock:
+            if self._sim_next is None and sim > 0:  # (zero: no /clock yet)
+                self._sim_next = sim + self.timer_period_ns
+            # simulated time moves when /clock says: looked at again soon
+            return 0.0 if self._sim_next is not None and sim >= self._sim_next else 0.05
+
+    def _take_simulated(self, now: float, sim: int) -> list[Work]:
+        """As :meth:`take`, on the clock's simulated time (``use_sim_time``), as rclpy's
+        timers run: a period of simulated time between calls."""
+        with self._lock:
+            if self._cancelled or self.callback is None:
+                return []
+            if self._sim_next is None:  # counting starts at the first simulated time
+                if sim > 0:
+                    self._sim_next = sim + self.timer_period_ns
+                return []
+            if sim < self._sim_next:
+                return []
+            expected = self._sim_next
+            self._sim_next += self.timer_period_ns
+            if self._sim_next <= sim:  # fell behind: skip missed periods
+                self._sim_next = sim + self.timer_period_ns
+            self._last = now
+        callback = self.callback
+        if not self._with_info:
+            return [callback]
+        kind = ClockType.ROS_TIME
+        info = TimerInfo(Time(nanoseconds=expected, clock_type=kind),
+                         Time(nanoseconds=sim, clock_type=kind))  # fmt: skip
+        return [functools.partial(callback, info)]
 
     def take(self, now: float) -> list[Work]:
+        sim = self._sim_now()
+        if sim is not None:
+            return self._take_simulated(now, sim)
         with self._lock:
             if self._cancelled or self._next > now or self.callback is None:
                 return []

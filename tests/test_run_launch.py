@@ -167,3 +167,19 @@ def test_ctrl_c_stops_every_process_of_a_launch(programs: Path, tmp_path: Path) 
     rest, _ = launch.communicate(timeout=30)
     assert time.monotonic() - started < 15
     assert "[ERROR] [left-1]: process has died" in rest
+
+
+def test_the_daemon_s_directory_must_be_private(tmp_path: Path) -> None:
+    """The command line hands verbs (and their arguments) only to a socket in a directory
+    nobody else can write to: one others may write to (or own) is not used."""
+    from emailmw._cli.quick import private_directory
+
+    mine = tmp_path / "mine" / "emailmw"
+    mine.mkdir(parents=True, mode=0o700)
+    assert private_directory(mine)
+    (tmp_path / "mine").chmod(0o777)
+    assert not private_directory(mine)
+    (tmp_path / "mine").chmod(0o700)
+    mine.chmod(0o770)
+    assert not private_directory(mine)
+    assert not private_directory(tmp_path / "missing")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import CommandError, Commands, account_context, share_context, verbs
-from .quick import ask, config_file, daemon_socket
+from .quick import ask, config_file, daemon_socket, private_directory
 
 __all__ = ["register"]
 
@@ -81,7 +81,8 @@ def start(args: argparse.Namespace) -> int:
         print("The daemon is already running")
         return 0
     log = path.with_suffix(".log")
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for directory in (path.parent.parent, path.parent):
+        directory.mkdir(exist_ok=True, mode=0o700)
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
         subprocess.Popen(
@@ -124,8 +125,13 @@ def serve(args: argparse.Namespace) -> int:
     from . import main  # (the whole command line, run here on the shared context)
 
     config, path = _where(args)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path.parent, 0o700)
+    for directory in (path.parent.parent, path.parent):
+        directory.mkdir(exist_ok=True, mode=0o700)
+    if not private_directory(path.parent):
+        raise CommandError(
+            f"{path.parent} (or the directory holding it) is not only this user's: the "
+            "daemon's socket would be open to others; remove it, or set XDG_RUNTIME_DIR"
+        )
     if _ping(path) is not None:
         raise CommandError("a daemon of this configuration runs already")
     path.unlink(missing_ok=True)  # (a killed daemon's socket)

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["DAEMON_VERBS", "config_file", "daemon_socket", "try_daemon"]
+__all__ = ["DAEMON_VERBS", "config_file", "daemon_socket", "private_directory", "try_daemon"]
 
 #: the verbs a daemon answers (those that read the graph or ask a node and end)
 DAEMON_VERBS = frozenset({
@@ -60,6 +60,19 @@ def daemon_socket(config: Path) -> Path:
     base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/emailmw-{os.getuid()}"  # noqa: S108
     digest = hashlib.sha256(str(config).encode()).hexdigest()[:16]
     return Path(base) / "emailmw" / f"daemon-{digest}.sock"
+
+
+def private_directory(path: Path) -> bool:
+    """Whether the daemon's directory ``path`` and the one holding it are this user's and
+    nobody else may write in them (else a socket there could be anyone's: not used)."""
+    for directory in (path, path.parent):
+        try:
+            found = directory.lstat()
+        except OSError:
+            return False
+        if found.st_uid != os.getuid() or found.st_mode & 0o022 or not directory.is_dir():
+            return False
+    return True
 
 
 def _verb(argv: Sequence[str]) -> tuple[str, str] | None:
@@ -122,6 +135,8 @@ def try_daemon(argv: Sequence[str]) -> int | None:
     if config is None or not config.is_file():
         return None
     path = daemon_socket(config)
+    if path.parent.exists() and not private_directory(path.parent):
+        return None  # (someone else's directory: no daemon of ours there)
     try:
         answer = ask(path, {"argv": list(argv), "cwd": os.getcwd(), "config": str(config)})
     except (OSError, ValueError):

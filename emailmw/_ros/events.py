@@ -27,9 +27,10 @@ from .._core.waitables import GuardCondition, Waitable
 from .callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from .executable import Executable, Work
 
+# (rclpy's names: ``emailmw.event_handler`` and ``emailmw.qos_event`` give exactly these;
+# MatchedEvents, the nodes', is imported by name)
 __all__ = [
     "IncompatibleTypeInfo",
-    "MatchedEvents",
     "PublisherEventCallbacks",
     "QoSLivelinessChangedInfo",
     "QoSLivelinessLostInfo",
@@ -75,19 +76,19 @@ class _Counts:
 
 
 @dataclasses.dataclass
-class QoSSubscriptionMatchedInfo:
+class _Matched:
     total_count: int = 0
     total_count_change: int = 0
     current_count: int = 0
     current_count_change: int = 0
 
 
-@dataclasses.dataclass
-class QoSPublisherMatchedInfo:
-    total_count: int = 0
-    total_count_change: int = 0
-    current_count: int = 0
-    current_count_change: int = 0
+class QoSSubscriptionMatchedInfo(_Matched):
+    """The publishers of a subscription's topic: how many there are and were."""
+
+
+class QoSPublisherMatchedInfo(_Matched):
+    """The subscriptions of a publisher's topic: how many there are and were."""
 
 
 class QoSRequestedDeadlineMissedInfo(_Counts):

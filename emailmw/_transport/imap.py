@@ -37,6 +37,7 @@ __all__ = [
     "expunge_uids",
     "move_uids",
     "idle_check",
+    "list_folders",
     "internal_ns",
     "open_account_folder",
     "open_imap_folder",
@@ -152,6 +153,15 @@ def move_uids(client: imapclient.IMAPClient, uids: list[int], folder: str) -> No
     client.copy(uids, folder)
     client.delete_messages(uids, silent=True)
     expunge_uids(client, uids)
+
+
+def list_folders(client: imapclient.IMAPClient) -> list[tuple[tuple[str, ...], str]]:
+    """``LIST "" "*"``: each folder's attributes (``\\HasNoChildren``, a SPECIAL-USE
+    role ...) and name, as text."""
+    return [
+        (tuple(f.decode() if isinstance(f, bytes) else str(f) for f in flags), str(name))
+        for flags, _, name in client.list_folders()
+    ]
 
 
 def can_idle(client: imapclient.IMAPClient) -> bool:

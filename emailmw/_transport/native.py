@@ -56,6 +56,7 @@ from .imap import (
     expunge_uids,
     idle_check,
     internal_ns,
+    list_folders,
     move_uids,
     open_account_folder,
     stashed_news,
@@ -285,10 +286,7 @@ class NativeReceiver(MailboxReceiver):
         client = self._client
         if client is None:
             raise ReceiveError("not connected", server=self._server)
-        return [
-            (tuple(f.decode() if isinstance(f, bytes) else str(f) for f in flags), str(name))
-            for flags, _, name in client.list_folders()
-        ]
+        return list_folders(client)
 
     # -- receiving --------------------------------------------------------------------
 

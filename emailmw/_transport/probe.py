@@ -31,6 +31,7 @@ from .auth import imap_login, smtp_login
 from .common import folder_roles, ssl_context
 from .connections import take_slot
 from .errors import imap_errors, smtp_login_errors
+from .imap import list_folders
 
 __all__ = ["Certificate", "ServerProbe", "probe_imap", "probe_smtp"]
 
@@ -306,10 +307,7 @@ def _account(probe: ServerProbe, client: Any, options: Options, *, clock: bool) 
     server, username = str(probe.endpoint), options.user.username
     try:
         with imap_errors(server, "listing folders", username=username, connected=True):
-            listed = [
-                (tuple(f.decode() if isinstance(f, bytes) else str(f) for f in flags), str(name))
-                for flags, _, name in client.list_folders()
-            ]
+            listed = list_folders(client)
             folders = tuple(name for _, name in listed)
             capabilities = set(client.capabilities())
             quota = None

@@ -25,9 +25,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Final
+
+from ._processes import read_pid, wait_gone
 
 __all__ = ["ROOT", "CyrusIMAP", "ensure_cyrus"]
 
@@ -173,28 +174,16 @@ class CyrusIMAP:
 
     def stop(self) -> None:
         """Stop the master and its services (SIGTERM, then SIGKILL). Idempotent."""
-        try:
-            pid = int(self._pid.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
+        pid = read_pid(self._pid)
+        if pid is None:
             return
         try:
             group = os.getpgid(pid)
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             group = None
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.05)
+        wait_gone(pid)
         if group is not None:  # (the master's services, and the master if it hangs)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
         self._pid.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    """Running and not a zombie (PID 1 here reaps orphans lazily)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")

@@ -46,6 +46,7 @@ from typing import Any, Final, Self
 import yaml
 
 from .._core.errors import EmailMWError
+from ._processes import alive, read_pid, wait_gone
 from .cyrus import CyrusIMAP, ensure_cyrus
 
 __all__ = [
@@ -151,22 +152,6 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def _alive(pid: int) -> bool:
-    """Running and not a zombie (PID 1 here reaps orphans lazily)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 @dataclass
@@ -431,8 +416,8 @@ class MailServer:
         return "\n".join(out)
 
     def running(self) -> bool:
-        pid = _read_pid(self._dc_pid)
-        dovecot = pid is not None and _alive(pid)
+        pid = read_pid(self._dc_pid)
+        dovecot = pid is not None and alive(pid)
         postfix = (self._pf_conf / "main.cf").exists() and not self._run(
             "postfix", "-c", str(self._pf_conf), "status", check=False
         ).returncode
@@ -504,13 +489,13 @@ class MailServer:
     def stop_dovecot(self) -> None:
         """Stop Dovecot only (every IMAP session ends; Postfix queues what it cannot
         deliver). Idempotent."""
-        pid = _read_pid(self._dc_pid)
-        if pid and _alive(pid):
+        pid = read_pid(self._dc_pid)
+        if pid and alive(pid):
             if self._dc_conf.exists():
                 # (doveadm waits for the master to end; it has hung for minutes when a
                 # client was stopped with SIGSTOP mid-session: the kill below ends it)
                 self._run("doveadm", "-c", str(self._dc_conf), "stop", check=False, timeout=15)
-            if not self._wait_gone(pid):
+            if not wait_gone(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
         # a stale pid file pointing at a zombie makes dovecot refuse to start
@@ -530,9 +515,9 @@ class MailServer:
 
     def stop_postfix(self) -> None:
         """Stop Postfix only (sending fails until it is back)."""
-        pid = _read_pid(self.state_dir / "postfix/spool/pid/master.pid")
+        pid = read_pid(self.state_dir / "postfix/spool/pid/master.pid")
         self._run("postfix", "-c", str(self._pf_conf), "stop", check=False)
-        if pid and not self._wait_gone(pid):
+        if pid and not wait_gone(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
 
@@ -614,15 +599,6 @@ class MailServer:
                     f"{what} not ready after {self.ready_timeout} s\n{self.log_tail()}"
                 )
             time.sleep(0.1)
-
-    @staticmethod
-    def _wait_gone(pid: int, timeout: float = 10.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while _alive(pid):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
 
     def _banner(self, port: int, expected: bytes, *, tls: bool) -> bool:
         try:

@@ -492,3 +492,40 @@ def test_a_member_stalled_in_a_round_sees_a_live_member_alive() -> None:
     a._round(clock.now)
     assert a.alive == [a.member, b.member]
     assert b.member in {r.member for r in slow.members()}  # (not removed as dead)
+
+
+class _SlowUnlockStore(MemoryGroupStore):
+    """A store whose lock release takes 2 s of the fake clock, as Courier-IMAP's folder
+    DELETE does (it sleeps 2 s in its ACL check)."""
+
+    def __init__(self, box: MemoryMailbox, clock: Clock) -> None:
+        super().__init__(box, "g")
+        self.clock = clock
+
+    def unlock(self, record: MemberRecord) -> None:
+        super().unlock(record)
+        self.clock.now += 2.0
+
+
+def test_a_slow_round_is_no_time_the_consumer_held_a_message() -> None:
+    """The time a message is held by its consumer (against ack-timeout) starts when it is
+    handed out, not when the round that claimed it began: was, on Courier (each claim
+    round waits 2 s for the lock folder's deletion) every member looked hung to itself
+    with an ack-timeout under 2 s, stopped heartbeating and had its claims taken. (An
+    expiry above the 2 s: a lease must outlast a round.)"""
+    box, _ = _world("/t")
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.5, expiry=3.0, steal_after=0.0, ack_timeout=1.5)
+    member = GroupReceiver(
+        _SlowUnlockStore(box, clock), mode="stateless", group="g",
+        wants=lambda head: head.carries_only("/t"), unpack=_unpack, settings=settings,
+        clock=clock,
+    )  # fmt: skip
+    got = _until_handed_out(member, clock)[0]
+    assert len(got) == 1
+    _rounds(member, clock, 0.2)  # its application is at it, well within ack-timeout
+    assert member._healthy
+    got[0].ack()
+    _rounds(member, clock, 0.2)
+    assert member.counts["rejoined"] == 0
+    assert box.folders["emailmw-g-done-" + member.member]

@@ -806,6 +806,8 @@ class GroupReceiver(EmailReceiver):
         if not chosen:
             return room
         raw_by_uid = store.fetch(member, chosen)
+        fetched_at = self._clock()  # (not the round's start: a slow round, such as
+        # Courier's 2-s folder deletions, is no time the consumer held anything)
         for uid in chosen:
             key, item = (member, uid), listing[uid]
             raw = raw_by_uid.pop(uid, None)
@@ -817,7 +819,8 @@ class GroupReceiver(EmailReceiver):
             del raw
             batch = carried[0].count > 0
             held = _Held(
-                item.size, item.delivered, now, redelivered=item.taken or item.delivered > 0,
+                item.size, item.delivered, fetched_at,
+                redelivered=item.taken or item.delivered > 0,
                 count=len(carried) if batch else 0, open=len(carried),
             )  # fmt: skip
             first = carried[0].email

@@ -1,5 +1,6 @@
 """A real mail server on loopback for tests, benchmarks and the demo: Postfix + Dovecot
-(or, with ``imap_server="cyrus"`` / ``--server cyrus``, Cyrus IMAP for IMAP: ``cyrus.py``).
+(or, with ``imap_server="cyrus"`` / ``--server cyrus``, Cyrus IMAP for IMAP: ``cyrus.py``;
+``"courier"``, Courier-IMAP: ``courier.py``).
 
 Debian's Postfix (SMTP with STARTTLS, SMTPS; AUTH required, SASL through Dovecot, LMTP
 delivery) and Dovecot (IMAP with STARTTLS, IMAPS), run as private instances with their
@@ -47,6 +48,7 @@ import yaml
 
 from .._core.errors import EmailMWError
 from ._processes import alive, read_pid, wait_gone
+from .courier import CourierIMAP, ensure_courier
 from .cyrus import CyrusIMAP, ensure_cyrus
 
 __all__ = [
@@ -70,6 +72,8 @@ _DOVECOT_CAPABILITIES: Final = (
     "STATUS=SIZE SAVEDATE LITERAL+ NOTIFY SPECIAL-USE"
 )
 _PORTS = ("smtp_port", "smtps_port", "imap_port", "imaps_port")
+#: the IMAP servers :class:`MailServer` runs (``imap_server``)
+IMAP_SERVERS: Final = ("dovecot", "cyrus", "courier")
 
 
 class MailServerError(EmailMWError):
@@ -184,14 +188,18 @@ class MailServer:
     #: capabilities the IMAP server does not offer (of IDLE, MOVE, UIDPLUS, CONDSTORE ...):
     #: it advertises Dovecot's list without them (:meth:`without_capabilities`)
     dropped_capabilities: tuple[str, ...] = ()
-    #: the IMAP server: ``dovecot``, or ``cyrus`` (Cyrus IMAP 3.6 from Debian's packages,
-    #: ``testing/cyrus.py``: Postfix delivers to it, Dovecot only authenticates SMTP)
+    #: the IMAP server: ``dovecot``, ``cyrus`` (Cyrus IMAP 3.6 from Debian's packages,
+    #: ``testing/cyrus.py``: Postfix delivers to it over LMTP) or ``courier``
+    #: (Courier-IMAP 5.0, ``testing/courier.py``: Postfix delivers to its Maildirs); beside
+    #: either, Dovecot only authenticates Postfix's submission
     imap_server: str = "dovecot"
 
     def __post_init__(self) -> None:
-        if self.imap_server not in ("dovecot", "cyrus"):
-            raise MailServerError(f"imap_server is dovecot or cyrus, not {self.imap_server!r}")
-        self._dovecot_imap: tuple[int, int] | None = None  # (Dovecot's own, beside Cyrus)
+        if self.imap_server not in IMAP_SERVERS:
+            raise MailServerError(
+                f"imap_server is one of {', '.join(IMAP_SERVERS)}, not {self.imap_server!r}"
+            )
+        self._dovecot_imap: tuple[int, int] | None = None  # (Dovecot's own, beside another)
         self.state_dir = Path(self.state_dir)
         if not self.state_dir.is_absolute() or len(str(self.state_dir)) > 60:
             raise MailServerError("state_dir must be absolute and at most 60 characters")
@@ -230,6 +238,12 @@ class MailServer:
         return CyrusIMAP(self.state_dir / "cyrus", host=self.host, imap_port=self.imap_port,
                          imaps_port=self.imaps_port, tls=self.state_dir / "tls",
                          user=self.vmail_user, password=self.password)  # fmt: skip
+
+    def _courier(self) -> CourierIMAP:
+        return CourierIMAP(self.state_dir / "courier", host=self.host, imap_port=self.imap_port,
+                           imaps_port=self.imaps_port, tls=self.state_dir / "tls",
+                           mail=self.state_dir / "mail", user=self.vmail_user,
+                           password=self.password)  # fmt: skip
 
     @property
     def ca_file(self) -> Path:
@@ -434,6 +448,8 @@ class MailServer:
         ensure_installed()
         if self.imap_server == "cyrus":
             ensure_cyrus()
+        elif self.imap_server == "courier":
+            ensure_courier()
         self.stop()
         if fresh:
             shutil.rmtree(self.state_dir / "mail", ignore_errors=True)
@@ -448,6 +464,8 @@ class MailServer:
                 self.start_dovecot()
                 if self.imap_server == "cyrus":
                     self._start_cyrus()
+                elif self.imap_server == "courier":
+                    self._start_courier()
                 self.start_postfix()
             except MailServerError as exc:
                 self.stop()
@@ -485,6 +503,18 @@ class MailServer:
         self._wait(cyrus.lmtp.exists, "cyrus lmtp socket")
         self._wait(lambda: self._banner(self.imap_port, b"* OK", tls=False), "cyrus imap")
         self._wait(lambda: self._banner(self.imaps_port, b"* OK", tls=True), "cyrus imaps")
+
+    def _start_courier(self) -> None:
+        """Start Courier on the IMAP ports (fresh: every account with an empty Maildir)
+        and wait until it answers."""
+        courier = self._courier()
+        courier.prepare([self.address(u) for u in self.users])
+        try:
+            courier.start()
+        except RuntimeError as exc:
+            raise MailServerError(str(exc)) from exc
+        self._wait(lambda: self._banner(self.imap_port, b"* OK", tls=False), "courier imap")
+        self._wait(lambda: self._banner(self.imaps_port, b"* OK", tls=True), "courier imaps")
 
     def stop_dovecot(self) -> None:
         """Stop Dovecot only (every IMAP session ends; Postfix queues what it cannot
@@ -576,6 +606,7 @@ class MailServer:
         if postfix_up:
             self.stop_postfix()
         self._cyrus().stop()
+        self._courier().stop()
         self.stop_dovecot()
 
     def __enter__(self) -> Self:
@@ -652,15 +683,27 @@ class MailServer:
         (state / "dovecot/users").write_text(users)
         shutil.chown(state / "dovecot/users", "root", "dovecot")
         os.chmod(state / "dovecot/users", 0o640)
-        vmailbox = "".join(f"{self.address(u)} OK\n" for u in [*self.users, "postmaster"])
+        # (Postfix's virtual agent, delivering for Courier, reads the Maildir from the map)
+        vmailbox = "".join(
+            f"{self.address(u)} {self.domain}/{u}/Maildir/\n" for u in [*self.users, "postmaster"]
+        )
         (state / "postfix/conf/vmailbox").write_text(vmailbox)
 
         dh = "/usr/share/dovecot/dh.pem"
         lmtp = f"{state}/dovecot/run/lmtp"
         imap_ports = (self.imap_port, self.imaps_port)
-        if self.imap_server == "cyrus":  # Dovecot's IMAP aside, Postfix delivering to Cyrus
+        transport, delivery = f"lmtp:unix:{lmtp}", ""
+        if self.imap_server != "dovecot":  # Dovecot's IMAP aside
             self._dovecot_imap = imap_ports = tuple(free_ports(2))  # type: ignore[assignment]
-            lmtp = str(self._cyrus().lmtp)
+        if self.imap_server == "cyrus":  # Postfix delivering to Cyrus
+            transport = f"lmtp:unix:{self._cyrus().lmtp}"
+        elif self.imap_server == "courier":  # Postfix writing the Maildirs Courier reads
+            transport = "virtual"
+            delivery = (
+                f"virtual_mailbox_base = {state}/mail\nvirtual_uid_maps = static:{uid}\n"
+                f"virtual_gid_maps = static:{gid}\nvirtual_minimum_uid = {min(uid, 100)}\n"
+                "virtual_mailbox_limit = 0\n"
+            )
         values = {
             "state": str(state),
             "host": self.host,
@@ -669,7 +712,8 @@ class MailServer:
             "smtps_port": self.smtps_port,
             "imap_port": imap_ports[0],
             "imaps_port": imap_ports[1],
-            "lmtp_socket": lmtp,
+            "virtual_transport": transport,
+            "virtual_delivery": delivery,
             "vmail_user": self.vmail_user,
             "message_size_limit": self.message_size_limit,
             "message_rate_limit": self.message_rate_limit,
@@ -926,9 +970,9 @@ def main(argv: list[str] | None = None) -> int:
         help="for 'config': write it to FILE, readable by its owner only (it holds a password)",
     )  # fmt: skip
     parser.add_argument(
-        "--server", choices=["dovecot", "cyrus"], default="dovecot",
-        help="for 'start' and 'install': the IMAP server (cyrus: Cyrus IMAP 3.6 from Debian's "
-        "packages, unpacked beside Dovecot)",
+        "--server", choices=IMAP_SERVERS, default="dovecot",
+        help="for 'start' and 'install': the IMAP server (cyrus: Cyrus IMAP 3.6, courier: "
+        "Courier-IMAP 5.0, from Debian's packages, unpacked beside Dovecot)",
     )  # fmt: skip
     for name in _PORTS:
         flag = "--" + name.replace("_", "-")
@@ -943,6 +987,8 @@ def main(argv: list[str] | None = None) -> int:
             ensure_installed()
             if args.server == "cyrus":
                 ensure_cyrus()
+            elif args.server == "courier":
+                ensure_courier()
         elif args.command == "start":
             server.start(fresh=not args.keep)
             print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -307,6 +308,12 @@ def test_folder_roles_features_profile_and_the_day_s_sending(tmp_path: Path) -> 
     assert features.status is Status.WARN
     assert "no MOVE: a move is COPY + expunge" in features.message
     assert "no SPECIAL-USE" in features.message
+    assert "Courier" not in features.message
+    courier = replace(probe, capabilities=probe.capabilities | {"MOVE", "SPECIAL-USE"},
+                      greeting="* OK [CAPABILITY IMAP4rev1] Courier-IMAP ready.")  # fmt: skip
+    said = _doctor.judge_capabilities(courier)
+    assert said.status is Status.WARN
+    assert "Courier-IMAP: its IDLE looks for new mail only every" in said.message
     assert _doctor.judge_profile(options(tmp_path)) is None
     gmail = options(tmp_path, provider="gmail")
     profile = _doctor.judge_profile(gmail)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from .._core.config import Options, find_config_file, load_options
 from .._core.errors import EmailMWError
@@ -37,6 +38,7 @@ from .._core.qos import (
 from .._delivery.graph import Endpoint, Graph, read_graph
 from .._security import Keystore, PublicIdentity, load_permissions
 from .._transport.factory import make_receiver, transport_kind
+from .._transport.imap import is_courier
 from .._transport.ledger import ledger_path, sent_within
 from .._transport.probe import ServerProbe
 
@@ -213,7 +215,8 @@ def judge_folders(probe: ServerProbe, options: Options) -> Check:
 
 _WITHOUT: dict[str, str] = {
     "IDLE": "receivers poll every polling-period",
-    "MOVE": "a move is COPY + expunge (not atomic) and delivery-mode groups cannot run",
+    "MOVE": "a move is COPY + expunge (not atomic: a copy a dropped connection leaves is "
+    "handed out again, flagged as a repeat)",
     "UIDPLUS": "an expunge removes every message flagged \\Deleted in the folder",
     "SPECIAL-USE": "no folder can be named by its role (move:\\Trash)",
 }
@@ -222,9 +225,19 @@ _WITHOUT: dict[str, str] = {
 def judge_capabilities(probe: ServerProbe) -> Check:
     """The IMAP extensions emailmw uses, and what it does without each one missing."""
     missing = [c for c in _WITHOUT if c not in probe.capabilities]
-    if not missing:
+    notes = [f"no {c}: {_WITHOUT[c]}" for c in missing]
+    if is_courier(probe.greeting):
+        notes.append(_COURIER)
+    if not notes:
         return _pass("imap features", "IDLE, MOVE, UIDPLUS and SPECIAL-USE offered")
-    return _warn("imap features", "; ".join(f"no {c}: {_WITHOUT[c]}" for c in missing))
+    return _warn("imap features", "; ".join(notes))
+
+
+_COURIER: Final = (
+    "Courier-IMAP: its IDLE looks for new mail only every IMAP_IDLE_TIMEOUT s (receivers "
+    "poll instead), and it takes 2 s to delete or rename a folder (a group's claim round "
+    "waits that long to release its lock)"
+)
 
 
 def judge_roles(probe: ServerProbe, options: Options) -> list[Check]:

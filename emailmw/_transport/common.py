@@ -47,6 +47,7 @@ __all__ = [
     "unpack_logged",
     "Fetched",
     "folder_roles",
+    "in_namespace",
     "parse_fetched",
     "raw_size_limit",
     "ssl_context",
@@ -211,6 +212,15 @@ def folder_roles(folders: Iterable[tuple[Iterable[str], str]]) -> dict[str, str]
             if role in ROLES:
                 roles.setdefault(role, name)
     return roles
+
+
+def in_namespace(name: str, prefix: str) -> str:
+    """A folder ``name`` as the configuration gives it, under the personal namespace
+    ``prefix`` (RFC 2342): ``Done`` is ``INBOX.Done`` on Courier-IMAP, whose own folders
+    all live under ``INBOX.``; a name that has the prefix already, and INBOX, stay."""
+    if not prefix or name.upper() == "INBOX" or name.upper().startswith(prefix.upper()):
+        return name
+    return prefix + name
 
 
 def uid_set(uids: Iterable[int]) -> str:
@@ -620,6 +630,7 @@ class MailboxReceiver(EmailReceiver):
         # the ``then`` callbacks of settled parts of batch emails, until the email settles
         self._part_thens: dict[tuple[int, int], list[Done]] = {}
         self._roles: dict[str, str] | None = None  # SPECIAL-USE role -> folder, once asked
+        self._personal: str | None = None  # the personal namespace's prefix, once asked
         if budget is not None:
             budget.add_listener(self._room_given_back)
 
@@ -665,12 +676,20 @@ class MailboxReceiver(EmailReceiver):
     def _list_folders(self) -> list[tuple[tuple[str, ...], str]]:
         """``LIST "" "*"``: each folder's attributes and name, as the server gives them."""
 
+    @abc.abstractmethod
+    def _personal_prefix(self) -> str:
+        """The prefix of the personal namespace (RFC 2342 NAMESPACE): ``""`` on most
+        servers, ``INBOX.`` on Courier-IMAP."""
+
     def _role_folder(self, name: str) -> str:
-        """``name``, or for a role (``\\Trash``, ``\\Archive`` ...: RFC 6154 SPECIAL-USE)
-        the folder the server gives that role (asked once); a role no folder has is a
-        :class:`ReceiveError` saying to name the folder."""
+        """``name`` under the personal namespace (:func:`in_namespace`), or for a role
+        (``\\Trash``, ``\\Archive`` ...: RFC 6154 SPECIAL-USE) the folder the server gives
+        that role (asked once); a role no folder has is a :class:`ReceiveError` saying to
+        name the folder."""
         if not name.startswith("\\"):
-            return name
+            if self._personal is None:
+                self._personal = self._personal_prefix()
+            return in_namespace(name, self._personal)
         if self._roles is None:
             self._roles = folder_roles(self._list_folders())
         found = self._roles.get(name.lower())

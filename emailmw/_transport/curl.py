@@ -7,8 +7,9 @@ credentials redacted). :class:`CurlExecutor` runs one SMTP send or one IMAP comm
 translates pycurl errors into emailmw's exceptions, each naming the server. libcurl keeps the
 connection open between commands.
 
-The receiver polls every ``polling-period``: ``EXAMINE`` (a sync point that reports UIDNEXT
-and UIDVALIDITY), then, when UIDNEXT moved, ``UID FETCH n:* (UID RFC822.SIZE)`` and one
+The receiver polls every ``polling-period``: ``SELECT`` (a sync point that reports UIDNEXT
+and UIDVALIDITY; never EXAMINE, whose read-only session numbers new mail for itself only on
+Courier-IMAP), then, when UIDNEXT moved, ``UID FETCH n:* (UID RFC822.SIZE)`` and one
 ``UID FETCH`` of the bodies of a bounded batch (:class:`~.common.MailboxReceiver`). libcurl
 hands the literals of a custom FETCH to the header callback line by line (its write callback
 gets only the first line, curl issue 18847), so the executor collects that stream and
@@ -62,6 +63,7 @@ __all__ = [
     "parse_fetch_stream",
     "parse_list",
     "parse_sizes",
+    "parse_namespace",
     "parse_status",
 ]
 
@@ -79,15 +81,20 @@ _STATUS_RE: Final = {
     "uidnext": re.compile(rb"\[UIDNEXT (\d+)\]"),
     "uidvalidity": re.compile(rb"\[UIDVALIDITY (\d+)\]"),
 }
+_STATUS_UIDNEXT_RE: Final = re.compile(rb"^\* STATUS .*[( ]UIDNEXT (\d+)[ )]", re.MULTILINE)
 
 
-def parse_status(data: bytes) -> dict[str, int]:
-    """UIDNEXT and UIDVALIDITY from a SELECT/EXAMINE response (raises if missing)."""
+def parse_status(data: bytes, status: bytes = b"") -> dict[str, int]:
+    """UIDNEXT and UIDVALIDITY from a SELECT response, UIDNEXT from the answer to
+    a ``STATUS (UIDNEXT)`` (``status``) where the SELECT leaves it out (Courier's does);
+    raises if missing."""
     out = {}
     for key, pattern in _STATUS_RE.items():
         found = pattern.search(data)
+        if found is None and key == "uidnext":
+            found = _STATUS_UIDNEXT_RE.search(status)
         if found is None:
-            raise InvalidArgumentError(f"no {key.upper()} in the EXAMINE response")
+            raise InvalidArgumentError(f"no {key.upper()} in the SELECT response")
         out[key] = int(found.group(1))
     return out
 
@@ -168,6 +175,18 @@ _LIST_RE: Final = re.compile(
     rb'^\* LIST \(([^)]*)\) (?:"(?:[^"\\]|\\.)*"|NIL) (?:"((?:[^"\\]|\\.)*)"|([^\s"{]+))\r?$',
     re.M,
 )
+
+
+_NAMESPACE_RE: Final = re.compile(rb'^\* NAMESPACE \(\("((?:[^"\\]|\\.)*)"', re.MULTILINE)
+
+
+def parse_namespace(answer: bytes) -> str:
+    """The personal namespace's prefix in a ``NAMESPACE`` answer (RFC 2342): the first
+    quoted string of its first list (``""`` when the answer has none)."""
+    found = _NAMESPACE_RE.search(answer)
+    if found is None:
+        return ""
+    return re.sub(rb"\\(.)", rb"\1", found.group(1)).decode("utf-8", "replace")
 
 
 def parse_list(answer: bytes) -> list[tuple[tuple[str, ...], str]]:
@@ -484,8 +503,7 @@ class CurlSender(Outbox):
 
 
 class CurlReceiver(MailboxReceiver):
-    """Polls with EXAMINE (SELECT when mail is flagged or moved) -> UIDNEXT -> UID FETCH
-    every ``polling-period``."""
+    """Polls with SELECT -> UIDNEXT -> UID FETCH every ``polling-period``."""
 
     def __init__(self, options: Options, budget: ReceiveBudget | None = None) -> None:
         assert options.user is not None
@@ -496,8 +514,6 @@ class CurlReceiver(MailboxReceiver):
         )
         self._period = options.polling_period_ns / 1e9
         self._capabilities: frozenset[bytes] | None = None
-        keep = options.on_receive == "keep" and not options.quarantine
-        self._select = "EXAMINE" if keep else "SELECT"
         self._lock = threading.Lock()
         with self._lock:
             # log in now (a bad password fails at construction) and fix the start position;
@@ -510,7 +526,11 @@ class CurlReceiver(MailboxReceiver):
     def _select_folder(self) -> tuple[int, int]:
         """(Re)select the folder; returns (first UID to fetch, UIDNEXT)."""
         try:
-            status = parse_status(self._executor.imap(f'{self._select} "{self._folder}"'))
+            selected = self._executor.imap(f'SELECT "{self._folder}"')
+            asked = b""
+            if _STATUS_RE["uidnext"].search(selected) is None:
+                asked = self._executor.imap(f'STATUS "{self._folder}" (UIDNEXT)')
+            status = parse_status(selected, asked)
         except ValueError as exc:
             raise ReceiveError(str(exc), server=self._executor.server) from exc
         return self._started(status["uidvalidity"], status["uidnext"]), status["uidnext"]
@@ -550,7 +570,7 @@ class CurlReceiver(MailboxReceiver):
                 self._move(ids, folder)
             except ReceiveError:
                 # libcurl opens a new connection after a failed command: nothing selected
-                if folder == named:  # (a role's folder exists: the server said so)
+                if not named.startswith("\\"):  # (a role's folder exists: the server said so)
                     with contextlib.suppress(ReceiveError):  # a folder nobody made yet
                         self._executor.imap(f'CREATE "{folder}"')
                 self._select_folder()
@@ -558,6 +578,11 @@ class CurlReceiver(MailboxReceiver):
 
     def _list_folders(self) -> list[tuple[tuple[str, ...], str]]:
         return parse_list(self._executor.imap('LIST "" "*"'))
+
+    def _personal_prefix(self) -> str:
+        if not self._has("NAMESPACE"):
+            return ""
+        return parse_namespace(self._executor.imap("NAMESPACE"))
 
     def _has(self, capability: str) -> bool:
         """Whether the server offers ``capability`` (asked once: ``CAPABILITY``)."""
@@ -623,7 +648,7 @@ class CurlReceiver(MailboxReceiver):
         if not subject.isascii():
             raise NotImplementedError("the curl transport searches ASCII subjects only")
         quoted = subject.replace("\\", "\\\\").replace('"', '\\"')
-        self._executor.imap(f'EXAMINE "{self._folder}"')
+        self._executor.imap(f'SELECT "{self._folder}"')
         answer = self._executor.imap(f'UID SEARCH HEADER SUBJECT "{quoted}"')
         uids = sorted(
             int(n)

@@ -39,8 +39,10 @@ __all__ = [
     "idle_check",
     "list_folders",
     "internal_ns",
+    "is_courier",
     "open_account_folder",
     "open_imap_folder",
+    "personal_prefix",
     "stashed_news",
     "uid_fetch",
 ]
@@ -82,8 +84,11 @@ def open_imap_folder(
     readonly: bool,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> tuple[imapclient.IMAPClient, dict[bytes, Any]]:
-    """A logged-in imapclient connection with ``folder`` selected, and the SELECT's answer:
-    implicit TLS on ``imaps``, STARTTLS on ``imap`` unless ``starttls`` is false. It holds
+    """A logged-in imapclient connection with ``folder`` selected (``readonly``: EXAMINE,
+    except on Courier-IMAP, whose read-only sessions see UIDs of their own), and the
+    SELECT's answer (with ``UIDNEXT`` always, asked with STATUS from a server whose SELECT
+    leaves it out, as Courier's does): implicit TLS on ``imaps``, STARTTLS on ``imap``
+    unless ``starttls`` is false. It holds
     one of the ``max_connections`` slots of its account in this process until it logs out
     or shuts down (``connections``: a :class:`~emailmw.ConnectionLimitError` when none is
     free). Raw backend errors propagate (callers translate them with
@@ -106,7 +111,13 @@ def open_imap_folder(
         if not implicit and starttls:
             client.starttls(context)
         imap_login(client, user)
+        # (read-write on Courier even for a reader that changes nothing: its read-only
+        # sessions number new mail for themselves only, in name order, never recording
+        # it, so UIDs and UIDVALIDITY seen read-only change from session to session)
+        readonly = readonly and not _courier(client)
         info: dict[bytes, Any] = client.select_folder(folder, readonly=readonly)
+        if b"UIDNEXT" not in info:  # (Courier never says it on SELECT; STATUS does)
+            info[b"UIDNEXT"] = client.folder_status(folder, [b"UIDNEXT"])[b"UIDNEXT"]
     except BaseException:
         with contextlib.suppress(Exception):
             client.shutdown()
@@ -164,9 +175,35 @@ def list_folders(client: imapclient.IMAPClient) -> list[tuple[tuple[str, ...], s
     ]
 
 
+def personal_prefix(client: imapclient.IMAPClient) -> str:
+    """The prefix of the personal namespace (RFC 2342): ``""`` on Dovecot, ``INBOX.`` on
+    Courier-IMAP, under which an account's own folders are made."""
+    if not client.has_capability("NAMESPACE"):
+        return ""
+    personal = client.namespace().personal
+    if not personal:
+        return ""
+    prefix = personal[0][0]
+    return prefix.decode() if isinstance(prefix, bytes) else str(prefix or "")
+
+
 def can_idle(client: imapclient.IMAPClient) -> bool:
-    """Whether the server offers IDLE (RFC 2177); without it a receiver keeps polling."""
-    return bool(client.has_capability("IDLE"))
+    """Whether the server offers IDLE (RFC 2177) that tells of new mail when it comes;
+    without it a receiver keeps polling. Courier-IMAP offers IDLE but, as Debian and its
+    own defaults set it up (``IMAP_ENHANCEDIDLE=0``), looks at the folder only every
+    ``IMAP_IDLE_TIMEOUT`` (60 s) while in it, which its capabilities do not tell: a
+    receiver on Courier polls (every ``polling-period``)."""
+    return bool(client.has_capability("IDLE")) and not _courier(client)
+
+
+def is_courier(greeting: bytes | str) -> bool:
+    """Whether an IMAP greeting is Courier-IMAP's (``* OK [...] Courier-IMAP ready.``)."""
+    text = greeting.decode("ascii", "replace") if isinstance(greeting, bytes) else greeting
+    return "Courier-IMAP" in text
+
+
+def _courier(client: imapclient.IMAPClient) -> bool:
+    return is_courier(getattr(client, "welcome", b"") or b"")
 
 
 def body(item: dict[bytes, Any]) -> bytes | None:

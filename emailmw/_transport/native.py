@@ -59,6 +59,7 @@ from .imap import (
     list_folders,
     move_uids,
     open_account_folder,
+    personal_prefix,
     stashed_news,
     uid_fetch,
 )
@@ -277,7 +278,7 @@ class NativeReceiver(MailboxReceiver):
             try:
                 move_uids(client, uids, folder)
             except imapclient.exceptions.IMAPClientError:
-                if folder != named or client.folder_exists(folder):
+                if named.startswith("\\") or client.folder_exists(folder):
                     raise  # (a role's folder exists: the server said so)
                 client.create_folder(folder)  # a quarantine folder nobody made yet
                 move_uids(client, uids, folder)
@@ -287,6 +288,12 @@ class NativeReceiver(MailboxReceiver):
         if client is None:
             raise ReceiveError("not connected", server=self._server)
         return list_folders(client)
+
+    def _personal_prefix(self) -> str:
+        client = self._client
+        if client is None:
+            raise ReceiveError("not connected", server=self._server)
+        return personal_prefix(client)
 
     # -- receiving --------------------------------------------------------------------
 

@@ -318,9 +318,10 @@ def _account(probe: ServerProbe, client: Any, options: Options, *, clock: bool) 
                         quota = (int(item.usage), int(item.limit))
     except EmailMWError as exc:
         return replace(probe, folder_error=str(exc))
+    greeting = bytes(getattr(client, "welcome", b"") or b"").decode("utf-8", "replace")
     probe = replace(
         probe, folders=folders, quota=quota, roles=folder_roles(listed),
-        capabilities=frozenset(c.decode().upper() for c in capabilities),
+        capabilities=frozenset(c.decode().upper() for c in capabilities), greeting=greeting,
     )  # fmt: skip
     if clock and probe.server_time is None:
         probe = _clock(probe, client, server, username)

@@ -1,8 +1,9 @@
 """Servers that lack what Dovecot offers: a server of this module's own that stops
 advertising IDLE, MOVE, UIDPLUS or CONDSTORE in turn, as servers without them do. emailmw
 degrades: it polls instead of IDLE, moves with COPY + ``\\Deleted`` + expunge instead of
-MOVE, expunges without UIDPLUS; groups, which claim mail with an atomic MOVE, say so in
-one line. (Dovecot would still answer the commands: what the clients send tells.)"""
+MOVE, expunges without UIDPLUS; groups claim with a copy and an expunge under their lock,
+and heartbeat with a keyword without CONDSTORE. (Dovecot would still answer the
+commands: what the clients send tells.)"""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import emailmw
-from emailmw import std_msgs
+from emailmw._core.config import load_options
+from emailmw._transport.group import imap as group_imap
+from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing.mailserver import MailServer
 from tests.helpers import deadline_loop
 
@@ -96,20 +100,86 @@ def test_a_server_without_a_capability_still_delivers_and_files_every_message(
         trimmed.without_capabilities()
 
 
-def test_a_group_on_a_server_without_move_is_one_line(trimmed: MailServer) -> None:
-    """A group member claims mail with an atomic MOVE: on a server without it, joining the
-    group fails with one line that says why and what to do."""
-    trimmed.without_capabilities("MOVE")
-    ctx = emailmw.Context({"email": trimmed.config(trimmed.fresh_account())})
+@pytest.mark.parametrize("missing", [("MOVE",), ("MOVE", "CONDSTORE")])
+def test_a_group_works_on_a_server_without_move_or_condstore(
+    trimmed: MailServer, missing: tuple[str, ...]
+) -> None:
+    """Group members claim with COPY + ``\\Deleted`` + expunge under the claim lock where
+    the server has no MOVE, and heartbeat with a keyword where it has no CONDSTORE (no
+    MODSEQ to read): two stateless members process every one of 20 messages once, and
+    both stay alive throughout (a liveness token that never changed would have made each
+    dead to the other)."""
+    trimmed.without_capabilities(*missing)
+    group, sender = trimmed.fresh_account(), trimmed.fresh_account()
+    talker = emailmw.Context({"email": trimmed.config(sender, to=group)})
+    members = [emailmw.Context({"email": trimmed.config(group)}) for _ in range(2)]
     try:
-        node = emailmw.Node("member", context=ctx)
-        with pytest.raises(emailmw.ReceiveError) as info:
-            node.create_subscription(std_msgs.msg.String, "/work", lambda m: None, 10,
-                                     mode="stateless", group="crew")  # fmt: skip
-        assert "IMAP MOVE (RFC 6851" in str(info.value)
-        assert "\n" not in str(info.value)
+        got: list[tuple[str, str]] = []
+        subs = [emailmw.Subscription("/work", context=ctx, mode="stateless", group="crew")
+                for ctx in members]  # fmt: skip
+        receivers = [s.group_receiver for s in subs]
+        assert all(r is not None for r in receivers)
+        more = deadline_loop(30)
+        while more() and not all(len(r.alive) == 2 for r in receivers if r is not None):
+            for sub in subs:  # (a group's rounds run while it is asked for mail)
+                sub.has_message()
+            time.sleep(0.05)
+        pub = emailmw.Publisher("/work", context=talker)
+        for i in range(20):
+            pub.publish(f"m{i}")
+        more = deadline_loop(60)
+        while len(got) < 20 and more():
+            for sub in subs:
+                taken = sub.take_with_ticket()
+                if taken is not None:
+                    got.append((taken[0], sub.member or ""))
+                    taken[2].release()
+            time.sleep(0.01)
+        assert sorted(b for b, _ in got) == sorted(f"m{i}" for i in range(20))
+        assert all(r.counts["taken"] == 0 and r.counts["rejoined"] == 0
+                   for r in receivers if r is not None)  # fmt: skip
     finally:
-        ctx.shutdown()
+        talker.shutdown()
+        for ctx in members:
+            ctx.shutdown()
+        trimmed.without_capabilities()
+
+
+def test_a_claim_cut_short_without_move_is_a_flagged_redelivery(
+    trimmed: MailServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without MOVE a claim is a copy, then an expunge: a member that dies in between
+    leaves the message in the inbox as well as in its claims folder. The next claim of it
+    counts it as got by one application already (handed out with ``delivery_count`` 2,
+    ``redelivered``), so that the two copies are never processed silently twice."""
+    trimmed.without_capabilities("MOVE")
+    options = load_options({"email": trimmed.config(trimmed.fresh_account())})
+    first, second = ImapGroupStore(options, "crew"), ImapGroupStore(options, "crew")
+    try:
+        first.offer(b"Subject: /work\r\nSource-Timestamp: 1\r\n\r\nm0\r\n", 0)
+        (uid,) = first.inbox()
+        real = group_imap.move_uids
+
+        def copy_then_die(client: Any, uids: list[int], folder: str) -> None:
+            client.copy(uids, folder)
+            raise ConnectionResetError("killed between the copy and the expunge")
+
+        monkeypatch.setattr(group_imap, "move_uids", copy_then_die)
+        with pytest.raises(emailmw.TransportError):
+            first.claim([uid], "a")
+        monkeypatch.setattr(group_imap, "move_uids", real)
+        assert first.inbox() == [uid]  # left behind, and copied
+        assert len(first.holding("a")) == 1
+        second.claim([uid], "b")
+        assert second.inbox() == []
+        (held,) = second.holding("b").values()
+        assert held.taken
+        assert held.delivered == 1  # so handed out with delivery_count 2: redelivered
+        left = next(iter(first.holding("a").values()))
+        assert (left.taken, left.delivered) == (False, 0)
+    finally:
+        first.close()
+        second.close()
         trimmed.without_capabilities()
 
 

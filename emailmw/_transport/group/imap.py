@@ -19,6 +19,16 @@ two sessions racing can both pass) decides between sessions. ``DeliveryN`` (a ke
 how many applications got a message, ``$Taken`` that it was taken over from a member that
 failed.
 
+Servers differ (Courier-IMAP has neither MOVE nor CONDSTORE, and keeps every folder under
+the personal namespace ``INBOX.``): the folders are made under the personal namespace the
+server names (RFC 2342); without MOVE a move is ``UID COPY``, ``\\Deleted`` and an
+expunge, which the claim lock makes as safe as a MOVE between sessions, and a claim first
+flags what it claims ``$Claimed``: a claim cut short between its copy and its expunge (the
+member died) leaves that flag on what stays in the inbox, which the next claim marks
+``$Taken`` and ``Delivery1`` (the copy made may be processed too: this one is handed out
+as a redelivery, never silently twice); without CONDSTORE a member's liveness token is a
+keyword ``$Beat0`` ... ``$Beat99`` it puts in place of the last one at each heartbeat.
+
 Backend errors become :class:`~emailmw.ReceiveError` (and its kin) here; the connection is
 opened again on the next call after a failure.
 """
@@ -35,11 +45,17 @@ from typing import Any, Final, TypeVar
 import imapclient
 
 from ..._core.config import Options
-from ..._core.errors import ReceiveError
 from ..._core.log import get_logger
 from ..common import ssl_context, uid_set
 from ..errors import imap_errors
-from ..imap import body, expunge_uids, open_account_folder, uid_fetch
+from ..imap import (
+    body,
+    expunge_uids,
+    move_uids,
+    open_account_folder,
+    personal_prefix,
+    uid_fetch,
+)
 from .model import GroupStore, Head, Holding, MemberRecord
 
 __all__ = ["ImapGroupStore"]
@@ -51,6 +67,9 @@ _ALIVE: Final = "$Alive"
 _LOCKING: Final = "$Locking"
 _MARKER: Final = "lock "  # the Subject of a member's lock marker: "lock MEMBER"
 _TAKEN: Final = "$Taken"
+_CLAIMED: Final = "$Claimed"  # (without MOVE: see the module's docstring)
+_BEAT: Final = "$Beat"  # (without CONDSTORE: the liveness token, $Beat0 ... $Beat99)
+_BEATS: Final = 100
 
 
 def _count(flags: Sequence[bytes]) -> int:
@@ -68,12 +87,18 @@ class ImapGroupStore(GroupStore):
         self._user = options.user
         self._server = options.user.imap.url
         self._ssl = ssl_context(options.tls, self._server)
-        self._prefix = f"emailmw-{group}-"
-        self._lock_name = f"{self._prefix}lock"
+        self._group = group
+        self._prefix = f"emailmw-{group}-"  # (under the personal namespace once connected)
         self._client: imapclient.IMAPClient | None = None
         self._selected: str | None = None
         self._folders: set[str] = set()
+        self._move_command = self._condstore = True  # (what the server offers: connecting)
+        self._beats = 0
         self._run("connecting", lambda c: None)
+
+    @property
+    def _lock_name(self) -> str:
+        return f"{self._prefix}lock"
 
     # ---------------------------------------------------------------- plumbing
 
@@ -90,14 +115,9 @@ class ImapGroupStore(GroupStore):
         with self._errors(doing):
             if self._client is None:
                 client, _ = open_account_folder(self._options, self._ssl, readonly=False)
-                if not client.has_capability("MOVE"):
-                    with contextlib.suppress(Exception):
-                        client.logout()
-                    raise ReceiveError(
-                        "a group claims mail with IMAP MOVE (RFC 6851, atomic), which this "
-                        "server does not offer: use a plain subscription, or a server with MOVE",
-                        server=self._server,
-                    )
+                self._move_command = client.has_capability("MOVE")
+                self._condstore = client.has_capability("CONDSTORE")
+                self._prefix = f"{personal_prefix(client)}emailmw-{self._group}-"
                 self._client = client
                 self._selected = self._options.folder
             return work(self._client)
@@ -149,21 +169,24 @@ class ImapGroupStore(GroupStore):
             uids = self._all(client, self._members_folder())
             if not uids:
                 return []
+            token = "MODSEQ " if self._condstore else ""
             found = uid_fetch(
                 client,
                 uid_set(uids),
-                "(UID MODSEQ FLAGS BODY.PEEK[HEADER.FIELDS (SUBJECT)])",
+                f"(UID {token}FLAGS BODY.PEEK[HEADER.FIELDS (SUBJECT)])",
                 b"BODY[HEADER",
             )
-            records: dict[str, tuple[int, int]] = {}  # member -> (record UID, MODSEQ)
+            records: dict[str, tuple[int, int]] = {}  # member -> (record UID, token)
             markers: dict[str, tuple[int, bool]] = {}  # member -> (marker UID, locking)
             for uid, item in sorted(found.items()):
                 subject = _fields(item).get("subject", "")
                 if subject.startswith(_MARKER):
-                    locking = _LOCKING.encode() in item.get(b"FLAGS", ())
+                    locking = _has(item.get(b"FLAGS", ()), _LOCKING)
                     markers[subject.removeprefix(_MARKER)] = (uid, locking)
-                else:
+                elif self._condstore:
                     records[subject] = (uid, int(item.get(b"MODSEQ", (0,))[0]))
+                else:
+                    records[subject] = (uid, _beat(item.get(b"FLAGS", ())))
             found_records = []
             for member, (uid, modseq) in records.items():
                 marker, locking = markers.get(member, (0, False))
@@ -182,7 +205,15 @@ class ImapGroupStore(GroupStore):
         self._run("joining the group", work)
 
     def beat(self, member: str, order: int, on: bool) -> None:
-        self._run("heartbeating", lambda c: self._flag(c, order, _ALIVE, on))
+        def work(client: imapclient.IMAPClient) -> None:
+            if self._condstore:  # (the record's MODSEQ changes)
+                self._flag(client, order, _ALIVE, on)
+                return
+            self._beats = (self._beats + 1) % _BEATS
+            self._view(client, self._members_folder())
+            client.set_flags([order], [f"{_BEAT}{self._beats}"], silent=True)
+
+        self._run("heartbeating", work)
 
     def remove_member(self, record: MemberRecord) -> None:
         def work(client: imapclient.IMAPClient) -> None:
@@ -230,12 +261,26 @@ class ImapGroupStore(GroupStore):
 
         return self._run("reading subjects", work)
 
-    def _move(self, client: imapclient.IMAPClient, uids: Sequence[int], target: str) -> None:
+    def _move(self, client: imapclient.IMAPClient, uids: Sequence[int], target: str,
+              *, claiming: bool = False) -> None:  # fmt: skip
         """``UID MOVE`` those of ``uids`` still in the selected folder. Dovecot refuses a
         whole MOVE (``NO [EXPUNGEISSUED]``) when another session moved one of them first:
-        then this session catches up (NOOP) and moves what is left."""
+        then this session catches up (NOOP) and moves what is left. Without MOVE: a copy,
+        ``\\Deleted`` and an expunge (``claiming``: flagged ``$Claimed`` first, see the
+        module's docstring)."""
         self._ensure(client, target)
         client.noop()  # a MOVE ignores UIDs this session has not been told of yet
+        if not self._move_command:
+            flags = client.get_flags(list(uids))  # (those still here)
+            if not flags:
+                return
+            if claiming:
+                cut_short = [u for u, f in flags.items() if _has(f, _CLAIMED)]
+                if cut_short:  # (as got by one application: the copy may have been)
+                    client.add_flags(cut_short, [_TAKEN, "Delivery1"], silent=True)
+                client.add_flags(list(flags), [_CLAIMED], silent=True)
+            move_uids(client, sorted(flags), target)
+            return
         wanted = list(uids)
         for _ in range(5):
             if not wanted:
@@ -253,12 +298,8 @@ class ImapGroupStore(GroupStore):
 
     def try_lock(self, record: MemberRecord) -> bool:
         def work(client: imapclient.IMAPClient) -> bool:
-            try:
-                client.create_folder(self._lock_name)
-            except imapclient.exceptions.IMAPClientError as exc:
-                if "ALREADYEXISTS" in str(exc) or "exists" in str(exc).lower():
-                    return False
-                raise
+            if not _made(client, self._lock_name):
+                return False
             # named by its lock marker, for the others to judge it alive or dead by its
             # record (a flag on the record itself would change its liveness token)
             self._flag(client, record.marker, _LOCKING, True)
@@ -304,7 +345,7 @@ class ImapGroupStore(GroupStore):
     def claim(self, uids: Sequence[int], member: str) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._options.folder)
-            self._move(client, uids, self._claims(member))
+            self._move(client, uids, self._claims(member), claiming=True)
 
         self._run("claiming", work)
 
@@ -350,7 +391,7 @@ class ImapGroupStore(GroupStore):
                 uid: Holding(
                     int(item.get(b"RFC822.SIZE", 0)),
                     _count(item.get(b"FLAGS", ())),
-                    _TAKEN.encode() in item.get(b"FLAGS", ()),
+                    _has(item.get(b"FLAGS", ()), _TAKEN),
                     _number(fields.get("batch-count", "0")),
                     bool(fields.get("part-of")),
                 )
@@ -408,14 +449,29 @@ class ImapGroupStore(GroupStore):
         self._drop()
 
 
+def _made(client: imapclient.IMAPClient, folder: str) -> bool:
+    """Create ``folder``: True when this session made it, False when it exists already (a
+    refusal names that in words of the server's: ``ALREADYEXISTS``, "already exists", or
+    none, as Courier's "Cannot create this folder": then LIST tells). A refusal of a
+    folder that is not there, twice, raises."""
+    for attempt in range(2):
+        try:
+            client.create_folder(folder)
+            return True
+        except imapclient.exceptions.IMAPClientError as exc:
+            if "ALREADYEXISTS" in str(exc) or "exists" in str(exc).lower():
+                return False
+            if client.list_folders("", folder):
+                return False
+            if attempt:
+                raise
+    return False
+
+
 def _create(client: imapclient.IMAPClient, folder: str) -> None:
     """Create ``folder``, which exists afterwards whatever the answer said (see
     ``try_lock``): a folder made just now by another member is no failure either."""
-    try:
-        client.create_folder(folder)
-    except imapclient.exceptions.IMAPClientError as exc:
-        if "ALREADYEXISTS" not in str(exc) and "exists" not in str(exc).lower():
-            raise
+    _made(client, folder)
 
 
 def _remove(client: imapclient.IMAPClient, folder: str) -> None:
@@ -449,6 +505,22 @@ def _uids(text: str) -> set[int]:
         if low.isdigit() and (not high or high.isdigit()):
             found.update(range(int(low), int(high or low) + 1))
     return found
+
+
+def _has(flags: Sequence[bytes], flag: str) -> bool:
+    """Whether ``flag`` is among ``flags`` (keywords compare without case, RFC 3501)."""
+    wanted = flag.lower().encode()
+    return any(f.lower() == wanted for f in flags)
+
+
+def _beat(flags: Sequence[bytes]) -> int:
+    """A record's liveness token without CONDSTORE: N of its ``$BeatN`` (0: none yet)."""
+    prefix = _BEAT.lower().encode()
+    for flag in flags:
+        low = flag.lower()
+        if low.startswith(prefix) and low[len(prefix) :].isdigit():
+            return int(low[len(prefix) :]) + 1
+    return 0
 
 
 def _number(text: str) -> int:

@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(PY) bench/batching.py --json bench/results/batching.json
 	$(PY) bench/quota.py --json bench/results/quota.json
 	$(PY) bench/cli.py --json bench/results/cli.json
+	$(PY) bench/servers.py --json bench/results/servers.json
 	$(PY) bench/pipeline.py --messages 200000 --format maildir --repeat 3 --rerun --json bench/results/pipeline_maildir.json
 	$(PY) bench/pipeline.py --messages 2000000 --format mbox --repeat 3 --json bench/results/pipeline_mbox.json
 

@@ -380,6 +380,57 @@ def test_timers_run_on_simulated_time_when_the_node_uses_it(default: Any) -> Non
     executor.shutdown()
 
 
+def test_a_rate_sleeps_periods_of_simulated_time_when_the_node_uses_it(default: Any) -> None:
+    """``create_rate`` gives a rate on the node's clock, as rclpy's: with ``use_sim_time``
+    its sleep lasts until ``/clock``'s time has moved a period on (counted from the
+    first simulated time), however much wall-clock time passes; a loop that fell behind
+    starts its next period from now."""
+    from emailmw.builtin_interfaces.msg import Time as TimeMessage
+    from emailmw.rosgraph_msgs.msg import Clock as ClockMessage
+
+    node = Node("sim_rate", cli_args=["--ros-args", "-p", "use_sim_time:=true"])
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    _spin_in_thread(executor)
+    clock = emailmw.create_node("sim_source").create_publisher(ClockMessage, "/clock", 10)
+
+    def tick(seconds: float) -> None:
+        ns = round(seconds * 1e9)
+        clock.publish(ClockMessage(clock=TimeMessage(sec=ns // 10**9, nanosec=ns % 10**9)))
+        deadline = time.monotonic() + 10
+        while node.get_clock().now().nanoseconds != ns:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+    tick(10.0)
+    rate = node.create_rate(10.0)  # periods of 0.1 s of simulated time, from 10.0
+    woke: list[int] = []
+    done = threading.Event()
+
+    def loop() -> None:
+        for _ in range(2):
+            rate.sleep()
+            woke.append(node.get_clock().now().nanoseconds)
+        done.set()
+
+    threading.Thread(target=loop, daemon=True).start()
+    tick(10.05)
+    assert not done.wait(0.5)  # five wall-clock periods pass, simulated time stands
+    assert woke == []
+    tick(10.15)
+    deadline = time.monotonic() + 10
+    while not woke:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert woke == [10_150_000_000]
+    tick(10.18)
+    assert not done.wait(0.5)  # the next period starts at 10.2
+    tick(10.31)
+    assert done.wait(10)
+    assert woke == [10_150_000_000, 10_310_000_000]
+    executor.shutdown()
+
+
 def test_an_async_parameter_client_reads_and_sets_another_nodes_parameters(
     default: Any, tmp_path: Path
 ) -> None:

@@ -418,9 +418,10 @@ class Node:
         return self._add(self.guards, guard)
 
     def create_rate(self, frequency: float, clock: Clock | None = None) -> Rate:
-        """A :class:`Rate` of ``frequency`` Hz for a loop (its ``sleep`` raises
-        ``ROSInterruptException`` once the context shuts down)."""
-        return Rate(frequency, self.context, clock)
+        """A :class:`Rate` of ``frequency`` Hz for a loop on ``clock`` (default: this
+        node's, as rclpy's: simulated time with ``use_sim_time``); its ``sleep`` raises
+        ``ROSInterruptException`` once the context shuts down."""
+        return Rate(frequency, self.context, clock if clock is not None else self.get_clock())
 
     def _remove(self, group: list[Any], entity: Any) -> bool:
         with self._lock:

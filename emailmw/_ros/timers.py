@@ -190,21 +190,42 @@ def _takes_one(callback: Callable[..., Any]) -> bool:
 class Rate:
     """Sleeps to keep a loop at ``frequency`` Hz (rclpy's ``Rate``, from
     :meth:`Node.create_rate`): each :meth:`sleep` returns at the next period's start, or
-    at once when the loop fell behind. Raises :class:`~emailmw.exceptions.ROSInterruptException`
-    from :meth:`sleep` once the context shuts down. Works whether the node is spun or not."""
+    at once when the loop fell behind. On a ``clock`` that follows simulated time
+    (``use_sim_time``: the node's clock, which ``create_rate`` gives it, as rclpy's) the
+    periods are of ``/clock``'s time, counted from the first simulated time it reads: a
+    sleep lasts as long as simulated time takes to move a period on. Raises
+    :class:`~emailmw.exceptions.ROSInterruptException` from :meth:`sleep` once the context
+    shuts down. Works whether the node is spun or not."""
 
     def __init__(self, frequency: float, context: Context, clock: Clock | None = None) -> None:
         if not frequency > 0:
             raise InvalidArgumentError(f"a rate's frequency must be > 0 Hz, got {frequency}")
         self._period = 1.0 / frequency
+        self._period_ns = round(1e9 / frequency)
         self._context = context
         self._clock = clock
         self._next = time.monotonic() + self._period
+        self._sim_next: int | None = None  # the next period's start in simulated time (ns)
+        self._simulated()  # (counting starts now, when simulated time runs already)
         self._destroyed = False
+
+    def _simulated(self) -> int | None:
+        """The clock's simulated time (ns) while it follows ``/clock`` (zero: none came
+        yet), else None; the first nonzero one starts the counting."""
+        clock = self._clock
+        if clock is None or not getattr(clock, "ros_time_is_active", False):
+            return None
+        now = int(clock.now().nanoseconds)
+        if self._sim_next is None and now > 0:
+            self._sim_next = now + self._period_ns
+        return now
 
     def sleep(self) -> None:
         if self._destroyed:
             raise ROSInterruptException()
+        if self._simulated() is not None:
+            self._sleep_simulated()
+            return
         while True:
             if not self._context.ok():
                 raise ROSInterruptException()
@@ -216,6 +237,23 @@ class Rate:
         self._next += self._period
         if self._next <= now:
             self._next = now + self._period
+
+    def _sleep_simulated(self) -> None:
+        clock = self._clock
+        assert clock is not None
+        while self._sim_next is None:  # (no /clock yet: the first one starts the count)
+            if not self._context.ok():
+                raise ROSInterruptException()
+            self._context.wait_for_shutdown(0.05)
+            if self._simulated() is None:  # (simulated time was switched off meanwhile)
+                return
+        due = Time(nanoseconds=self._sim_next, clock_type=clock.clock_type)
+        if not clock.sleep_until(due, self._context):
+            raise ROSInterruptException()
+        now = int(clock.now().nanoseconds)
+        self._sim_next += self._period_ns
+        if self._sim_next <= now:  # fell behind: the next period from now
+            self._sim_next = now + self._period_ns
 
     def destroy(self) -> None:
         self._destroyed = True

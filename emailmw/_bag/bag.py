@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import itertools
 import multiprocessing
 import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,11 +47,12 @@ from .._core.packing import (
     part_of,
 )
 from .._core.protocol import PublishRoute, classify
-from .._core.types import Email, MessageInfo
+from .._core.types import Email, Gid, MessageInfo
 from .._core.waitables import wait_any
 from .._delivery.context import Context
 from .._delivery.entities import Publisher, Subscription
 from .._delivery.graph import GRAPH_TOPIC, graph_of
+from .._delivery.polling import Ticket
 from .._pipeline.landing import unit_emails
 
 __all__ = ["BagInfo", "BagWriter", "bag_info", "export", "play", "read_bag", "record"]
@@ -209,6 +215,159 @@ def _plain_body(body: str, message_type: str | None) -> Any:
     return to_data(from_data(kind, data))
 
 
+#: a batch the recorder hands its writing process: at most this many messages or bytes
+RECORD_BATCH: Final = 256
+RECORD_BATCH_BYTES: Final = 1 << 20
+#: batches in the writing process's hands at most (memory stays bounded; beyond it the
+#: recorder waits, its subscriptions fill and their publishers are held back)
+RECORD_IN_FLIGHT: Final = 4
+
+#: a message handed to the writing process: topic, type (None: untyped), body, source
+#: time, receive time, publisher GID, sequence number, identity, Message-ID
+_Taken = tuple[str, "str | None", str, int, int, int, "int | None", "str | None", "str | None"]
+
+
+def run_writer(path: str, connection: Any) -> None:
+    """The recorder's writing process: parses each message's body, encodes it and its
+    MessageInfo as CDR and writes the bag, in the order they come; answers each batch
+    with how many it wrote and what it left out (topic, why). A recorder that ends
+    without saying so (killed) leaves a bag closed all the same."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (Ctrl-C is the recorder's to handle)
+    try:
+        writer = BagWriter(Path(path))
+    except EmailMWError as exc:
+        connection.send(("error", str(exc)))
+        return
+    connection.send(("ready",))
+    answering = True  # (a recorder that is gone hears nothing; what it sent is written)
+    try:
+        while True:
+            try:
+                message = connection.recv()
+            except (EOFError, OSError):
+                return
+            if message[0] == "close":
+                break
+            refused: list[tuple[str, str]] = []
+            for topic, kind, body, source, received, gid, seq, identity, mid in message[1]:
+                info = MessageInfo(source, received, Gid(gid), seq, kind, identity=identity,
+                                   message_id=mid)  # fmt: skip
+                try:
+                    writer.write(topic, kind, _plain_body(body, kind), info, received)
+                except (KeyError, EmailMWError, yaml.YAMLError) as exc:
+                    refused.append((topic, str(exc)))
+            if answering:
+                try:
+                    connection.send(("done", len(message[1]) - len(refused), refused))
+                except OSError:
+                    answering = False
+    finally:
+        writer.close()
+    with contextlib.suppress(OSError):
+        connection.send(("closed", writer.count))
+
+
+class _RecordingProcess:
+    """The recorder's side of :func:`run_writer`: messages taken are batched and
+    handed over; at most :data:`RECORD_IN_FLIGHT` batches are in its hands (back-pressure
+    beyond). Not thread-safe (the recording loop's alone)."""
+
+    def __init__(self, out: Path) -> None:
+        # a new interpreter (``python -m emailmw._bag.writer``), not multiprocessing's:
+        # fork would copy the recorder's threads mid-step, spawn runs the caller's main
+        # module again (a script without a __main__ guard would record twice); it costs
+        # a second once, before anything is subscribed
+        mine, theirs = socket.socketpair()
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "emailmw._bag.writer", str(theirs.fileno()), str(out)],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        self._connection = Connection(mine.detach())
+        first = self._receive()
+        if first[0] == "error":
+            self._process.wait(10)
+            raise ConfigError(first[1], source="-o")
+        self._batch: list[_Taken] = []
+        self._tickets: list[Ticket] = []
+        self._bytes = 0
+        # per batch in the writer's hands: its tickets, released once it says it wrote it
+        self._in_flight: collections.deque[list[Ticket]] = collections.deque()
+        self.recorded = 0
+        self.refused: dict[str, int] = {}
+
+    @property
+    def pending(self) -> int:
+        """Messages taken and not yet written or refused."""
+        return len(self._batch) + sum(len(t) for t in self._in_flight)
+
+    def add(self, topic: str, body: str, info: MessageInfo, ticket: Ticket) -> None:
+        """Take a message to record; its ``ticket`` is released (the message settled)
+        once the writing process wrote it."""
+        self._tickets.append(ticket)
+        self._batch.append((
+            topic, info.message_type, body, info.source_timestamp, info.received_timestamp,
+            info.publisher_gid.value, info.sequence_number, info.identity, info.message_id,
+        ))  # fmt: skip
+        self._bytes += len(body)
+        if len(self._batch) >= RECORD_BATCH or self._bytes >= RECORD_BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand over what was taken (waiting while the writer has its hands full)."""
+        if not self._batch:
+            return
+        while len(self._in_flight) >= RECORD_IN_FLIGHT:
+            self._answer(self._receive())
+        self._connection.send(("batch", self._batch))
+        self._in_flight.append(self._tickets)
+        self._batch, self._tickets, self._bytes = [], [], 0
+
+    def drain(self) -> None:
+        """Wait for the answers to every batch handed over."""
+        while self._in_flight:
+            self._answer(self._receive())
+
+    def collect(self) -> None:
+        """Take in the answers that came (without waiting)."""
+        while self._in_flight and self._connection.poll():
+            self._answer(self._receive())
+
+    def _answer(self, message: tuple[Any, ...]) -> None:
+        if message[0] != "done":
+            raise EmailMWError(f"the bag's writing process stopped: {message!r}")
+        for ticket in self._in_flight.popleft():
+            ticket.release()
+        self.recorded += message[1]
+        for topic, why in message[2]:
+            self.refused[topic] = self.refused.get(topic, 0) + 1
+            if self.refused[topic] == 1:
+                _log.warning("not recorded on %s: %s", topic, why)
+
+    def _receive(self) -> tuple[Any, ...]:
+        try:
+            return tuple(self._connection.recv())
+        except (EOFError, OSError) as exc:
+            raise EmailMWError(f"the bag's writing process ended ({exc})") from exc
+
+    def close(self) -> int:
+        """Hand over the rest, let the writer close the bag; how many were recorded."""
+        try:
+            self.flush()
+            self.drain()
+            self._connection.send(("close",))
+            closed = self._receive()
+            return int(closed[1]) if closed[0] == "closed" else self.recorded
+        finally:
+            self._connection.close()
+            try:
+                self._process.wait(30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+
+
 def record(
     context: Context,
     out: Path,
@@ -226,14 +385,21 @@ def record(
     ``count`` messages were recorded or ``duration`` seconds passed. The number recorded.
     A message of a type emailmw does not know is counted and left out (logged once).
     ``on_subscribed(topic)`` once a topic is subscribed: what is published from then on
-    is recorded."""
-    writer = BagWriter(out)
+    is recorded; ``on_message(n)`` as messages are taken (``n``: taken so far).
+
+    The messages are parsed, encoded and written by a process of the recorder's own
+    (:func:`run_writer`, ``_bag/writer.py``): the recording process only takes them and
+    hands them over in batches, so that a recorder in a busy process (or a busy recorder)
+    takes little of its interpreter's time. A message is settled once that process wrote
+    it (a recorder killed before leaves it unsettled, to come again); the bag is closed
+    whether the recorder returns, raises or is killed."""
+    writer = _RecordingProcess(out)
     subscriptions: dict[str, Subscription] = {}
-    refused: dict[str, int] = {}
     end = None if duration is None else time.monotonic() + duration
     stop = stop or threading.Event()
     monitor = graph_of(context) if all_topics else None
     next_look = 0.0
+    taken = 0
 
     def follow() -> None:
         names = list(topics)
@@ -247,37 +413,35 @@ def record(
                 if on_subscribed is not None:
                     on_subscribed(name)
 
+    def wanted() -> bool:  # (what was refused is made up for by more)
+        return count is None or writer.recorded + writer.pending < count
+
     try:
-        while not stop.is_set() and (count is None or writer.count < count):
+        while not stop.is_set() and wanted():
             now = time.monotonic()
             if end is not None and now >= end:
                 break
             if now >= next_look:
                 follow()
                 next_look = now + 1.0
+            writer.collect()
             wait = 1.0 if end is None else max(0.0, min(1.0, end - now))
             if not wait_any(list(subscriptions.values()), wait):
                 continue
             for topic, subscription in list(subscriptions.items()):
-                while (got := subscription.get_message_with_info()) is not None:
-                    body, info = got
-                    try:
-                        data = _plain_body(body, info.message_type)
-                        writer.write(topic, info.message_type, data, info, info.received_timestamp)
-                    except (KeyError, EmailMWError, yaml.YAMLError) as exc:
-                        refused[topic] = refused.get(topic, 0) + 1
-                        if refused[topic] == 1:
-                            _log.warning("not recorded on %s: %s", topic, exc)
-                        continue
+                while wanted() and (got := subscription.take_with_ticket()) is not None:
+                    writer.add(topic, *got)
+                    taken += 1
                     if on_message is not None:
-                        on_message(writer.count)
-                    if count is not None and writer.count >= count:
-                        break
+                        on_message(taken)
+            writer.flush()  # (what came: written now, in large batches when much comes)
+            if not wanted():  # all taken that were wanted: the answers say if enough were
+                writer.drain()
     finally:
         for subscription in subscriptions.values():
             subscription.close()
-        writer.close()
-    return writer.count
+        recorded = writer.close()
+    return recorded
 
 
 # ----------------------------------------------------------------------------- play

@@ -131,6 +131,25 @@ def test_values_are_checked_against_their_types_when_sent_and_received() -> None
         deserialize(UInt8MultiArray, "data: [1, 256]")
 
 
+def test_enum_members_travel_as_the_values_they_are() -> None:
+    """A field set to an ``IntEnum`` or ``StrEnum`` member (ros2/demos' logger service sets
+    ``LoggerLevel.level = LoggingSeverity.DEBUG``) is sent as its int or text, as rclpy
+    sends it: was a traceback from YAML ("cannot represent an object")."""
+    import enum
+
+    from emailmw.impl.logging_severity import LoggingSeverity
+    from emailmw.rcl_interfaces.msg import LoggerLevel
+    from emailmw.std_msgs.msg import String
+
+    class Word(enum.StrEnum):
+        HELLO = "hello"
+
+    text = serialize(LoggerLevel(name="node", level=LoggingSeverity.DEBUG))
+    assert deserialize(LoggerLevel, text).level == 10
+    assert type(deserialize(LoggerLevel, text).level) is int
+    assert deserialize(String, serialize(String(data=Word.HELLO))).data == "hello"
+
+
 def test_interface_show_prints_ros_definitions_with_nested_types_expanded() -> None:
     assert show("example_interfaces/srv/AddTwoInts") == "int64 a\nint64 b\n---\nint64 sum"
     pose = show("geometry_msgs/msg/Pose").splitlines()

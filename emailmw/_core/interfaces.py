@@ -480,7 +480,7 @@ def _check_value(value: Any, kind: TypeSpec, where: str) -> Any:
         low, high = INTEGER_RANGES[base]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise TypeMismatchError(f"{where}: {value!r} is not a {base} ({low} to {high})")
-        return value
+        return value if type(value) is int else int(value)  # (an IntEnum's member: its int)
     if base in ("float32", "float64"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeMismatchError(f"{where}: {value!r} is not a {base}")
@@ -493,7 +493,7 @@ def _check_value(value: Any, kind: TypeSpec, where: str) -> Any:
         raise TypeMismatchError(f"{where}: {value!r} is not a string")
     if kind.string_bound is not None and len(value) > kind.string_bound:
         raise TypeMismatchError(f"{where}: {value!r} is longer than {kind.string_bound}")
-    return value
+    return value if type(value) is str else str.__str__(value)  # (a StrEnum's: its text)
 
 
 def _check_array(value: Any, kind: TypeSpec, where: str) -> list[Any]:

@@ -110,8 +110,9 @@ def build_batch(
 def is_batch(raw: bytes) -> bool:
     """Whether ``raw`` says it is a batch (a ``Batch-Count`` header in its header block):
     a quick look, without reading the header block fully."""
-    block = raw[: raw.find(b"\n\n") if b"\n\n" in raw[:65536] else 65536]
-    return b"\nbatch-count:" in block.lower() or block.lower().startswith(b"batch-count:")
+    end = raw.find(b"\n\n", 0, 65536)
+    block = raw[: end if end != -1 else 65536].lower()
+    return b"\nbatch-count:" in block or block.startswith(b"batch-count:")
 
 
 def batch_parts(raw: bytes) -> list[bytes] | None:

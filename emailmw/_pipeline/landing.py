@@ -116,6 +116,7 @@ INTERNAL_TOPIC_PREFIX: Final = "/_emailmw/"
 
 
 @functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)  # (mail delivered within a second shares its date)
 def _date_ns(value: str) -> int | None:
     try:
         parsed = email.utils.parsedate_to_datetime(value)

@@ -5,8 +5,9 @@ Laid out as engineers read a traffic dashboard (Grafana, CARET, Foxglove): one s
 topics and one of services at the top drive every plot below them (the busiest
 :data:`SHOWN_FIRST` are chosen at first; any can be added or taken away); then each
 topic's rate over time, at a bin that fits the run (:data:`~.overview.BINS_NS`, seconds
-to hours); its latency over time (p50 and the band up to p99); its latency CDF on a log
-axis (latencies at or below zero, clock skew, counted apart); each stream's loss and
+to hours); its latency over time (p50 and the band up to p99) and its latency CDF, on a log
+axis, or a symmetric log axis when some latency is at or below zero (clock skew: said in the
+title, those counted under the CDF); each stream's loss and
 reordering over time; each service's round trip as p50, p90 and p99 with its unanswered
 calls; and a drill-down: a topic's publishers and its slowest messages. No legend runs
 over a plot (the selectors say what is drawn, hovers name each line), and every plot has
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any, Literal
+import math
+from typing import Any, Final, Literal
 
 from bokeh.embed import components
 from bokeh.layouts import column
@@ -28,6 +30,7 @@ from bokeh.models import (  # type: ignore[attr-defined]  # lazily exported name
     DataTable,
     Div,
     FactorRange,
+    FixedTicker,
     HoverTool,
     InlineStyleSheet,
     MultiChoice,
@@ -62,6 +65,38 @@ def _name(value: str | None) -> str:
 
 def _color(index: int) -> str:
     return str(Category20_20[index % len(Category20_20)])
+
+
+#: within this many ms of zero a symmetric log axis is linear
+SYMLOG_LINEAR_MS: Final = 1.0
+
+
+def symlog(value: float) -> float:
+    """Where ``value`` (ms) sits on a symmetric log axis: ``sign * log10(1 + |v| / 1 ms)``,
+    so that latencies below zero (a publisher's clock ahead of the server's) read as well
+    as those above."""
+    return math.copysign(math.log10(1.0 + abs(value) / SYMLOG_LINEAR_MS), value)
+
+
+def symlog_ticks(values: list[float]) -> dict[float, str]:
+    """The ticks of a symmetric log axis over ``values`` (ms): 0 and the powers of ten
+    each side as far as the values reach, each labelled with the ms it stands for."""
+    ticks = {0.0: "0"}
+    for sign in (-1, 1):
+        reach = max((abs(v) for v in values if v * sign > 0), default=0.0)
+        power = 1.0
+        while reach > 0:
+            ticks[symlog(sign * power)] = f"{sign * power:,.0f}"
+            if power >= reach:
+                break
+            power *= 10
+    return dict(sorted(ticks.items()))
+
+
+def _symlog_axis(axis: Any, values: list[float]) -> None:
+    ticks = symlog_ticks(values)
+    axis.ticker = FixedTicker(ticks=list(ticks))
+    axis.major_label_overrides = ticks
 
 
 def _figure(
@@ -143,32 +178,40 @@ def _rates(details: Details, plots: _Plots) -> Any | None:
 
 
 def _latency_over_time(details: Details, plots: _Plots) -> Any | None:
-    """Each topic's latency p50 per bin, with the band up to its p99 (log axis when every
-    value is positive)."""
+    """Each topic's latency p50 per bin, with the band up to its p99: on a log axis when
+    every value is positive, else on a symmetric log axis (said in the title)."""
     per_topic: dict[str, list[dict[str, Any]]] = {}
     for item in details.topic_bins:
         if item["latency_p50_ms"] is not None:
             per_topic.setdefault(_name(item["topic"]), []).append(item)
     if not per_topic:
         return None
-    lowest = min(i["latency_p50_ms"] for items in per_topic.values() for i in items)
-    plot = _figure(
-        f"Latency over time (p50, band to p99, per {_width_text(details.bin_ns)})",
-        "datetime", "time (UTC)", "latency (ms)",
-    )  # fmt: skip
+    values = [v for items in per_topic.values() for i in items
+              for v in (i["latency_p50_ms"], i["latency_p99_ms"]) if v is not None]  # fmt: skip
+    lowest = min(values)
+    title = f"Latency over time (p50, band to p99, per {_width_text(details.bin_ns)})"
+    if lowest <= 0:
+        title += ": symmetric log axis (below 0: the publisher's clock ahead of the server's)"
+    plot = _figure(title, "datetime", "time (UTC)", "latency (ms)")
     if lowest > 0:
         plot = figure(
             title=plot.title.text, x_axis_type="datetime", y_axis_type="log",
             x_axis_label="time (UTC)", y_axis_label="latency (ms)", height=320,
             sizing_mode="stretch_width", tools="pan,wheel_zoom,box_zoom,reset,save",
         )  # fmt: skip
+    else:
+        _symlog_axis(plot.yaxis[0], values)
+    at = (lambda v: v) if lowest > 0 else symlog  # (where a value sits on the axis)
     for name, items in per_topic.items():
         items.sort(key=lambda i: i["bin"])
+        p99 = [i["latency_p99_ms"] for i in items]
         source = ColumnDataSource(
             {
                 "time": [_time(i["bin"], details.bin_ns) for i in items],
-                "p50": [i["latency_p50_ms"] for i in items],
-                "p99": [i["latency_p99_ms"] for i in items],
+                "p50": [at(i["latency_p50_ms"]) for i in items],
+                "p99": [None if v is None else at(v) for v in p99],
+                "p50_ms": [i["latency_p50_ms"] for i in items],
+                "p99_ms": p99,
                 "topic": [name] * len(items),
             }
         )
@@ -178,8 +221,8 @@ def _latency_over_time(details: Details, plots: _Plots) -> Any | None:
         plots.add(plots.by_topic, name, [band, line])
     plot.add_tools(
         HoverTool(
-            tooltips=[("topic", "@topic"), ("from", "@time{%F %T}"), ("p50 ms", "@p50{0.000}"),
-                      ("p99 ms", "@p99{0.000}")],
+            tooltips=[("topic", "@topic"), ("from", "@time{%F %T}"),
+                      ("p50 ms", "@p50_ms{0.000}"), ("p99 ms", "@p99_ms{0.000}")],
             formatters={"@time": "datetime"},
         )
     )  # fmt: skip
@@ -187,42 +230,53 @@ def _latency_over_time(details: Details, plots: _Plots) -> Any | None:
 
 
 def _cdf(overview: Overview, plots: _Plots) -> tuple[Any, str] | None:
-    """Each topic's latency CDF on a log axis; latencies at or below zero (the publisher's
-    clock ahead of the server's) are counted apart, in the note under it."""
+    """Each topic's latency CDF on a log axis, or, when some latency is at or below zero
+    (the publisher's clock ahead of the server's), on a symmetric log axis (said in the
+    title), those latencies counted in the note under it."""
     measured = [s for s in overview.topic_stats if s["latency_cdf_ms"]]
     if not measured:
         return None
+    values = [v for s in measured for v in s["latency_cdf_ms"]]
+    symmetric = min(values) <= 0
     plot = figure(
         title="Latency CDF (delivery - source timestamp, where the delivery time is known "
-        "to 1 ms or better)",
-        x_axis_type="log", x_axis_label="latency (ms, log)", y_axis_label="% of messages",
-        sizing_mode="stretch_width", height=320, tools="pan,wheel_zoom,box_zoom,reset,save",
+        "to 1 ms or better)" + (": symmetric log axis" if symmetric else ""),
+        x_axis_type="linear" if symmetric else "log",
+        x_axis_label="latency (ms, symmetric log)" if symmetric else "latency (ms, log)",
+        y_axis_label="% of messages", sizing_mode="stretch_width", height=320,
+        tools="pan,wheel_zoom,box_zoom,reset,save",
     )  # fmt: skip
+    if symmetric:
+        _symlog_axis(plot.xaxis[0], values)
     percent = [q * 100 for q in CDF_POINTS]
     skewed = []
     for stat in measured:
         name = _name(stat["topic"])
-        points = [(v, p) for v, p in zip(stat["latency_cdf_ms"], percent, strict=True) if v > 0]
+        points = [(v, p) for v, p in zip(stat["latency_cdf_ms"], percent, strict=True)
+                  if symmetric or v > 0]  # fmt: skip
         below = sum(1 for v in stat["latency_cdf_ms"] if v <= 0)
         if below:
             skewed.append(f"{name}: {below} % of its measured latencies at or below 0 ms")
         if not points:
             continue
         source = ColumnDataSource(
-            {"latency": [v for v, _ in points], "percent": [p for _, p in points],
+            {"latency": [symlog(v) if symmetric else v for v, _ in points],
+             "latency_ms": [v for v, _ in points], "percent": [p for _, p in points],
              "topic": [name] * len(points)}
         )  # fmt: skip
         line = plot.line("latency", "percent", source=source, color=plots.colors.get(name, "#777"),
                          line_width=2)  # fmt: skip
         plots.add(plots.by_topic, name, [line])
     plot.add_tools(
-        HoverTool(tooltips=[("topic", "@topic"), ("p", "@percent{0}"), ("ms", "@latency{0.000}")])
+        HoverTool(
+            tooltips=[("topic", "@topic"), ("p", "@percent{0}"), ("ms", "@latency_ms{0.000}")]
+        )
     )
     note = ""
     if skewed:
         note = (
-            "Not on the log axis (clocks apart: the publisher's ahead of the server's): "
-            + "; ".join(skewed)
+            "At or below 0 ms (clocks apart: the publisher's ahead of the server's), drawn "
+            "left of 0 on the symmetric log axis: " + "; ".join(skewed)
         )
     return plot, note
 

@@ -109,10 +109,13 @@ def generate(
     foreign: int = 4,
     malformed: int = 3,
     subsecond: bool = True,
+    skewed: int = 0,
     seed: int = 7,
 ) -> Archive:
     """An archive with known faults; ``subsecond=False`` keeps delivery times on whole
-    seconds (what Received headers and mbox can carry), so Maildir and mbox agree exactly."""
+    seconds (what Received headers and mbox can carry), so Maildir and mbox agree exactly;
+    the publishers of the first ``skewed`` topics have clocks 150 ms ahead of the server's
+    (their latencies -149 to +50 ms)."""
     rng = random.Random(seed)
     recipients = Recipients("robot@example.test", ("listener@example.test",))
     period = int(1e9 / rate_hz)
@@ -134,7 +137,7 @@ def generate(
                     recipients=recipients,
                     gid=gid,
                     sequence_number=seq,
-                    timestamp_ns=source,
+                    timestamp_ns=source + (150_000_000 if t < skewed else 0),
                 )
                 message = message.with_message_id(f"<{gid.value}.{seq}@example.test>")
                 deliveries.append(("listener", message, delivered, ("pub", gid.value, topic, seq)))

@@ -246,3 +246,22 @@ def test_the_verdict_says_in_a_word_and_in_sentences_what_is_wrong() -> None:
         "latencies are off by as much",
     ]
     assert health_verdict(_Overview(health, slow), summary, limits)[0] == "degraded"
+
+
+def test_a_symmetric_log_axis_reads_latencies_either_side_of_zero() -> None:
+    """Latencies below zero (a publisher's clock ahead of the server's) sit on a symmetric
+    log axis as mirror images of those above, linear within 1 ms of zero, in order; its
+    ticks are 0 and the powers of ten each side as far as the values go, labelled with the
+    milliseconds they stand for."""
+    from emailmw._pipeline.explore import symlog, symlog_ticks
+
+    assert symlog(0.0) == 0.0
+    assert symlog(-150.0) == -symlog(150.0)
+    assert abs(symlog(0.01) - 0.01 / 2.302585) < 1e-3  # (near zero: about v / ln 10)
+    values = [-149.0, -60.0, -0.5, 0.0, 0.3, 12.0, 50.0]
+    assert [symlog(v) for v in values] == sorted(symlog(v) for v in values)
+    ticks = symlog_ticks(values)
+    assert list(ticks.values()) == ["-1,000", "-100", "-10", "-1", "0", "1", "10", "100"]
+    assert list(ticks) == sorted(ticks)
+    assert symlog_ticks([2.0, 40.0]) == {0.0: "0", symlog(1): "1", symlog(10): "10",
+                                        symlog(100): "100"}  # fmt: skip

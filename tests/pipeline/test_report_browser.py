@@ -35,7 +35,7 @@ def page(
     playwright = pytest.importorskip("playwright.sync_api")
     del spark  # the session fixture started the JVM; analyze() reuses it
     root = tmp_path_factory.mktemp("report")
-    archive = generate(seed=7, topics=12)
+    archive = generate(seed=7, topics=12, skewed=1)  # /sensors/t0: a clock 150 ms ahead
     archive.write_maildir(root / "maildirs")
     analyze(AnalyzeRequest([str(root / "maildirs")], root / "out"))
     errors: list[str] = []
@@ -202,4 +202,41 @@ def test_each_topic_s_chip_has_its_lines_colour(page: Any) -> None:
         checked += 1
     assert checked >= 2
     assert len(set(colors.values())) > 1
+    assert errors == []
+
+
+def test_latencies_below_zero_read_on_a_symmetric_log_axis(page: Any) -> None:
+    """A topic whose publisher's clock is ahead of the server's has latencies below zero:
+    the latency-over-time plot and the CDF draw them on a symmetric log axis, said in their
+    titles, with ticks labelled in ms either side of 0, and its p50 line follows its
+    values across the axis (it lay flat at 0 on a linear axis swamped by the others)."""
+    tab, archive, errors = page
+    topic = "/sensors/t0"
+    assert min(archive.expected["topics"][topic]["latency_cdf_ms"]) < 0
+    found = tab.evaluate(
+        """(topic) => [...Bokeh.documents[0].all_models]
+             .filter(m => m.type === 'Figure' || m.type === 'Plot')
+             .filter(p => p.title && p.title.text.startsWith('Latency'))
+             .map(p => {
+               const axis = p.title.text.startsWith('Latency over') ? p.left[0] : p.below[0];
+               const lines = p.renderers.filter(r => r.data_source && r.data_source.data.topic
+                 && r.data_source.data.topic[0] === topic && r.glyph.type === 'Line');
+               const d = lines.length ? lines[0].data_source.data : {};
+               return {title: p.title.text, ticker: axis.ticker.type,
+                       labels: (o => o instanceof Map ? [...o.values()] : Object.values(o))(
+                         axis.major_label_overrides || {}),
+                       drawn: [...(d.p50 || d.latency || [])],
+                       ms: [...(d.p50_ms || d.latency_ms || [])]}; })""",
+        topic,
+    )
+    assert len(found) == 2, found
+    for plot in found:
+        assert "symmetric log axis" in plot["title"]
+        assert plot["ticker"] == "FixedTicker"
+        assert {"-100", "0", "100"} <= set(plot["labels"]), plot["labels"]
+        assert min(plot["ms"]) < 0
+        assert min(plot["drawn"]) < 0 < max(plot["drawn"]) or len(set(plot["drawn"])) > 1
+        # drawn where its value sits: below zero on the left, in order
+        order = sorted(range(len(plot["ms"])), key=lambda i: plot["ms"][i])
+        assert [plot["drawn"][i] for i in order] == sorted(plot["drawn"])
     assert errors == []

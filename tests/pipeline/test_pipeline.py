@@ -522,6 +522,9 @@ def test_command_line(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "messages" in ok.stdout
     assert (tmp_path / "out" / "report.html").exists()
+    # nothing but its own lines: not the JVM's (every Spark 4 start printed "WARNING:
+    # Using incubator modules: jdk.incubator.vector"), not Spark's
+    assert [line for line in ok.stderr.splitlines() if not line.startswith("[analyze]")] == []
     missing = subprocess.run(
         [
             sys.executable,
@@ -686,6 +689,11 @@ def test_bad_input_is_one_line_said_within_seconds(tmp_path: Path) -> None:
     no_java = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     no_java["PATH"] = str(Path(sys.executable).parent)  # python, not java
     _one_line(_analyze_cli(str(mbox), "--out", out, env=no_java), "no Java runtime found")
+    # a JVM that cannot start says why in the one line (its own output stays off the screen)
+    _one_line(
+        _analyze_cli(str(mbox), "--out", out, "--conf", "spark.driver.memory=lots"),
+        "the Spark driver JVM did not start: Invalid maximum heap size",
+    )
     no_numpy = ("-c", "import sys; sys.modules['numpy'] = None; import runpy; "
                 "runpy.run_module('emailmw', run_name='__main__')")  # fmt: skip
     result = subprocess.run(

@@ -33,11 +33,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
+from ._debian import apt_install, unpack
 from ._processes import read_pid, wait_gone
 
 __all__ = ["ROOT", "CourierIMAP", "ensure_courier"]
@@ -79,37 +79,10 @@ def ensure_courier() -> Path:
         return ROOT
     if os.geteuid() != 0:
         raise RuntimeError("Courier-IMAP is installed as root (apt-get)")
-    env = _env() | {"DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "--no-upgrade",
-               *PACKAGES]  # fmt: skip
     print("[mailserver] installing Courier's packages and unpacking Courier-IMAP", file=sys.stderr)
-    # (courier-authdaemon's postinst would start the machine's authdaemond: no service
-    # starts when policy-rc.d says so, as in Debian's container images)
-    policy = Path("/usr/sbin/policy-rc.d")
-    made_policy = not policy.exists()
-    if made_policy:
-        policy.write_text("#!/bin/sh\nexit 101\n")
-        policy.chmod(0o755)
-    try:
-        if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=False).returncode:
-            subprocess.run(["apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL,
-                           check=True)  # fmt: skip
-            subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=True)
-    finally:
-        if made_policy:
-            policy.unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            ["apt-get", "download", _UNPACKED], cwd=tmp, env=env, check=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        unpacked = ROOT.with_name(ROOT.name + ".new")
-        shutil.rmtree(unpacked, ignore_errors=True)
-        for deb in sorted(Path(tmp).glob("*.deb")):
-            subprocess.run(["dpkg", "-x", str(deb), str(unpacked)], env=env, check=True)
-        shutil.rmtree(ROOT, ignore_errors=True)
-        unpacked.rename(ROOT)
-    return ROOT
+    # (courier-authdaemon's scripts would start the machine's authdaemond)
+    apt_install(PACKAGES, upgrade=False, no_start=True)
+    return unpack([_UNPACKED], ROOT)
 
 
 def _hash(password: str) -> str:

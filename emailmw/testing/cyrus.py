@@ -24,10 +24,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Final
 
+from ._debian import apt_install, unpack
 from ._processes import read_pid, wait_gone
 
 __all__ = ["ROOT", "CyrusIMAP", "ensure_cyrus"]
@@ -60,25 +60,9 @@ def ensure_cyrus() -> Path:
         return ROOT
     if os.geteuid() != 0:
         raise RuntimeError("Cyrus IMAP is installed as root (apt-get)")
-    env = _env() | {"DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "--no-upgrade",
-               *LIBRARIES]  # fmt: skip
     print("[mailserver] installing Cyrus IMAP's libraries and unpacking Cyrus", file=sys.stderr)
-    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=False).returncode:
-        subprocess.run(["apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL, check=True)
-        subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            ["apt-get", "download", *_PACKAGES], cwd=tmp, env=env, check=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        unpacked = ROOT.with_name(ROOT.name + ".new")
-        shutil.rmtree(unpacked, ignore_errors=True)
-        for deb in sorted(Path(tmp).glob("*.deb")):
-            subprocess.run(["dpkg", "-x", str(deb), str(unpacked)], env=env, check=True)
-        shutil.rmtree(ROOT, ignore_errors=True)
-        unpacked.rename(ROOT)
-    return ROOT
+    apt_install(LIBRARIES, upgrade=False)
+    return unpack(_PACKAGES, ROOT)
 
 
 class CyrusIMAP:

@@ -47,6 +47,7 @@ from typing import Any, Final, Self
 import yaml
 
 from .._core.errors import EmailMWError
+from ._debian import apt_install
 from ._processes import alive, read_pid, wait_gone
 from .courier import CourierIMAP, ensure_courier
 from .cyrus import CyrusIMAP, ensure_cyrus
@@ -134,12 +135,8 @@ def ensure_installed() -> None:
         check=False,
         env=env,
     )
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
     print(f"[mailserver] installing {' '.join(PACKAGES)}", file=sys.stderr)
-    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=False).returncode:
-        # package lists missing or stale on a fresh machine: update once and retry
-        subprocess.run(["apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL, check=True)
-        subprocess.run(install, env=env, stdout=subprocess.DEVNULL, check=True)
+    apt_install(PACKAGES)
     if missing_packages():
         raise MailServerError(f"still missing after apt-get install: {missing_packages()}")
 

@@ -344,28 +344,40 @@ def test_a_node_s_log_lines_go_to_rosout_while_someone_reads_it(default: Any) ->
     executor.shutdown()
 
 
-def test_timers_run_on_simulated_time_when_the_node_uses_it(default: Any) -> None:
-    """With ``use_sim_time`` a node's timer counts periods of ``/clock``'s time, as
-    rclpy's: nothing while simulated time stands still (whatever the wall clock does),
-    one call per period it advances, missed periods skipped."""
+def _simulated_clock(node: Node) -> Callable[[float], None]:
+    """A publisher of ``/clock``: ``set_time(seconds)`` publishes that simulated time and
+    returns once ``node``'s clock reads it."""
     from emailmw.builtin_interfaces.msg import Time as TimeMessage
     from emailmw.rosgraph_msgs.msg import Clock as ClockMessage
 
-    node = Node("sim_timer", cli_args=["--ros-args", "-p", "use_sim_time:=true"])
-    calls: list[Any] = []
-    node.create_timer(1.0, calls.append)  # (one argument: a TimerInfo)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    _spin_in_thread(executor)
     clock = emailmw.create_node("sim_source").create_publisher(ClockMessage, "/clock", 10)
 
-    def tick(seconds: float, expected: int) -> None:
+    def set_time(seconds: float) -> None:
         ns = round(seconds * 1e9)
         clock.publish(ClockMessage(clock=TimeMessage(sec=ns // 10**9, nanosec=ns % 10**9)))
         deadline = time.monotonic() + 10
         while node.get_clock().now().nanoseconds != ns:
             assert time.monotonic() < deadline
             time.sleep(0.01)
+
+    return set_time
+
+
+def test_timers_run_on_simulated_time_when_the_node_uses_it(default: Any) -> None:
+    """With ``use_sim_time`` a node's timer counts periods of ``/clock``'s time, as
+    rclpy's: nothing while simulated time stands still (whatever the wall clock does),
+    one call per period it advances, missed periods skipped."""
+    node = Node("sim_timer", cli_args=["--ros-args", "-p", "use_sim_time:=true"])
+    calls: list[Any] = []
+    node.create_timer(1.0, calls.append)  # (one argument: a TimerInfo)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    _spin_in_thread(executor)
+    set_time = _simulated_clock(node)
+
+    def tick(seconds: float, expected: int) -> None:
+        set_time(seconds)
+        deadline = time.monotonic() + 10
         while len(calls) < expected:  # the call due, whenever the executor gets to it
             assert time.monotonic() < deadline, (seconds, calls)
             time.sleep(0.01)
@@ -385,22 +397,11 @@ def test_a_rate_sleeps_periods_of_simulated_time_when_the_node_uses_it(default: 
     its sleep lasts until ``/clock``'s time has moved a period on (counted from the
     first simulated time), however much wall-clock time passes; a loop that fell behind
     starts its next period from now."""
-    from emailmw.builtin_interfaces.msg import Time as TimeMessage
-    from emailmw.rosgraph_msgs.msg import Clock as ClockMessage
-
     node = Node("sim_rate", cli_args=["--ros-args", "-p", "use_sim_time:=true"])
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     _spin_in_thread(executor)
-    clock = emailmw.create_node("sim_source").create_publisher(ClockMessage, "/clock", 10)
-
-    def tick(seconds: float) -> None:
-        ns = round(seconds * 1e9)
-        clock.publish(ClockMessage(clock=TimeMessage(sec=ns // 10**9, nanosec=ns % 10**9)))
-        deadline = time.monotonic() + 10
-        while node.get_clock().now().nanoseconds != ns:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+    tick = _simulated_clock(node)
 
     tick(10.0)
     rate = node.create_rate(10.0)  # periods of 0.1 s of simulated time, from 10.0

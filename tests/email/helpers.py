@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import smtplib
 import ssl
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +149,24 @@ class Peer:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(10)
+
+
+def other_imap_server(imap_server: str, pool_size: int = 300) -> Iterator[MailServer]:
+    """A server of its own whose IMAP is ``imap_server`` (cyrus, courier), or Dovecot with
+    capabilities to take away (``dovecot``), started fresh; stopped and removed after."""
+    state = Path(f"/tmp/emailmw-{imap_server}-{uuid.uuid4().hex[:8]}")
+    server = MailServer(state_dir=state, imap_server=imap_server, pool_size=pool_size)
+    server.start(fresh=True)
+    yield server
+    server.stop()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def count_in_maildir(server: MailServer, address: str, folder: str, text: bytes) -> int:
+    """How many messages holding ``text`` the account's Maildir folder holds (``INBOX``, or
+    a folder by its name without any namespace prefix)."""
+    maildir = server.maildir(address)
+    if folder != "INBOX":
+        maildir = maildir / f".{folder}"
+    return sum(1 for d in ("new", "cur") if (maildir / d).is_dir()
+               for f in (maildir / d).iterdir() if text in f.read_bytes())  # fmt: skip

@@ -4,10 +4,7 @@ delivery-mode suite. Postfix delivers to Cyrus over LMTP; every IMAP session is 
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +19,7 @@ from emailmw.testing import (
 )
 from emailmw.testing.mailserver import MailServer
 
+from .helpers import other_imap_server
 from .test_conformance import MAIL_TRANSPORTS, _pair
 from .test_delivery_modes import _world
 
@@ -29,12 +27,7 @@ from .test_delivery_modes import _world
 @pytest.fixture(scope="module")
 def cyrus(mailserver: MailServer) -> Iterator[MailServer]:
     del mailserver  # (started after the run's: Postfix and Dovecot are there)
-    state = Path(f"/tmp/emailmw-cyrus-{uuid.uuid4().hex[:8]}")
-    server = MailServer(state_dir=state, imap_server="cyrus", pool_size=300)
-    server.start(fresh=True)
-    yield server
-    server.stop()
-    shutil.rmtree(state, ignore_errors=True)
+    yield from other_imap_server("cyrus")
 
 
 class TestCyrusTransportConformance(TransportConformance, MultiRecipientConformance):

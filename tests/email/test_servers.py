@@ -8,11 +8,8 @@ commands: what the clients send tells.)"""
 from __future__ import annotations
 
 import logging
-import shutil
 import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,26 +21,13 @@ from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing.mailserver import MailServer
 from tests.helpers import deadline_loop
 
-from .helpers import transport_extra
+from .helpers import count_in_maildir, other_imap_server, transport_extra
 
 
 @pytest.fixture(scope="module")
 def trimmed(mailserver: MailServer) -> Iterator[MailServer]:
     del mailserver  # (started after the run's: the packages are there)
-    state = Path(f"/tmp/emailmw-caps-{uuid.uuid4().hex[:8]}")
-    server = MailServer(state_dir=state, pool_size=30)
-    server.start(fresh=True)
-    yield server
-    server.stop()
-    shutil.rmtree(state, ignore_errors=True)
-
-
-def _count(server: MailServer, address: str, folder: str, text: bytes) -> int:
-    maildir = server.maildir(address)
-    if folder != "INBOX":
-        maildir = maildir / f".{folder}"
-    return sum(1 for d in ("new", "cur") if (maildir / d).is_dir()
-               for f in (maildir / d).iterdir() if text in f.read_bytes())  # fmt: skip
+    yield from other_imap_server("dovecot", pool_size=30)
 
 
 @pytest.mark.parametrize("missing", ["IDLE", "MOVE", "UIDPLUS", "CONDSTORE"])
@@ -85,10 +69,10 @@ def test_a_server_without_a_capability_still_delivers_and_files_every_message(
             assert sorted(got) == ["m0", "m1", "m2"], sub
         for address in receivers.values():
             more = deadline_loop(30)
-            while more() and _count(trimmed, address, "Done", b"/caps") < 3:
+            while more() and count_in_maildir(trimmed, address, "Done", b"/caps") < 3:
                 time.sleep(0.1)
-            assert _count(trimmed, address, "Done", b"/caps") == 3
-            assert _count(trimmed, address, "INBOX", b"/caps") == 0
+            assert count_in_maildir(trimmed, address, "Done", b"/caps") == 3
+            assert count_in_maildir(trimmed, address, "INBOX", b"/caps") == 0
         sent = "\n".join(r.getMessage() for r in caplog.records if " > " in r.getMessage())
         command = {"IDLE": " IDLE", "MOVE": "UID MOVE", "UIDPLUS": "UID EXPUNGE"}.get(missing)
         if command is not None:
@@ -186,9 +170,9 @@ def test_a_claim_cut_short_without_move_is_a_flagged_redelivery(
 def _filed(server: MailServer, address: str, folder: str, count: int) -> int:
     """How many ``/roles`` messages are in ``folder``, waiting up to 30 s for ``count``."""
     more = deadline_loop(30)
-    while more() and _count(server, address, folder, b"/roles") < count:
+    while more() and count_in_maildir(server, address, folder, b"/roles") < count:
         time.sleep(0.1)
-    return _count(server, address, folder, b"/roles")
+    return count_in_maildir(server, address, folder, b"/roles")
 
 
 @pytest.mark.parametrize("transport", ["native", "curl"])
@@ -224,14 +208,14 @@ def test_folder_roles_name_the_server_s_folders_and_gmail_s_delete_moves_to_tras
         assert _filed(mailserver, archive, "Archiv", 2) == 2
         assert _filed(mailserver, gmail, "Trash", 2) == 2
         for address in (archive, gmail):
-            assert _count(mailserver, address, "INBOX", b"/roles") == 0
+            assert count_in_maildir(mailserver, address, "INBOX", b"/roles") == 0
         more = deadline_loop(30)
         while more() and not any("\\Junk" in r.getMessage() for r in caplog.records):
             time.sleep(0.1)
         said = [r.getMessage() for r in caplog.records if "\\Junk" in r.getMessage()]
         assert len(said) == 1, said
         assert "has the role \\Junk (RFC 6154 SPECIAL-USE): name the folder" in said[0]
-        assert _count(mailserver, junk, "INBOX", b"/roles") == 2
+        assert count_in_maildir(mailserver, junk, "INBOX", b"/roles") == 2
         assert not (mailserver.maildir(junk) / ".Junk").exists()
     finally:
         talker.shutdown()

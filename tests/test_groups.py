@@ -529,3 +529,43 @@ def test_a_slow_round_is_no_time_the_consumer_held_a_message() -> None:
     _rounds(member, clock, 0.2)
     assert member.counts["rejoined"] == 0
     assert box.folders["emailmw-g-done-" + member.member]
+
+
+def test_an_expiry_under_a_slow_lock_release_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A store whose lock release is slow (Courier's folder deletion: 2 s) with an expiry
+    that does not reach well past it: one warning line naming the expiry to give; none
+    with an expiry that does, nor on a store that releases at once."""
+    box, _ = _world()
+
+    class Slow(MemoryGroupStore):
+        slow_release = 2.0
+
+    clock = Clock()
+    with caplog.at_level("WARNING", logger="emailmw.groups"):
+        _member(box, clock, GroupSettings(expiry=0.8)).close()
+        said = [r.getMessage() for r in caplog.records]
+        assert said == []
+        GroupReceiver(
+            Slow(box, "g"),
+            mode="stateless",
+            group="g",
+            wants=lambda h: True,
+            unpack=_unpack,
+            settings=GroupSettings(expiry=0.8),
+            clock=clock,
+        ).close()
+        GroupReceiver(
+            Slow(box, "g"),
+            mode="stateless",
+            group="g",
+            wants=lambda h: True,
+            unpack=_unpack,
+            settings=GroupSettings(expiry=5.0),
+            clock=clock,
+        ).close()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1
+    assert "an expiry of 0.8 s sees live members dead" in said[0]
+    assert "give the group an expiry of 5 s or more" in said[0]

@@ -236,7 +236,7 @@ def judge_capabilities(probe: ServerProbe) -> Check:
 _COURIER: Final = (
     "Courier-IMAP: its IDLE looks for new mail only every IMAP_IDLE_TIMEOUT s (receivers "
     "poll instead), and it takes 2 s to delete or rename a folder (a group's claim round "
-    "waits that long to release its lock)"
+    "waits that long to release its lock: give groups an expiry of 5 s or more)"
 )
 
 

@@ -21,7 +21,7 @@ import select
 import socket
 import ssl
 import weakref
-from typing import Any
+from typing import Any, Final
 
 import imapclient
 import imapclient.exceptions
@@ -32,6 +32,7 @@ from .auth import imap_login
 from .connections import Slot, take_slot
 
 __all__ = [
+    "COURIER_FOLDER_CHANGE_S",
     "body",
     "can_idle",
     "expunge_uids",
@@ -194,6 +195,10 @@ def can_idle(client: imapclient.IMAPClient) -> bool:
     ``IMAP_IDLE_TIMEOUT`` (60 s) while in it, which its capabilities do not tell: a
     receiver on Courier polls (every ``polling-period``)."""
     return bool(client.has_capability("IDLE")) and not _courier(client)
+
+
+#: what Courier-IMAP takes to delete or rename a folder (it waits 2 s in it; measured)
+COURIER_FOLDER_CHANGE_S: Final = 2.0
 
 
 def is_courier(greeting: bytes | str) -> bool:

@@ -4,15 +4,14 @@ delivery-mode suite. Postfix delivers into the Maildirs; every IMAP session is C
 
 from __future__ import annotations
 
-import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import emailmw
+from emailmw._transport.group import GroupSettings
 from emailmw.testing import (
     DeliveryModeConformance,
     GroupWorld,
@@ -23,7 +22,7 @@ from emailmw.testing import (
 from emailmw.testing.mailserver import MailServer
 from tests.helpers import deadline_loop
 
-from .helpers import transport_extra, write_config
+from .helpers import count_in_maildir, other_imap_server, transport_extra, write_config
 from .test_conformance import MAIL_TRANSPORTS, _pair
 from .test_delivery_modes import _world
 from .test_doctor import check_line, doctor
@@ -32,12 +31,7 @@ from .test_doctor import check_line, doctor
 @pytest.fixture(scope="module")
 def courier(mailserver: MailServer) -> Iterator[MailServer]:
     del mailserver  # (started after the run's: Postfix and Dovecot are there)
-    state = Path(f"/tmp/emailmw-courier-{uuid.uuid4().hex[:8]}")
-    server = MailServer(state_dir=state, imap_server="courier", pool_size=300)
-    server.start(fresh=True)
-    yield server
-    server.stop()
-    shutil.rmtree(state, ignore_errors=True)
+    yield from other_imap_server("courier")
 
 
 class TestCourierTransportConformance(TransportConformance, MultiRecipientConformance):
@@ -49,16 +43,13 @@ class TestCourierTransportConformance(TransportConformance, MultiRecipientConfor
 
 
 class TestCourierDeliveryModes(DeliveryModeConformance):
+    # a member's claim round waits 2 s for Courier to delete the lock folder: a liveness
+    # horizon under it sees live members dead (docs/providers.md)
+    timing = GroupSettings(heartbeat=0.25, expiry=5.0, poll=0.02, steal_after=0.5)
+
     @pytest.fixture
     def group_world(self, courier: MailServer) -> Iterator[GroupWorld]:
         yield from _world(courier, "native")
-
-
-def _filed(server: MailServer, address: str, folder: str) -> int:
-    """How many ``/filed`` messages the Maildir folder holds (``""``: INBOX)."""
-    maildir = server.maildir(address) / folder
-    return sum(1 for d in ("new", "cur") if (maildir / d).is_dir()
-               for f in (maildir / d).iterdir() if b"/filed" in f.read_bytes())  # fmt: skip
 
 
 @pytest.mark.parametrize("transport", MAIL_TRANSPORTS)
@@ -86,10 +77,10 @@ def test_a_folder_named_plainly_is_made_under_courier_s_namespace(
                 got.append(found)
         assert sorted(got) == ["m0", "m1", "m2"]
         more = deadline_loop(30)
-        while more() and _filed(courier, receiver, ".Done") < 3:
+        while more() and count_in_maildir(courier, receiver, "Done", b"/filed") < 3:
             time.sleep(0.1)
-        assert _filed(courier, receiver, ".Done") == 3  # Courier's INBOX.Done
-        assert _filed(courier, receiver, "") == 0
+        assert count_in_maildir(courier, receiver, "Done", b"/filed") == 3  # Courier's INBOX.Done
+        assert count_in_maildir(courier, receiver, "INBOX", b"/filed") == 0
     finally:
         talker.shutdown()
         ctx.shutdown()
@@ -109,3 +100,19 @@ def test_doctor_says_what_courier_lacks(courier: MailServer, tmp_path: Path) -> 
     assert "no UIDPLUS" not in features
     for name in ("smtp login", "imap login", "imap folders", "imap tls"):
         check_line(out, "PASS", name)
+
+
+def test_a_group_on_courier_is_told_to_reach_past_its_slow_lock(
+    courier: MailServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The group store knows Courier (its greeting) takes 2 s to release the claim lock;
+    a group with the default expiry (0.8 s) is told, in one line, the expiry to give."""
+    ctx = emailmw.Context({"email": courier.config(courier.fresh_account())})
+    try:
+        with caplog.at_level("WARNING", logger="emailmw.groups"):
+            emailmw.Subscription("/work", context=ctx, mode="stateless", group="crew")
+        (said,) = [r.getMessage() for r in caplog.records if "claim lock" in r.getMessage()]
+        assert "takes 2 s to release the claim lock" in said
+        assert "give the group an expiry of 5 s or more" in said
+    finally:
+        ctx.shutdown()

@@ -49,8 +49,10 @@ from ..._core.log import get_logger
 from ..common import ssl_context, uid_set
 from ..errors import imap_errors
 from ..imap import (
+    COURIER_FOLDER_CHANGE_S,
     body,
     expunge_uids,
+    is_courier,
     move_uids,
     open_account_folder,
     personal_prefix,
@@ -115,6 +117,8 @@ class ImapGroupStore(GroupStore):
         with self._errors(doing):
             if self._client is None:
                 client, _ = open_account_folder(self._options, self._ssl, readonly=False)
+                if is_courier(getattr(client, "welcome", b"") or b""):
+                    self.slow_release = COURIER_FOLDER_CHANGE_S
                 self._move_command = client.has_capability("MOVE")
                 self._condstore = client.has_capability("CONDSTORE")
                 self._prefix = f"{personal_prefix(client)}emailmw-{self._group}-"

@@ -394,6 +394,10 @@ class GroupStore(abc.ABC):
     """The mail-store operations of the group protocol (see the module). Used by one
     thread; every method may raise a :class:`~emailmw.TransportError`."""
 
+    #: seconds this store takes at least to release the claim lock (a folder deletion:
+    #: 2 on Courier-IMAP); a liveness horizon (``expiry``) must reach well past it
+    slow_release: float = 0.0
+
     @abc.abstractmethod
     def members(self) -> list[MemberRecord]: ...
 

@@ -135,6 +135,14 @@ class GroupReceiver(EmailReceiver):
         self._quarantine = quarantine
         self.member = _new_member()
         self._record: MemberRecord | None = None
+        if store.slow_release and self.settings.expiry < 2.5 * store.slow_release:
+            _log.warning(
+                "group %s: this server takes %.0f s to release the claim lock (a folder "
+                "deletion) at every claim round: an expiry of %.1f s sees live members dead "
+                "(their claims taken, handed out again); give the group an expiry of %.0f s "
+                "or more", group, store.slow_release, self.settings.expiry,
+                2.5 * store.slow_release,
+            )  # fmt: skip
         self._liveness = Liveness(self.settings.expiry)
         self._lease = Lease(self.settings.expiry)
         self._lock = threading.Lock()  # what is held and settling

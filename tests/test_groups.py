@@ -547,24 +547,10 @@ def test_an_expiry_under_a_slow_lock_release_is_said_once(
         _member(box, clock, GroupSettings(expiry=0.8)).close()
         said = [r.getMessage() for r in caplog.records]
         assert said == []
-        GroupReceiver(
-            Slow(box, "g"),
-            mode="stateless",
-            group="g",
-            wants=lambda h: True,
-            unpack=_unpack,
-            settings=GroupSettings(expiry=0.8),
-            clock=clock,
-        ).close()
-        GroupReceiver(
-            Slow(box, "g"),
-            mode="stateless",
-            group="g",
-            wants=lambda h: True,
-            unpack=_unpack,
-            settings=GroupSettings(expiry=5.0),
-            clock=clock,
-        ).close()
+        for expiry in (0.8, 5.0):
+            GroupReceiver(Slow(box, "g"), mode="stateless", group="g", wants=lambda h: True,
+                          unpack=_unpack, settings=GroupSettings(expiry=expiry),
+                          clock=clock).close()  # fmt: skip
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1
     assert "an expiry of 0.8 s sees live members dead" in said[0]

@@ -89,11 +89,11 @@ def open_imap_folder(
     except on Courier-IMAP, whose read-only sessions see UIDs of their own), and the
     SELECT's answer (with ``UIDNEXT`` always, asked with STATUS from a server whose SELECT
     leaves it out, as Courier's does): implicit TLS on ``imaps``, STARTTLS on ``imap``
-    unless ``starttls`` is false. It holds
-    one of the ``max_connections`` slots of its account in this process until it logs out
-    or shuts down (``connections``: a :class:`~emailmw.ConnectionLimitError` when none is
-    free). Raw backend errors propagate (callers translate them with
-    ``errors.imap_errors``); a connection that failed half-way is shut down."""
+    unless ``starttls`` is false. It holds one of the ``max_connections`` slots of its
+    account in this process until it logs out or shuts down (``connections``: a
+    :class:`~emailmw.ConnectionLimitError` when none is free). Raw backend errors
+    propagate (callers translate them with ``errors.imap_errors``); a connection that
+    failed half-way is shut down."""
     implicit = endpoint.scheme == "imaps"
     slot = take_slot(user.username, endpoint.url, max_connections, wait=timeout)
     try:

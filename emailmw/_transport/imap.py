@@ -41,6 +41,7 @@ __all__ = [
     "list_folders",
     "internal_ns",
     "is_courier",
+    "on_courier",
     "open_account_folder",
     "open_imap_folder",
     "personal_prefix",
@@ -115,7 +116,7 @@ def open_imap_folder(
         # (read-write on Courier even for a reader that changes nothing: its read-only
         # sessions number new mail for themselves only, in name order, never recording
         # it, so UIDs and UIDVALIDITY seen read-only change from session to session)
-        readonly = readonly and not _courier(client)
+        readonly = readonly and not on_courier(client)
         info: dict[bytes, Any] = client.select_folder(folder, readonly=readonly)
         if b"UIDNEXT" not in info:  # (Courier never says it on SELECT; STATUS does)
             info[b"UIDNEXT"] = client.folder_status(folder, [b"UIDNEXT"])[b"UIDNEXT"]
@@ -194,7 +195,7 @@ def can_idle(client: imapclient.IMAPClient) -> bool:
     own defaults set it up (``IMAP_ENHANCEDIDLE=0``), looks at the folder only every
     ``IMAP_IDLE_TIMEOUT`` (60 s) while in it, which its capabilities do not tell: a
     receiver on Courier polls (every ``polling-period``)."""
-    return bool(client.has_capability("IDLE")) and not _courier(client)
+    return bool(client.has_capability("IDLE")) and not on_courier(client)
 
 
 #: what Courier-IMAP takes to delete or rename a folder (it waits 2 s in it; measured)
@@ -207,7 +208,8 @@ def is_courier(greeting: bytes | str) -> bool:
     return "Courier-IMAP" in text
 
 
-def _courier(client: imapclient.IMAPClient) -> bool:
+def on_courier(client: imapclient.IMAPClient) -> bool:
+    """Whether ``client`` is connected to Courier-IMAP (its greeting says so)."""
     return is_courier(getattr(client, "welcome", b"") or b"")
 
 

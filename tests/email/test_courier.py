@@ -22,7 +22,13 @@ from emailmw.testing import (
 from emailmw.testing.mailserver import MailServer
 from tests.helpers import deadline_loop
 
-from .helpers import count_in_maildir, other_imap_server, transport_extra, write_config
+from .helpers import (
+    count_in_maildir,
+    other_imap_server,
+    receive_bodies,
+    transport_extra,
+    write_config,
+)
 from .test_conformance import MAIL_TRANSPORTS, _pair
 from .test_delivery_modes import _world
 from .test_doctor import check_line, doctor
@@ -69,13 +75,7 @@ def test_a_folder_named_plainly_is_made_under_courier_s_namespace(
         pub = emailmw.Publisher("/filed", context=talker)
         for i in range(3):
             pub.publish(f"m{i}")
-        got: list[str] = []
-        more = deadline_loop(30)
-        while len(got) < 3 and more():
-            found = emailmw.wait_for_message(sub, 1)
-            if found is not None:
-                got.append(found)
-        assert sorted(got) == ["m0", "m1", "m2"]
+        assert sorted(receive_bodies(sub, 3, 30)) == ["m0", "m1", "m2"]
         more = deadline_loop(30)
         while more() and count_in_maildir(courier, receiver, "Done", b"/filed") < 3:
             time.sleep(0.1)

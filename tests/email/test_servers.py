@@ -21,7 +21,7 @@ from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing.mailserver import MailServer
 from tests.helpers import deadline_loop
 
-from .helpers import count_in_maildir, other_imap_server, transport_extra
+from .helpers import count_in_maildir, other_imap_server, receive_bodies, transport_extra
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +60,7 @@ def test_a_server_without_a_capability_still_delivers_and_files_every_message(
         for i in range(3):
             pub.publish(f"m{i}")
         for sub in subs:
-            got: list[str] = []
-            more = deadline_loop(30)
-            while len(got) < 3 and more():
-                found = emailmw.wait_for_message(sub, 1)
-                if found is not None:
-                    got.append(found)
-            assert sorted(got) == ["m0", "m1", "m2"], sub
+            assert sorted(receive_bodies(sub, 3, 30)) == ["m0", "m1", "m2"], sub
         for address in receivers.values():
             more = deadline_loop(30)
             while more() and count_in_maildir(trimmed, address, "Done", b"/caps") < 3:

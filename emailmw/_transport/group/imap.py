@@ -52,8 +52,8 @@ from ..imap import (
     COURIER_FOLDER_CHANGE_S,
     body,
     expunge_uids,
-    is_courier,
     move_uids,
+    on_courier,
     open_account_folder,
     personal_prefix,
     uid_fetch,
@@ -117,7 +117,7 @@ class ImapGroupStore(GroupStore):
         with self._errors(doing):
             if self._client is None:
                 client, _ = open_account_folder(self._options, self._ssl, readonly=False)
-                if is_courier(getattr(client, "welcome", b"") or b""):
+                if on_courier(client):
                     self.slow_release = COURIER_FOLDER_CHANGE_S
                 self._move_command = client.has_capability("MOVE")
                 self._condstore = client.has_capability("CONDSTORE")

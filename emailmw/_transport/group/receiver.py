@@ -555,7 +555,7 @@ class GroupReceiver(EmailReceiver):
         if not lapsed and not self._dead and (full or standby or not healthy):
             # nothing to claim or take: no IMAP command, unless claims wait for room
             if (self._unfetched or waiting_parts) and out < self._limit:
-                return self._hand_out(now)
+                return self._hand_out()
             return []
         dead_claims = {r.member: store.claimed(r.member) for r in self._dead}
         dead_keys, joiners = self._part_keys(store, dead_claims)
@@ -570,7 +570,7 @@ class GroupReceiver(EmailReceiver):
             now, waiting, held, limit, healthy, lapsed
         ):
             self._unfetched = True
-        return self._hand_out(now) if self._unfetched or waiting_parts else []
+        return self._hand_out() if self._unfetched or waiting_parts else []
 
     def _part_keys(
         self, store: GroupStore, dead_claims: dict[str, list[int]], alive: Sequence[str] = ()
@@ -740,7 +740,7 @@ class GroupReceiver(EmailReceiver):
             store.break_lock(holder)
             self._unnamed_since = None
 
-    def _hand_out(self, now: float) -> list[IncomingEmail]:
+    def _hand_out(self) -> list[IncomingEmail]:
         """What this member holds and has not handed out, up to its room (and the receive
         budget), as :class:`IncomingEmail` objects with their claim: first the waiting
         messages of batch emails it fetched, then claims fetched now (a batch email's
@@ -760,7 +760,7 @@ class GroupReceiver(EmailReceiver):
                     room -= 1
             joining = self._joining()
         if room > 0 or joining:
-            room = self._fetch_claims(store, member, now, room, due)
+            room = self._fetch_claims(store, member, room, due)
         out: list[tuple[bool, IncomingEmail]] = []
         for key, held, item in due:
             if held.count:
@@ -788,7 +788,6 @@ class GroupReceiver(EmailReceiver):
         self,
         store: GroupStore,
         member: str,
-        now: float,
         room: int,
         due: list[tuple[tuple[str, int], _Held, Carried]],
     ) -> int:

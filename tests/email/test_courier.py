@@ -24,6 +24,7 @@ from tests.helpers import deadline_loop
 
 from .helpers import (
     count_in_maildir,
+    inject,
     other_imap_server,
     receive_bodies,
     transport_extra,
@@ -32,6 +33,7 @@ from .helpers import (
 from .test_conformance import MAIL_TRANSPORTS, _pair
 from .test_delivery_modes import _world
 from .test_doctor import check_line, doctor
+from .test_reliability import POISON
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +118,29 @@ def test_a_group_on_courier_is_told_to_reach_past_its_slow_lock(
         assert "give the group an expiry of 5 s or more" in said
     finally:
         ctx.shutdown()
+
+
+@pytest.mark.parametrize("transport", MAIL_TRANSPORTS)
+def test_poison_mail_stops_no_receiver_on_courier(courier: MailServer, transport: str) -> None:
+    """The receive path as Courier makes it (UIDNEXT asked apart, read-write sessions,
+    polling, the quarantine folder under ``INBOX.``, moves without MOVE): each poison
+    email of the reliability suite, each followed by a legitimate one, stops nothing; the
+    poison is quarantined, never deleted, ours deleted as configured."""
+    address, sender = courier.fresh_account(), courier.fresh_account()
+    config = {"on-receive": "delete", "quarantine": "Quarantine"}
+    ctx = emailmw.Context({"email": courier.config(
+        address, transport=transport, **config, **transport_extra(transport))})  # fmt: skip
+    talker = emailmw.Context({"email": courier.config(sender, to=address)})
+    try:
+        sub = emailmw.Subscription("/stream", context=ctx)
+        pub = emailmw.Publisher("/stream", context=talker)
+        for i, raw in enumerate(POISON.values()):
+            inject(courier, address, raw)
+            pub.publish(f"legit {i}")
+        got = receive_bodies(sub, len(POISON), 60)
+        assert sorted(got) == sorted(f"legit {i}" for i in range(len(POISON)))
+    finally:
+        talker.shutdown()
+        ctx.shutdown()  # settles and applies the last moves
+    assert count_in_maildir(courier, address, "Quarantine", b"Publisher-GID: 1") == len(POISON)
+    assert count_in_maildir(courier, address, "INBOX", b"Subject:") == 0

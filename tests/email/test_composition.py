@@ -70,6 +70,13 @@ def _folders_with(server: MailServer, address: str, text: bytes) -> dict[str, in
     return found
 
 
+def _lost(missing: list[int], server: MailServer, group: str, members: list[Peer]) -> str:
+    """What a failure says: what was lost, where the group's mail is, what members said."""
+    where = _folders_with(server, group, b"/work")
+    tails = ["".join(peer.stderr)[-1500:] for peer in members]
+    return f"lost {missing}; the group's mail is in {where}; members said: {tails}"
+
+
 def _members(config: Path, mode: str, peers: list[Peer], count: int, *options: str) -> list[Peer]:
     made = []
     for _ in range(count):
@@ -117,7 +124,8 @@ def test_batched_mail_reaches_a_group_whose_member_is_killed(
     victim = next(p for p in members if _lines(p)) if mode == "stateful" else members[0]
     victim.kill()
     lines = _wait_processed(members, 100)
-    assert {x["seq"] for x in lines} == set(range(100)), "lost"
+    missing = set(range(100)) - {x["seq"] for x in lines}
+    assert not missing, _lost(sorted(missing), mailserver, group, members)
     _assert_repeats_flagged(lines)
     done = {k: v for k, v in _folders_with(mailserver, group, b"emailmw batch of").items()
             if "-done-" in k}  # fmt: skip

@@ -223,8 +223,9 @@ class ImapGroupStore(GroupStore):
         def work(client: imapclient.IMAPClient) -> None:
             self._view(client, self._members_folder())
             uids = [uid for uid in (record.order, record.marker) if uid]
-            client.delete_messages(uids, silent=True)
-            expunge_uids(client, uids)
+            if uids:  # (none: a claims folder whose member has no record)
+                client.delete_messages(uids, silent=True)
+                expunge_uids(client, uids)
             folder = self._claims(record.member)
             if client.folder_exists(folder) and not self._all(client, folder):
                 self._select(client, self._options.folder)
@@ -232,6 +233,15 @@ class ImapGroupStore(GroupStore):
                 self._folders.discard(folder)
 
         self._run("removing a dead member", work)
+
+    def claimants(self) -> list[str]:
+        head = self._claims("")
+
+        def work(client: imapclient.IMAPClient) -> list[str]:
+            found = client.list_folders("", f"{head}*")
+            return [name.removeprefix(head) for _, _, name in found if name.startswith(head)]
+
+        return self._run("listing the claims folders", work)
 
     # ---------------------------------------------------------------- messages
 

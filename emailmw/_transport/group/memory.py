@@ -126,6 +126,11 @@ class MemoryGroupStore(GroupStore):
             if not self._box.folders.get(self._claims(record.member)):
                 self._box.folders.pop(self._claims(record.member), None)
 
+    def claimants(self) -> list[str]:
+        head = self._claims("")
+        with self._box.lock:
+            return [f.removeprefix(head) for f in self._box.folders if f.startswith(head)]
+
     def inbox(self) -> list[int]:
         with self._box.lock:
             return sorted(self._box.folders.get("INBOX", {}))

@@ -359,11 +359,15 @@ def plan(
     joining = [uid for uid, _ in waiting if joined.get(key(uid)) == me]
 
     for member, uids in dead_claims.items():
-        keyed = (dead_keys or {}).get(member, {})
-        mine = [u for u in uids if share(keyed.get(u, u)) == me][:room]
+        keyed = (dead_keys or {}).get(member, {})  # (its parts: they take no room, see
+        # joining; taking some only could leave this member full of parts waiting for
+        # the others, which it then never had room to take)
+        mine = [u for u in uids if share(keyed.get(u, u)) == me]
+        fits = [u for u in mine if u not in keyed][:room]
+        mine = [u for u in mine if u in keyed or u in fits]
         if mine:
             take[member] = mine
-            room -= len(mine)
+            room -= len(fits)
     holding = held + sum(len(uids) for uids in take.values())
     if holding and room < (limit + 1) // 2:
         return Plan(joining, take)  # claims go in batches: one claim lock for several
@@ -411,7 +415,13 @@ class GroupStore(abc.ABC):
 
     @abc.abstractmethod
     def remove_member(self, record: MemberRecord) -> None:
-        """Remove a dead member's record and its (empty) claims folder."""
+        """Remove a dead member's record and its (empty) claims folder (a record of order
+        0: a claims folder whose member has no record, :meth:`claimants`)."""
+
+    def claimants(self) -> list[str]:
+        """The members that have a claims folder (it may be empty). A store that cannot
+        tell says none."""
+        return []
 
     @abc.abstractmethod
     def inbox(self) -> list[int]:

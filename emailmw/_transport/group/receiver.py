@@ -172,6 +172,10 @@ class GroupReceiver(EmailReceiver):
         self._in_lapse = False
         self._unnamed_since: float | None = None  # since when the lock names no holder
         self._busy_since: float | None = None  # since when this member fails to take it
+        self._lock_looked = -1e9  # when it last watched the lock (first live member)
+        self._unlock_owed: MemberRecord | None = None  # a release of the lock that failed
+        self._orphans: list[MemberRecord] = []  # claims folders without a member
+        self._orphans_looked = -1e9
         self._last_members = -1e9
         self._dead: list[MemberRecord] = []
         self._alive: list[str] = []
@@ -465,8 +469,13 @@ class GroupReceiver(EmailReceiver):
 
     def _membership(self, now: float, healthy: bool) -> None:
         """Read the members, join if this member has no record, and decide who is alive
-        and dead (once per heartbeat interval)."""
+        and dead (once per heartbeat interval); once an expiry, also which claims folders
+        have no member (:meth:`_orphans_of`)."""
         store = self._store
+        listed = None
+        if self._joined and healthy and now - self._orphans_looked >= self.settings.expiry:
+            self._orphans_looked = now
+            listed = store.claimants()  # (listed before the members are read: see below)
         records = store.members()
         mine = next((r for r in records if r.member == self.member), None)
         if mine is None and self._joined:  # removed as dead: what it held is others' now
@@ -486,11 +495,25 @@ class GroupReceiver(EmailReceiver):
         read_at = max(now, self._clock())
         self._liveness.update(records, read_at)
         self._alive = self._liveness.alive(records, read_at)
+        if listed is not None:
+            self._orphans = self._orphans_of(listed, records)
         self._dead = [
             r for r in sorted(records, key=lambda r: r.order)
             if r.member not in self._alive and r.member != self.member
-        ]  # fmt: skip
+        ] + self._orphans_of([r.member for r in self._orphans], records)  # fmt: skip
         self._last_members = now
+
+    def _orphans_of(
+        self, claimants: Sequence[str], records: Sequence[MemberRecord]
+    ) -> list[MemberRecord]:
+        """The claims folders, of ``claimants``, whose member has no record in ``records``
+        (read after the folders were listed), as dead members of order 0: a member's record
+        is made before its claims folder, so such a member was removed as dead (its claims
+        all taken, as it seemed) and what is in its folder came after (it was alive: paused
+        past its lease in a claim, a move that landed late). Taken over as a dead member's
+        claims are; was: left there, never processed."""
+        names = {r.member for r in records} | {self.member}
+        return [MemberRecord(m, 0, 0) for m in claimants if m not in names and "-" not in m]
 
     def _check_health(self, now: float) -> bool:
         """False while a message handed to the consumer stays unsettled longer than
@@ -534,6 +557,8 @@ class GroupReceiver(EmailReceiver):
         if self._settle_thread is None:
             with self._settle_lock:
                 self._apply_settlements()
+        if self._unlock_owed is not None:
+            self._release_owed(self._unlock_owed)
         healthy = self._check_health(now)
         refresh = now - self._last_members >= self.settings.heartbeat or not self._joined
         if refresh:
@@ -553,7 +578,9 @@ class GroupReceiver(EmailReceiver):
         standby = self._mode == "stateful" and (not self._alive or self._alive[0] != self.member)
         full = held >= limit and not joining  # (the rest of a message it joins: claimed)
         if not lapsed and not self._dead and (full or standby or not healthy):
-            # nothing to claim or take: no IMAP command, unless claims wait for room
+            # nothing to claim or take: no IMAP command, unless claims wait for room (or
+            # the lock wants watching: see _watch_lock)
+            self._watch_lock(now, healthy, bool(self._waiting))
             if (self._unfetched or waiting_parts) and out < self._limit:
                 return self._hand_out()
             return []
@@ -566,10 +593,11 @@ class GroupReceiver(EmailReceiver):
                     frozenset(self._parts), dead_keys, joiners)  # fmt: skip
         # only this member puts claims in its folder: with nothing claimed or taken now, and
         # nothing left behind, there is nothing new to hand out (no IMAP command)
-        if (lapsed or work.take or work.claim) and self._under_lock(
-            now, waiting, held, limit, healthy, lapsed
-        ):
-            self._unfetched = True
+        if lapsed or work.take or work.claim:
+            if self._under_lock(now, waiting, held, limit, healthy, lapsed):
+                self._unfetched = True
+        else:
+            self._watch_lock(now, healthy, bool(waiting or any(dead_claims.values())))
         return self._hand_out() if self._unfetched or waiting_parts else []
 
     def _part_keys(
@@ -654,6 +682,7 @@ class GroupReceiver(EmailReceiver):
                 alive = self._liveness.alive(records, read_at) if healthy else []
                 dead = [r for r in sorted(records, key=lambda r: r.order)
                         if r.member not in alive and r.member != self.member]  # fmt: skip
+                dead += self._orphans_of([r.member for r in self._orphans], records)
                 self._alive, self._dead = alive, dead
             if lapsed:
                 self._confirm_claims()
@@ -665,6 +694,8 @@ class GroupReceiver(EmailReceiver):
             work = plan(self._mode, self.member, alive, dead_claims, waiting, held,
                         self.settings, limit, self._weights, self._keys,
                         frozenset(self._parts), dead_keys, joiners)  # fmt: skip
+            if work.take or work.claim:  # (before: a round failing after them must not
+                self._unfetched = True  # leave them in its folder, never handed out)
             for member, uids in work.take.items():
                 store.take(uids, member, self.member)
                 self.counts["taken"] += len(uids)
@@ -683,9 +714,28 @@ class GroupReceiver(EmailReceiver):
                 else:
                     left.append(gone)
             self._dead = left
+            self._orphans = [r for r in left if not r.order]
         finally:
-            store.unlock(record)  # (in this member's name: ``record`` is its own)
+            self._release(record)
         return True
+
+    def _release(self, record: MemberRecord) -> None:
+        """Release the claim lock in this member's name (``record`` is its own). A release
+        that failed is owed: tried again at the start of every round until it succeeds
+        (its lock names this member, live: nobody else may break it, and this member might
+        not want the lock again for long)."""
+        self._unlock_owed = record
+        self._store.unlock(record)
+        self._unlock_owed = None
+
+    def _release_owed(self, record: MemberRecord) -> None:
+        """A release that failed: done again while the lock still names this member (it is
+        its lock then: nobody else takes a lock that exists, nor breaks one naming a live
+        member); a lock left naming nobody is the first live member's to break."""
+        if any(r.member == record.member and r.locking for r in self._store.members()):
+            self._release(record)
+        else:
+            self._unlock_owed = None
 
     def _confirm_claims(self) -> None:
         """After a lapsed lease, under the claim lock and with a heartbeat just done: what
@@ -699,6 +749,23 @@ class GroupReceiver(EmailReceiver):
         self._lease.start(last[0] if last is not None else self._clock())
         self._in_lapse = False
         self._changed()
+
+    def _watch_lock(self, now: float, healthy: bool, work: bool) -> None:
+        """The first live member, with ``work`` waiting in the group (inbox mail, a dead
+        member's claims) and nothing of its own to claim this round, looks at the claim
+        lock once a heartbeat, and breaks it as :meth:`_maybe_break` says: only the first
+        live member breaks a lock, so it must look also when all that waits is others'
+        share (they cannot take a lock left behind, nor break it: without this, the group
+        stopped)."""
+        if not (work and healthy and self._alive[:1] == [self.member]):
+            return
+        if now - self._lock_looked < self.settings.heartbeat:
+            return
+        self._lock_looked = now
+        if self._store.locked():
+            self._maybe_break(now)
+        else:
+            self._busy_since = self._unnamed_since = None
 
     def _maybe_break(self, now: float) -> None:
         """Break the claim lock when its holder is dead (first live member only): seen at
@@ -809,10 +876,17 @@ class GroupReceiver(EmailReceiver):
                 break
             chosen.append(uid)
             need += 0 if part else max(1, listing[uid].count)
-        self._unfetched = len(chosen) < len(fresh)
         if not chosen:
+            self._unfetched = len(fresh) > 0
             return room
-        raw_by_uid = store.fetch(member, chosen)
+        try:
+            raw_by_uid = store.fetch(member, chosen)
+        except BaseException:  # (tried again at the next round: nothing reserved meanwhile)
+            if self._budget is not None:
+                for uid in chosen:
+                    self._budget.release(listing[uid].size)
+            raise
+        self._unfetched = len(chosen) < len(fresh)
         fetched_at = self._clock()  # (not the round's start: a slow round, such as
         # Courier's 2-s folder deletions, is no time the consumer held anything)
         for uid in chosen:

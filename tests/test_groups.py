@@ -413,14 +413,16 @@ def test_a_member_waiting_for_the_rest_of_a_message_is_not_hung() -> None:
     assert b.counts["taken"] == 0
 
 
-def test_a_message_of_more_parts_than_the_room_is_joined() -> None:
+@pytest.mark.parametrize("mode", ["stateless", "stateful"])
+def test_a_message_of_more_parts_than_the_room_is_joined(mode: str) -> None:
     """A member with room for 2 gets all 5 parts of a message (they wait on disk until
-    joined: room for one message); was: 2 handed out, the rest never, the message stuck."""
+    joined: room for one message); was: 2 handed out, the rest never, the message stuck
+    (stateful too, until the active member's claims counted parts as taking no room)."""
     box, _ = _world()
     clock = Clock()
     for part in _parts("<big1@x>", 5):
         box.deliver(part)
-    member = _member(box, clock, capacity=2)
+    member = _member(box, clock, capacity=2, mode=mode)
     got = _rounds(member, clock, 1.0)
     assert sorted(i.email.headers["Part"] for i in got) == [f"{n}/5" for n in range(1, 6)]
 
@@ -695,7 +697,8 @@ def test_a_fetch_that_fails_keeps_nothing_of_the_receive_budget() -> None:
     assert budget.held_bytes == 0
 
 
-def test_a_dead_member_s_parts_are_taken_whatever_the_room() -> None:
+@pytest.mark.parametrize("mode", ["stateless", "stateful"])
+def test_a_dead_member_s_parts_are_taken_whatever_the_room(mode: str) -> None:
     """A dead member held the parts of four messages, interleaved (sent at once): the
     member whose share they are, with room for 2, takes them all (parts wait on disk until
     joined: room for one message each, as when claimed from the inbox); was: it took 2,
@@ -708,7 +711,7 @@ def test_a_dead_member_s_parts_are_taken_whatever_the_room() -> None:
         for parts in messages:
             box.deliver(parts[index])
     store.claim(store.inbox(), "ghost")  # and then it died holding them
-    member = _member(box, clock := Clock(), capacity=2)
+    member = _member(box, clock := Clock(), capacity=2, mode=mode)
     got = _rounds(member, clock, 3.0)
     assert sorted((i.email.headers["Part-Of"], i.email.headers["Part"]) for i in got) == [
         (f"<big{n}@x>", f"{k}/2") for n in range(4) for k in (1, 2)

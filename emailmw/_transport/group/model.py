@@ -335,10 +335,11 @@ def plan(
             return Plan()  # a standby
         left = False
         for member, uids in dead_claims.items():  # the dead's claims first, in their order
-            part = list(uids)[:room]
+            parts = frozenset((dead_keys or {}).get(member, {}))  # (they take no room)
+            part = _within(uids, room, None, parts)
             if part:
                 take[member] = part
-                room -= len(part)
+                room -= len([u for u in part if u not in parts])
             left = left or len(part) < len(uids)
         if left:
             return Plan([], take)  # what the dead held goes before anything newer
@@ -347,7 +348,7 @@ def plan(
             if waited < settings.reorder:
                 break
             ready.append(uid)
-        return Plan(_within(ready, room, weight), take)
+        return Plan(_within(ready, room, weight, whole), take)
     joined = {k: m for k, m in (joiners or {}).items() if m in alive}
     key = (lambda uid: uid) if keys is None else (lambda uid: keys.get(uid, uid))
 
@@ -380,16 +381,25 @@ def plan(
     return Plan(joining + _within(mine + stolen, room, weight), take)
 
 
-def _within(uids: Sequence[int], room: int, weight: Mapping[int, int] | None) -> list[int]:
-    """The first of ``uids`` whose messages fit in ``room`` (at least one, with room)."""
-    if weight is None:
-        return list(uids[:room])
+def _within(
+    uids: Sequence[int],
+    room: int,
+    weight: Mapping[int, int] | None,
+    free: frozenset[int] = frozenset(),
+) -> list[int]:
+    """The first of ``uids`` whose messages fit in ``room`` (at least one, with room);
+    those in ``free`` (parts: they wait on disk until joined) take none."""
     chosen: list[int] = []
+    fitted = False
     for uid in uids:
-        need = max(1, weight.get(uid, 1))
-        if room <= 0 or (chosen and need > room):
+        if uid in free:
+            chosen.append(uid)
+            continue
+        need = max(1, (weight or {}).get(uid, 1))
+        if room <= 0 or (fitted and need > room):
             break
         chosen.append(uid)
+        fitted = True
         room -= need
     return chosen
 

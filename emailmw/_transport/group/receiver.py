@@ -603,18 +603,19 @@ class GroupReceiver(EmailReceiver):
     def _part_keys(
         self, store: GroupStore, dead_claims: dict[str, list[int]], alive: Sequence[str] = ()
     ) -> tuple[dict[str, dict[int, int]], dict[int, str]]:
-        """Stateless, for a message sent as parts: the share keys of the parts among dead
-        members' claims (a part taken over goes where the rest of its message goes), and
-        who joins each message some member holds parts of already (:func:`plan`'s
-        ``joiners``): this member for what it holds; with ``alive`` (under the claim lock,
-        parts waiting in the inbox), every live member for what its claims folder holds."""
-        if self._mode != "stateless":
-            return {}, {}
+        """For messages sent as parts: the share keys of the parts among dead members'
+        claims (a part taken over goes where the rest of its message goes, and takes no
+        room), and, stateless, who joins each message some member holds parts of already
+        (:func:`plan`'s ``joiners``): this member for what it holds; with ``alive`` (under
+        the claim lock, parts waiting in the inbox), every live member for what its claims
+        folder holds."""
         found = {}
         for member, uids in dead_claims.items():
             if uids:
                 parts = store.claimed_parts(member)
                 found[member] = {uid: part_key(of) for uid, of in parts.items()}
+        if self._mode != "stateless":
+            return found, {}
         with self._lock:
             joiners = {part_key(h.part_of): self.member for h in self._held.values() if h.part_of}
         if self._parts:

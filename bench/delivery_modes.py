@@ -88,7 +88,7 @@ def member(
             if hold or not sub.has_message():
                 time.sleep(0.005)
                 continue
-            taken = sub._take()
+            taken = sub.take_with_ticket()
             if taken is None:
                 continue
             _body, info, ticket = taken
@@ -109,20 +109,32 @@ def member(
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
+#: the member processes started, to say what one that failed printed (see ``wait``)
+MEMBERS: list[Member] = []
+
+
 class Member:
     """A member process; its processed lines collected with the time they were seen."""
 
     def __init__(self, config: Path, mode: str, *options: str) -> None:
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--member", str(config), mode, *options],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            stdout=subprocess.PIPE, stderr=self.errors, text=True,
         )  # fmt: skip
         self.lines: list[dict[str, Any]] = []
         self.died: float | None = None
+        self.killed = False
         self.ready = threading.Event()
+        MEMBERS.append(self)
         threading.Thread(target=self._read, daemon=True).start()
         if not self.ready.wait(60):
-            raise SystemExit("a member did not start")
+            raise SystemExit(f"a member did not start: {self.said()}")
+
+    def said(self) -> str:
+        """The end of what it printed on stderr."""
+        self.errors.seek(0)
+        return self.errors.read()[-1500:]
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -137,6 +149,7 @@ class Member:
                 self.lines.append(line)
 
     def kill(self) -> float:
+        self.killed = True
         self.process.kill()
         killed = time.monotonic()
         self.process.wait(10)
@@ -149,14 +162,22 @@ class Member:
         self.process.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
+        self.killed = True
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+        self.errors.close()
 
 
 def wait(condition: Any, timeout: float = 120.0) -> None:
+    """Until ``condition()``; a member that ended on its own ends the benchmark with what
+    it said (it once failed on a renamed method, and every trial waited out its timeout)."""
     end = time.monotonic() + timeout
     while not condition():
+        for found in MEMBERS:
+            code = found.process.poll()  # (-9: one that dies holding the lock kills itself)
+            if not found.killed and code is not None and code != -signal.SIGKILL:
+                raise SystemExit(f"a member ended ({code}): {found.said()}")
         if time.monotonic() > end:
             raise SystemExit("timed out")
         time.sleep(0.01)

@@ -4,6 +4,9 @@ members killed with SIGKILL (``docs/delivery-modes.md``)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +20,7 @@ from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing import DeliveryModeConformance, GroupWorld
 from emailmw.testing._modes import wait_for
 from emailmw.testing.mailserver import MailServer
-from tests.email.helpers import Peer, write_config
+from tests.email.helpers import ROOT, Peer, write_config
 
 
 def _world(mailserver: MailServer, transport: str) -> Iterator[GroupWorld]:
@@ -503,3 +506,30 @@ def test_no_email_stops_a_group_member(
     emailmw.Publisher("/work", context=group_setup["publisher"]).publish("n: 0")
     assert _wait(lambda: [line["seq"] for line in _lines(member)] == [0])
     assert _wait(lambda: _done_count(mailserver, account) == 4)  # all kept
+
+
+def test_the_benchmark_s_member_processes_what_is_published(
+    group_setup: dict[str, Any],
+) -> None:
+    """``bench/delivery_modes.py``'s member process (what every trial of the benchmark
+    starts) joins the group and processes a message over the real server. (It once called
+    a method that had been renamed, died at its first message, and the benchmark's first
+    trial waited out its timeout.)"""
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "delivery_modes.py"), "--member",
+         str(group_setup["config"]), "stateless"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lines: list[dict[str, Any]] = []
+    assert process.stdout is not None
+    out = process.stdout
+    threading.Thread(target=lambda: [lines.append(json.loads(x)) for x in out], daemon=True).start()
+    try:
+        assert _wait(lambda: {"ready": True} in lines or process.poll() is not None)
+        emailmw.Publisher("/jobs", context=group_setup["publisher"]).publish("job 0")
+        assert _wait(lambda: len(lines) > 1 or process.poll() is not None), "nothing processed"
+        assert process.poll() is None, process.stderr.read()[-1500:] if process.stderr else ""
+        assert lines[1]["count"] == 1
+    finally:
+        process.kill()
+        process.wait(10)

@@ -213,6 +213,7 @@ def crash_run(
     return {
         "crash_published": len(published),
         "crash_lost": len(set(published) - seen),
+        "crash_missing": sorted(set(published) - seen),
         "crash_redelivered": repeats,
         "crash_silent_duplicates": silent,
         "crash_kills": kills,

@@ -404,7 +404,7 @@ class Subscription(_Entity, Waitable):
         return self._queue.ready()
 
     def has_message(self) -> bool:
-        self._context.start_receiving()
+        self._before_wait()
         return self._queue.ready()
 
     def get_message(self) -> str | None:
@@ -425,7 +425,7 @@ class Subscription(_Entity, Waitable):
         """The oldest message with its ticket, for a caller that releases the ticket once
         it is done with the message (the ROS layer: after the callback returned). A group
         member's message comes with the delivery count its claim's fence recorded."""
-        self._context.start_receiving()
+        self._before_wait()
         got = self._queue.take()
         if got is None:
             return None

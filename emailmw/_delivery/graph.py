@@ -315,6 +315,19 @@ def announcer_of(context: Context) -> Announcer:
     )
 
 
+class _GraphReader(Subscription):
+    """The monitor's subscription to the graph topic: its thread's waiting does not start
+    the context's receiving (:meth:`Context.start_receiving`). Receiving starts when the
+    application first waits or asks (the graph itself included: :meth:`GraphMonitor.graph`,
+    :meth:`GraphMonitor.wait_for`): mail that comes before the application made its
+    entities would find none and be settled unread. (A node's monitor started it at the
+    node's creation: a restarted subscriber with a state file lost what came, or was
+    pending, before its ``create_subscription``.)"""
+
+    def _before_wait(self) -> None:
+        pass
+
+
 class GraphMonitor(Closeable):
     """The live graph of a context's account, kept up to date: seeded from the mailbox's
     history of the graph topic, then each announcement as it arrives (a subscription to
@@ -328,7 +341,7 @@ class GraphMonitor(Closeable):
         self._latest: dict[str, Announcement] = {}
         self._closed = False
         self._listeners: list[Callable[[], None]] = []
-        self._sub = Subscription(GRAPH_TOPIC, context=context)
+        self._sub = _GraphReader(GRAPH_TOPIC, context=context)
         try:
             history = context.receiver.history(GRAPH_TOPIC, 2000)
         except NotImplementedError:
@@ -374,7 +387,14 @@ class GraphMonitor(Closeable):
                 self._add(read_announcement(*got))
 
     def graph(self) -> Graph:
-        """The graph now (expired announcements left out)."""
+        """The graph now (expired announcements left out). Asking starts the context's
+        receiving (the application is live: see :class:`_GraphReader`)."""
+        self._context.start_receiving()
+        return self.peek()
+
+    def peek(self) -> Graph:
+        """The graph now, for emailmw's own watchers: receiving is not started (see
+        :class:`_GraphReader`)."""
         with self._cond:
             found = list(self._latest.values())
         return graph_of_announcements(found, time.time_ns())
@@ -384,9 +404,10 @@ class GraphMonitor(Closeable):
         second for expiries), at most ``timeout`` seconds (None: no limit); whether it
         holds. False at once when the context shuts down."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._context.start_receiving()
         with self._cond:
             while True:
-                if holds(self.graph()):
+                if holds(self.peek()):
                     return True
                 if self._closed or not self._context.ok():
                     return False

@@ -59,7 +59,7 @@ class Rosout:
         monitor = self._monitor
         if monitor is None:
             return
-        graph = monitor.graph()
+        graph = monitor.peek()  # (on the monitor's thread: starts no receiving)
         self._read = any(t == ROSOUT for n in graph.nodes.values() for t, _ in n.subscriptions)
 
     def _sink(self, record: LogRecord) -> None:

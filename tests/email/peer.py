@@ -11,7 +11,8 @@
         ``--die-holding-lock`` takes the group's claim lock and kills itself (SIGKILL);
         with ``--node``, ``--raise-every N``: every Nth callback raises (printing
         {"raised": seq} instead of the message), ``--raise-on TEXT``: a callback raises on
-        each message whose body contains TEXT
+        each message whose body contains TEXT, ``--setup-delay S``: S seconds between
+        making the node and its subscription
     python -m tests.email.peer server CONFIG SERVICE
         answers "a b" with their sum
     python -m tests.email.peer pub CONFIG TOPIC --count N [--guarantee G] [--rate R]
@@ -57,6 +58,7 @@ def main() -> None:
     parser.add_argument("--die-holding-lock", type=int, default=0)
     parser.add_argument("--raise-every", type=int, default=0)
     parser.add_argument("--raise-on", default=None)
+    parser.add_argument("--setup-delay", type=float, default=0.0)
     args = parser.parse_args()
     with emailmw.Context(args.config) as ctx:
         if args.role == "sub" and args.node:
@@ -175,6 +177,7 @@ def _node_sub(ctx: emailmw.Context, args: argparse.Namespace) -> None:
     from emailmw import std_msgs
 
     node = emailmw.Node("peer", context=ctx)
+    time.sleep(args.setup_delay)  # (a program's own set-up between its node and its entities)
     subscription: list[Any] = []
     calls = [0]
 

@@ -174,7 +174,7 @@ class GroupReceiver(EmailReceiver):
         self._busy_since: float | None = None  # since when this member fails to take it
         self._lock_looked = -1e9  # when it last watched the lock (first live member)
         self._unlock_owed: MemberRecord | None = None  # a release of the lock that failed
-        self._orphans: list[MemberRecord] = []  # claims folders without a member
+        self._orphans: list[str] = []  # members whose claims folder has no record
         self._orphans_looked = -1e9
         self._last_members = -1e9
         self._dead: list[MemberRecord] = []
@@ -496,11 +496,11 @@ class GroupReceiver(EmailReceiver):
         self._liveness.update(records, read_at)
         self._alive = self._liveness.alive(records, read_at)
         if listed is not None:
-            self._orphans = self._orphans_of(listed, records)
+            self._orphans = [r.member for r in self._orphans_of(listed, records)]
         self._dead = [
             r for r in sorted(records, key=lambda r: r.order)
             if r.member not in self._alive and r.member != self.member
-        ] + self._orphans_of([r.member for r in self._orphans], records)  # fmt: skip
+        ] + self._orphans_of(self._orphans, records)  # fmt: skip
         self._last_members = now
 
     def _orphans_of(
@@ -683,7 +683,7 @@ class GroupReceiver(EmailReceiver):
                 alive = self._liveness.alive(records, read_at) if healthy else []
                 dead = [r for r in sorted(records, key=lambda r: r.order)
                         if r.member not in alive and r.member != self.member]  # fmt: skip
-                dead += self._orphans_of([r.member for r in self._orphans], records)
+                dead += self._orphans_of(self._orphans, records)
                 self._alive, self._dead = alive, dead
             if lapsed:
                 self._confirm_claims()
@@ -715,7 +715,7 @@ class GroupReceiver(EmailReceiver):
                 else:
                     left.append(gone)
             self._dead = left
-            self._orphans = [r for r in left if not r.order]
+            self._orphans = [r.member for r in left if not r.order]
         finally:
             self._release(record)
         return True
@@ -763,10 +763,7 @@ class GroupReceiver(EmailReceiver):
         if now - self._lock_looked < self.settings.heartbeat:
             return
         self._lock_looked = now
-        if self._store.locked():
-            self._maybe_break(now)
-        else:
-            self._busy_since = self._unnamed_since = None
+        self._maybe_break(now)  # (it reads the lock itself once it has been busy a heartbeat)
 
     def _maybe_break(self, now: float) -> None:
         """Break the claim lock when its holder is dead (first live member only): seen at

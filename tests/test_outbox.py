@@ -182,3 +182,23 @@ def test_the_spool_guarantee_needs_a_spool(closing: Callable[[Outbox], Outbox]) 
     outbox = closing(_outbox(Scripted()))
     with pytest.raises(ConfigError, match="spool"):
         outbox.send(_email(1), guarantee="spool")
+
+
+@pytest.mark.parametrize(
+    ("last", "temporary"), [(0, True), (250, True), (354, True), (451, True), (554, False)]
+)
+def test_a_curl_transfer_cut_short_is_temporary_unless_the_server_refused(
+    last: int, temporary: bool
+) -> None:
+    """libcurl's broken pipe mid-upload (the server restarting after its 354) is retried:
+    the server accepted nothing; was: permanent, because the last answer was not a 4xx
+    (publish() raised during a Postfix restart). A 5xx refusal stays permanent."""
+    pycurl = pytest.importorskip("pycurl")
+    from emailmw._transport.errors import curl_errors
+
+    with (
+        pytest.raises(SendError) as raised,
+        curl_errors("smtps://scripted:465", "sending", SendError, lambda: last),
+    ):
+        raise pycurl.error(pycurl.E_RECV_ERROR, "Send failure: Broken pipe")
+    assert raised.value.temporary is temporary

@@ -214,9 +214,10 @@ def curl_errors(
 ) -> Iterator[None]:
     """One libcurl transfer: a refused login (not a 4xx answer) is an
     :class:`AuthenticationError`, a TLS failure a :class:`TLSError`, no connection a
-    :class:`ConnectError`, anything else ``failure`` (:class:`SendError`, temporary when the
-    server's last ``answer()`` was 4xx or none, or :class:`ReceiveError`) saying what was
-    being ``doing``."""
+    :class:`ConnectError`, anything else ``failure`` (:class:`SendError`, permanent only when
+    the server's last ``answer()`` was a 5xx refusal: a connection lost after a 2xx or 3xx,
+    such as 354 while the message was uploading, is temporary, the server having accepted
+    nothing; or :class:`ReceiveError`) saying what was being ``doing``."""
     import pycurl
 
     try:
@@ -239,7 +240,7 @@ def curl_errors(
             error = SendError(
                 f"{doing} failed: {detail} (curl error {code})",
                 server=server,
-                temporary=last == 0 or 400 <= last < 500,
+                temporary=not 500 <= last < 600,
                 throttled=is_throttle(last, f"{detail} {said()}"),
             )
         else:

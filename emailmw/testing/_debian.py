@@ -1,18 +1,48 @@
 """Debian packages for the test servers (``mailserver.py``, ``cyrus.py``, ``courier.py``):
 installed with apt (the package lists updated once when an install fails on a fresh
 machine), or, for a package that conflicts with one installed, fetched with
-``apt-get download`` and unpacked (``dpkg -x``) under a directory of its own."""
+``apt-get download`` and unpacked (``dpkg -x``) under a directory of its own. Installing is
+done under one machine-wide lock (:func:`installing`): parallel test workers each start
+servers, and two apt runs at once fail on dpkg's lock, two unpacks replace each other's tree
+while it is in use."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["apt_install", "unpack"]
+__all__ = ["apt_install", "ensure", "installing", "unpack"]
+
+#: the machine-wide lock of :func:`installing` (root's: installing needs root anyway)
+LOCK = Path("/run/lock/emailmw-testing-install.lock")
+
+
+@contextlib.contextmanager
+def installing() -> Iterator[None]:
+    """Hold the machine-wide install lock (waits for another process holding it)."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure(present: Callable[[], bool], install: Callable[[], None]) -> None:
+    """Run ``install`` unless ``present()`` says it is done, under the install lock and
+    asked again there (another process may have installed it meanwhile)."""
+    if present():
+        return
+    with installing():
+        if not present():
+            install()
 
 
 def _env() -> dict[str, str]:

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from ._debian import apt_install, unpack
+from ._debian import apt_install, ensure, unpack
 from ._processes import read_pid, wait_gone
 
 __all__ = ["ROOT", "CourierIMAP", "ensure_courier"]
@@ -79,10 +79,16 @@ def ensure_courier() -> Path:
         return ROOT
     if os.geteuid() != 0:
         raise RuntimeError("Courier-IMAP is installed as root (apt-get)")
-    print("[mailserver] installing Courier's packages and unpacking Courier-IMAP", file=sys.stderr)
-    # (courier-authdaemon's scripts would start the machine's authdaemond)
-    apt_install(PACKAGES, upgrade=False, no_start=True)
-    return unpack([_UNPACKED], ROOT)
+
+    def install() -> None:
+        print("[mailserver] installing Courier's packages and unpacking Courier-IMAP",
+              file=sys.stderr)  # fmt: skip
+        # (courier-authdaemon's scripts would start the machine's authdaemond)
+        apt_install(PACKAGES, upgrade=False, no_start=True)
+        unpack([_UNPACKED], ROOT)
+
+    ensure(_installed, install)
+    return ROOT
 
 
 def _hash(password: str) -> str:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from ._debian import apt_install, unpack
+from ._debian import apt_install, ensure, unpack
 from ._processes import read_pid, wait_gone
 
 __all__ = ["ROOT", "CyrusIMAP", "ensure_cyrus"]
@@ -56,13 +56,25 @@ def _env() -> dict[str, str]:
 def ensure_cyrus() -> Path:
     """Cyrus unpacked under :data:`ROOT` and its libraries installed (as root; once per
     machine); :data:`ROOT`."""
-    if os.access(_bin("master"), os.X_OK) and shutil.which("saslpasswd2", path=_env()["PATH"]):
+
+    def installed() -> bool:
+        return os.access(_bin("master"), os.X_OK) and bool(
+            shutil.which("saslpasswd2", path=_env()["PATH"])
+        )
+
+    if installed():
         return ROOT
     if os.geteuid() != 0:
         raise RuntimeError("Cyrus IMAP is installed as root (apt-get)")
-    print("[mailserver] installing Cyrus IMAP's libraries and unpacking Cyrus", file=sys.stderr)
-    apt_install(LIBRARIES, upgrade=False)
-    return unpack(_PACKAGES, ROOT)
+
+    def install() -> None:
+        print("[mailserver] installing Cyrus IMAP's libraries and unpacking Cyrus",
+              file=sys.stderr)  # fmt: skip
+        apt_install(LIBRARIES, upgrade=False)
+        unpack(_PACKAGES, ROOT)
+
+    ensure(installed, install)
+    return ROOT
 
 
 class CyrusIMAP:

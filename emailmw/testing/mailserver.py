@@ -47,7 +47,7 @@ from typing import Any, Final, Self
 import yaml
 
 from .._core.errors import EmailMWError
-from ._debian import apt_install
+from ._debian import apt_install, ensure
 from ._processes import alive, read_pid, wait_gone
 from .courier import CourierIMAP, ensure_courier
 from .cyrus import CyrusIMAP, ensure_cyrus
@@ -126,17 +126,21 @@ def ensure_installed() -> None:
             f"'apt-get install -y --no-install-recommends {' '.join(PACKAGES)}'"
         )
     env = _env() | {"DEBIAN_FRONTEND": "noninteractive"}
-    # 'No configuration': Debian writes no /etc/postfix/main.cf; we never use /etc/postfix.
-    subprocess.run(
-        ["debconf-set-selections"],
-        input="postfix postfix/main_mailer_type select No configuration\n"
-        "postfix postfix/mailname string mail.example.test\n",
-        text=True,
-        check=False,
-        env=env,
-    )
-    print(f"[mailserver] installing {' '.join(PACKAGES)}", file=sys.stderr)
-    apt_install(PACKAGES)
+
+    def install() -> None:
+        # 'No configuration': Debian writes no /etc/postfix/main.cf; we never use it
+        subprocess.run(
+            ["debconf-set-selections"],
+            input="postfix postfix/main_mailer_type select No configuration\n"
+            "postfix postfix/mailname string mail.example.test\n",
+            text=True,
+            check=False,
+            env=env,
+        )
+        print(f"[mailserver] installing {' '.join(PACKAGES)}", file=sys.stderr)
+        apt_install(PACKAGES)
+
+    ensure(lambda: not missing_packages(), install)
     if missing_packages():
         raise MailServerError(f"still missing after apt-get install: {missing_packages()}")
 
@@ -967,9 +971,10 @@ def main(argv: list[str] | None = None) -> int:
         help="for 'config': write it to FILE, readable by its owner only (it holds a password)",
     )  # fmt: skip
     parser.add_argument(
-        "--server", choices=IMAP_SERVERS, default="dovecot",
+        "--server", choices=[*IMAP_SERVERS, "all"], default="dovecot",
         help="for 'start' and 'install': the IMAP server (cyrus: Cyrus IMAP 3.6, courier: "
-        "Courier-IMAP 5.0, from Debian's packages, unpacked beside Dovecot)",
+        "Courier-IMAP 5.0, from Debian's packages, unpacked beside Dovecot; all: for "
+        "'install', every one)",
     )  # fmt: skip
     for name in _PORTS:
         flag = "--" + name.replace("_", "-")
@@ -977,14 +982,17 @@ def main(argv: list[str] | None = None) -> int:
             flag, type=int, default=0, metavar="N", help="for 'start' (default: a free port)"
         )
     args = parser.parse_args(argv)
-    server = MailServer(state_dir=args.state, imap_server=args.server,
+    if args.server == "all" and args.command != "install":
+        parser.error("--server all goes with 'install'")
+    server = MailServer(state_dir=args.state,
+                        imap_server="dovecot" if args.server == "all" else args.server,
                         **{name: getattr(args, name) for name in _PORTS})  # fmt: skip
     try:
         if args.command == "install":
             ensure_installed()
-            if args.server == "cyrus":
+            if args.server in ("cyrus", "all"):
                 ensure_cyrus()
-            elif args.server == "courier":
+            if args.server in ("courier", "all"):
                 ensure_courier()
         elif args.command == "start":
             server.start(fresh=not args.keep)

@@ -108,14 +108,35 @@ def cli(config: Path, *args: str) -> int:
     return result.returncode
 
 
+def cli_until(config: Path, expected: str, *args: str, timeout: float = 60) -> int:
+    """Run ``emailmw ARGS`` until its output holds ``expected`` (what it reads may not have
+    arrived yet: a node's announcement is an email), then show it as :func:`cli` does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = subprocess.run(
+            [sys.executable, "-m", "emailmw", "--config", str(config), *args],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if expected in result.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    log(f"$ emailmw {' '.join(args)}")
+    for line in (result.stdout + result.stderr).splitlines():
+        print(f"        cli | {line}", flush=True)
+    return result.returncode if expected in result.stdout else 1
+
+
 def run_processes(configs: dict[str, Path]) -> bool:
     listener = Role("listener", "listener.py", configs["listener"], MESSAGES)
     server = Role("server", "add_two_ints_server.py", configs["server"], CALLS + 1)
-    listener.ready.wait(60)
-    server.ready.wait(60)
+    for role in (listener, server):
+        if not role.ready.wait(180):
+            log(f"{role.name} did not start within 180 s")
+    # the listener lives until it heard the talker's messages: listed before they come
+    cli_codes = [cli_until(configs["listener"], "/listener", "node", "list")]
     talker = Role("talker", "talker.py", configs["talker"], MESSAGES)
     client = Role("client", "add_two_ints_client.py", configs["client"], CALLS)
-    cli_codes = [
+    cli_codes += [
         cli(configs["listener"], "topic", "echo", "/chatter", "--once"),
         cli(
             configs["client"],
@@ -125,7 +146,6 @@ def run_processes(configs: dict[str, Path]) -> bool:
             "example_interfaces/srv/AddTwoInts",
             "{a: 20, b: 22}",
         ),
-        cli(configs["listener"], "node", "list"),
     ]
     codes = {role.name: role.wait(180) for role in (talker, client, listener, server)}
     codes |= {f"cli {i}": code for i, code in enumerate(cli_codes)}

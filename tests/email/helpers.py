@@ -168,5 +168,9 @@ def count_in_maildir(server: MailServer, address: str, folder: str, text: bytes)
     maildir = server.maildir(address)
     if folder != "INBOX":
         maildir = maildir / f".{folder}"
-    return sum(1 for d in ("new", "cur") if (maildir / d).is_dir()
-               for f in (maildir / d).iterdir() if text in f.read_bytes())  # fmt: skip
+    while True:  # (a file renamed while read: a flag changed, new/ to cur/: read again)
+        try:
+            return sum(1 for d in ("new", "cur") if (maildir / d).is_dir()
+                       for f in (maildir / d).iterdir() if text in f.read_bytes())  # fmt: skip
+        except FileNotFoundError:
+            continue

@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean venv mailserver browser
+.PHONY: demo test lint typecheck unit soak bench clean venv mailserver browser
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,17 +26,36 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict emailmw
 
-# Debian's Postfix + Dovecot for the integration tests: installed when missing (as root;
-# otherwise this says what to install). The tests start one server for the whole run.
+# Debian's Postfix + Dovecot, and Cyrus and Courier-IMAP, for the integration tests:
+# installed when missing (as root; otherwise this says what to install). Each test worker
+# starts its own servers.
 mailserver: $(STAMP)
-	$(PY) -m emailmw.testing.mailserver install
+	$(PY) -m emailmw.testing.mailserver install --server all
 
 # Debian's chromium, in which a test opens the report: installed when missing (as root)
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# The suite runs in parallel (pytest-xdist): its tests mostly wait on mail servers and
+# processes, so it runs more workers than cores; each worker starts its own mail servers on
+# free ports. PYTEST_WORKERS=0 runs it in one process; RANDOM_ORDER=1 shuffles the order
+# (pytest-randomly: the seed is printed at the top; PYTEST_ARGS=--randomly-seed=N repeats it).
+# SQUEEZE=N runs it beside N processes that keep the CPU busy (emailmw.testing.squeeze).
+PYTEST_WORKERS ?= 4
+RANDOM_ORDER ?= 0
+SQUEEZE ?= 0
+PYTEST_ARGS ?=
+SQUEEZED = $(if $(filter-out 0,$(SQUEEZE)),$(PY) -m emailmw.testing.squeeze --hogs $(SQUEEZE) --)
 unit: $(STAMP) mailserver browser
-	$(PY) -m pytest -o faulthandler_timeout=300
+	$(SQUEEZED) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 \
+		$(if $(filter 1,$(RANDOM_ORDER)),,-p no:randomly) $(PYTEST_ARGS)
+
+# The long checks under a CPU squeeze (one busy process per core beside them): the delivery
+# groups over the real server, their in-process protocol tests and the combination matrix
+soak: $(STAMP) mailserver
+	$(PY) -m emailmw.testing.squeeze -- $(PY) -m pytest -n 2 -p no:randomly \
+		tests/test_groups.py tests/email/test_delivery_modes.py \
+		tests/email/test_composition.py tests/email/test_matrix.py $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

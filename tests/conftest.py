@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -44,12 +44,85 @@ def _no_default_context_leaks() -> Iterator[None]:
         emailmw.shutdown()
 
 
+#: tests that take longest (a minute or more on a quiet machine: whole programs, many
+#: processes), started first, so that a parallel run does not end waiting on one of them
+#: started last; by the start of their node ID, the longest first
+SLOW_FIRST: Final = (
+    "tests/email/test_examples.py",
+    "tests/test_examples.py",
+    "tests/pipeline/test_cluster.py",
+    "tests/email/test_matrix.py",
+    "tests/email/test_delivery_modes.py",
+    "tests/email/test_courier.py",
+    "tests/email/test_reliability.py",
+    "tests/email/test_cyrus.py",
+    "tests/email/test_cli_ros2.py",
+)
+#: the pytest-xdist group of the tests that run Spark in their own process: one worker runs
+#: them all, on one JVM (each worker would start its own, and Spark's work is the CPU's:
+#: two JVMs at once on two cores take as long as one after the other, and more memory)
+SPARK: Final = "spark"
+#: Spark tests that start JVMs of their own only (a cluster, ``emailmw analyze`` processes):
+#: not in the Spark worker's lane, which they would only make longer
+OWN_JVMS: Final = ("tests/pipeline/test_cluster.py",)
+
+
+def _rank(item: pytest.Item) -> int:
+    if any(m.args == (SPARK,) for m in item.iter_markers("xdist_group")):
+        return -1  # (the longest lane of the run: started first)
+    return next((n for n, start in enumerate(SLOW_FIRST) if item.nodeid.startswith(start)),
+                len(SLOW_FIRST))  # fmt: skip
+
+
+@pytest.hookimpl(tryfirst=True)  # (before pytest-xdist reads the xdist_group marks)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that uses the real server is marked ``mailserver``, whichever fixture
-    brought it in: ``pytest -m "not mailserver"`` runs the tier that needs nothing."""
+    brought it in: ``pytest -m "not mailserver"`` runs the tier that needs nothing.
+
+    For a parallel run (pytest-xdist, ``--dist loadgroup``): the tests that run Spark in
+    their process (``tests/pipeline``, and any marked ``xdist_group("spark")``) go to one
+    worker, started first; the tests of any other module that has a module-scoped fixture
+    (a server of its own) run on one worker, which sets the fixture up once; then the
+    slowest tests first (:data:`SLOW_FIRST`)."""
+    grouped: dict[str, bool] = {}
     for item in items:
         if "mailserver" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.mailserver)
+        if item.nodeid.startswith("tests/pipeline/") and not item.nodeid.startswith(OWN_JVMS):
+            item.add_marker(pytest.mark.xdist_group(SPARK))
+        if any(True for _ in item.iter_markers("xdist_group")):
+            continue
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        if module.__name__ not in grouped:
+            source = Path(module.__file__ or "").read_text(encoding="utf-8")
+            grouped[module.__name__] = 'scope="module"' in source
+        if grouped[module.__name__]:
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
+    items.sort(key=_rank)
+
+
+class _GroupsHold:
+    """A parallel run whose groups do not hold (a pytest and a pytest-xdist that do not fit:
+    a group's tests would each set its fixtures up again, Spark on every worker) stops."""
+
+    @pytest.hookimpl(trylast=True)  # (after pytest-xdist named each test's group)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if not config.getoption("loadgroup", False):
+            return
+        for item in items:
+            if any(True for _ in item.iter_markers("xdist_group")) and "@" not in item.nodeid:
+                raise pytest.UsageError(
+                    "pytest-xdist's --dist loadgroup does not group with this pytest "
+                    f"{pytest.__version__}: install the versions pyproject.toml names"
+                )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupsHold(), "emailmw-groups-hold")
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +141,8 @@ def mailserver() -> Iterator[MailServer]:
             pytest.fail(f"{reason} (EMAILMW_REQUIRE_MAILSERVER is set)")
         pytest.skip(reason)
     given = os.environ.get("EMAILMW_TEST_MAIL_STATE")
+    if given and _worker():
+        given = f"{given}-{_worker()}"  # each pytest-xdist worker runs its own server
     state = Path(given) if given else Path(tempfile.mkdtemp(prefix="emailmw-test-", dir="/tmp"))
     server = MailServer(
         state_dir=state, max_userip_connections=int(os.environ.get("EMAILMW_TEST_MAX_CONN", "10"))
@@ -77,6 +152,11 @@ def mailserver() -> Iterator[MailServer]:
     server.stop()
     if not given:
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _worker() -> str:
+    """This pytest-xdist worker's name (``gw0`` ...), '' when the run is not parallel."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
 def _independent_server(domain: str, base: MailServer) -> Iterator[MailServer]:

@@ -441,6 +441,7 @@ def test_flag_changes_made_by_another_session_are_never_taken_for_messages(
 
 
 @pytest.mark.spark
+@pytest.mark.xdist_group("spark")  # (Spark in this process: on the run's Spark worker)
 def test_the_archive_says_which_member_processed_what_and_what_was_redelivered(
     mailserver: MailServer, group_setup: dict[str, Any], peers: list[Peer], tmp_path: Path
 ) -> None:

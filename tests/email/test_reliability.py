@@ -360,11 +360,10 @@ def test_a_subscriber_killed_with_messages_handed_out_but_not_taken_loses_none(
     assert sorted(set(seqs)) == list(range(41)), "lost"
     repeated = [m for m in rest if m["seq"] in {t["seq"] for t in taken}]
     assert all(m["redelivered"] for m in repeated)  # a repeat is flagged, never silent
-    assert len(repeated) <= 1  # only what was being taken at the kill
     # the queued ones came again, unflagged: no application had them (they were handed out
-    # to the queue, never taken; flagging them cried wolf)
-    taken_seqs = {t["seq"] for t in taken}
-    assert not [m for m in rest if m["redelivered"] and m["seq"] not in taken_seqs]
+    # to the queue, never taken; flagging them cried wolf); flagged at most the one being
+    # taken at the kill, whether its line was printed before the kill or not
+    assert len([m for m in rest if m["redelivered"]]) <= 1
 
 
 # ----------------------------------------------------------------------------- 5. crash: publisher
@@ -413,6 +412,11 @@ def test_a_publisher_killed_mid_burst_with_the_spool_loses_nothing(
             received[seq] = received.get(seq, 0) + 1
     assert returned <= set(received), f"lost {sorted(returned - set(received))[:10]}"
     assert max(received.values()) == 1  # a copy resent after the kill is dropped here
+    # (a spooled email leaves the spool once the server accepted it, which can be after
+    # its subscriber got it)
+    more = deadline_loop(60)
+    while more() and list(spool.glob("*.msg")):
+        time.sleep(0.1)
     assert list(spool.glob("*.msg")) == []
 
 

@@ -93,37 +93,23 @@ class Role:
             return -1
 
 
-def cli(config: Path, *args: str) -> int:
-    """Run ``emailmw ARGS`` against the running demo and show what it prints."""
+def cli(config: Path, *args: str, until: str | None = None, timeout: float = 60) -> int:
+    """Run ``emailmw ARGS`` against the running demo and show what it prints. ``until``:
+    run it again (for up to ``timeout`` seconds) until its output holds that text (what it
+    reads may not have arrived yet: a node's announcement is an email); failed without it."""
     log(f"$ emailmw {' '.join(args)}")
-    result = subprocess.run(
-        [sys.executable, "-m", "emailmw", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    for line in (result.stdout + result.stderr).splitlines():
-        print(f"        cli | {line}", flush=True)
-    return result.returncode
-
-
-def cli_until(config: Path, expected: str, *args: str, timeout: float = 60) -> int:
-    """Run ``emailmw ARGS`` until its output holds ``expected`` (what it reads may not have
-    arrived yet: a node's announcement is an email), then show it as :func:`cli` does."""
     deadline = time.monotonic() + timeout
     while True:
         result = subprocess.run(
             [sys.executable, "-m", "emailmw", "--config", str(config), *args],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
-        if expected in result.stdout or time.monotonic() > deadline:
+        if until is None or until in result.stdout or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    log(f"$ emailmw {' '.join(args)}")
     for line in (result.stdout + result.stderr).splitlines():
         print(f"        cli | {line}", flush=True)
-    return result.returncode if expected in result.stdout else 1
+    return result.returncode if until is None or until in result.stdout else 1
 
 
 def run_processes(configs: dict[str, Path]) -> bool:
@@ -133,7 +119,7 @@ def run_processes(configs: dict[str, Path]) -> bool:
         if not role.ready.wait(180):
             log(f"{role.name} did not start within 180 s")
     # the listener lives until it heard the talker's messages: listed before they come
-    cli_codes = [cli_until(configs["listener"], "/listener", "node", "list")]
+    cli_codes = [cli(configs["listener"], "node", "list", until="/listener")]
     talker = Role("talker", "talker.py", configs["talker"], MESSAGES)
     client = Role("client", "add_two_ints_client.py", configs["client"], CALLS)
     cli_codes += [

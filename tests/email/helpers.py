@@ -174,3 +174,22 @@ def count_in_maildir(server: MailServer, address: str, folder: str, text: bytes)
                        for f in (maildir / d).iterdir() if text in f.read_bytes())  # fmt: skip
         except FileNotFoundError:
             continue
+
+
+def wait_filed(
+    server: MailServer, address: str, folder: str, text: bytes, count: int, timeout: float = 30
+) -> tuple[int, int]:
+    """(messages holding ``text`` in ``folder``, those still in INBOX), waiting up to
+    ``timeout`` for ``(count, 0)``: a move lands in the folder before it leaves INBOX
+    (without MOVE it is COPY, ``\\Deleted`` and an expunge; Dovecot's MOVE on a Maildir is a
+    copy and an expunge too)."""
+
+    def found() -> tuple[int, int]:
+        return (count_in_maildir(server, address, folder, text),
+                count_in_maildir(server, address, "INBOX", text))  # fmt: skip
+
+    more, now = deadline_loop(timeout), found()
+    while more() and now != (count, 0):
+        time.sleep(0.1)
+        now = found()
+    return now

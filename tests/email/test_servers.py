@@ -21,7 +21,13 @@ from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing.mailserver import MailServer
 from tests.helpers import deadline_loop
 
-from .helpers import count_in_maildir, other_imap_server, receive_bodies, transport_extra
+from .helpers import (
+    count_in_maildir,
+    other_imap_server,
+    receive_bodies,
+    transport_extra,
+    wait_filed,
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,17 +68,7 @@ def test_a_server_without_a_capability_still_delivers_and_files_every_message(
         for sub in subs:
             assert sorted(receive_bodies(sub, 3, 30)) == ["m0", "m1", "m2"], sub
         for address in receivers.values():
-            # filed = (in Done, left in INBOX): without MOVE a move is COPY, \Deleted and
-            # an expunge, one after the other; Done fills before INBOX empties
-            def filed(address: str = address) -> tuple[int, int]:
-                return (count_in_maildir(trimmed, address, "Done", b"/caps"),
-                        count_in_maildir(trimmed, address, "INBOX", b"/caps"))  # fmt: skip
-
-            more, found = deadline_loop(30), filed()
-            while more() and found != (3, 0):
-                time.sleep(0.1)
-                found = filed()
-            assert found == (3, 0), address
+            assert wait_filed(trimmed, address, "Done", b"/caps", 3) == (3, 0), address
         sent = "\n".join(r.getMessage() for r in caplog.records if " > " in r.getMessage())
         command = {"IDLE": " IDLE", "MOVE": "UID MOVE", "UIDPLUS": "UID EXPUNGE"}.get(missing)
         if command is not None:
@@ -167,22 +163,6 @@ def test_a_claim_cut_short_without_move_is_a_flagged_redelivery(
         trimmed.without_capabilities()
 
 
-def _filed(server: MailServer, address: str, folder: str, count: int) -> tuple[int, int]:
-    """How many ``/roles`` messages are in ``folder`` and still in INBOX, waiting up to 30 s
-    for ``(count, 0)``: a move lands in the folder before it leaves INBOX (a MOVE is a copy
-    and an expunge, for Dovecot's Maildir too)."""
-
-    def found() -> tuple[int, int]:
-        return (count_in_maildir(server, address, folder, b"/roles"),
-                count_in_maildir(server, address, "INBOX", b"/roles"))  # fmt: skip
-
-    more, now = deadline_loop(30), found()
-    while more() and now != (count, 0):
-        time.sleep(0.1)
-        now = found()
-    return now
-
-
 @pytest.mark.parametrize("transport", ["native", "curl"])
 def test_folder_roles_name_the_server_s_folders_and_gmail_s_delete_moves_to_trash(
     mailserver: MailServer, caplog: pytest.LogCaptureFixture, transport: str
@@ -213,8 +193,8 @@ def test_folder_roles_name_the_server_s_folders_and_gmail_s_delete_moves_to_tras
         for sub in subs:
             got = [emailmw.wait_for_message(sub, 30) for _ in range(2)]
             assert sorted(map(str, got)) == ["m0", "m1"]
-        assert _filed(mailserver, archive, "Archiv", 2) == (2, 0)
-        assert _filed(mailserver, gmail, "Trash", 2) == (2, 0)
+        assert wait_filed(mailserver, archive, "Archiv", b"/roles", 2) == (2, 0)
+        assert wait_filed(mailserver, gmail, "Trash", b"/roles", 2) == (2, 0)
         more = deadline_loop(30)
         while more() and not any("\\Junk" in r.getMessage() for r in caplog.records):
             time.sleep(0.1)

@@ -1,11 +1,12 @@
 """imapclient, the way emailmw uses it: one module for every IMAP connection of the project
 (the native receiver, the group store, the pipeline's IMAP staging).
 
-It opens a logged-in connection on a folder and holds the three places that go below
+It opens a logged-in connection on a folder and holds the places that go below
 imapclient's public API, each for a reason its docstring gives: a ``UID FETCH`` of an
 open range (:func:`uid_fetch`), an IDLE wait that tells a closed connection from a quiet
-one (:func:`idle_check`), and the new-mail announcements imaplib sets aside
-(:func:`stashed_news`). They use ``IMAPClient._imap`` (the imaplib connection),
+one and sees what was read already (:func:`start_idle`, :func:`idle_check`), and the
+new-mail announcements imaplib sets aside (:func:`stashed_news`). They use
+``IMAPClient._imap`` (the imaplib connection), ``IMAPClient._idle_tag``,
 ``imapclient.imapclient._parse_untagged_response`` and ``IMAPClient._set_read_timeout``:
 ``pyproject.toml`` pins imapclient below its next major version for them, and
 ``tests/email`` exercise each against the real server.
@@ -38,6 +39,7 @@ __all__ = [
     "expunge_uids",
     "move_uids",
     "idle_check",
+    "start_idle",
     "list_folders",
     "internal_ns",
     "is_courier",
@@ -260,36 +262,72 @@ def _readable(sock: socket.socket, timeout: float) -> bool:
     return bool(poller.poll(max(0, int(timeout * 1000))))
 
 
-def idle_check(client: imapclient.IMAPClient, timeout: float) -> list[Any]:
-    """What the server said during IDLE within ``timeout`` seconds: imapclient's
-    ``idle_check``, except that a closed connection raises instead of looking like a quiet
-    one (``idle_check`` returns ``[]`` on EOF, and a dead socket is readable at once: a
-    receiver kicked by the server looped at 100 % CPU and received nothing). A ``BYE`` from
-    the server raises too."""
+def _waiting(client: imapclient.IMAPClient, sock: socket.socket) -> bool | None:
+    """Whether a byte can be read at once (``sock`` non-blocking): one imaplib read into
+    its buffer with an earlier answer, one TLS decrypted, or one on the socket; None when
+    the connection ended."""
+    try:
+        if client._imap.file.peek(1):  # (its buffer; else one read, which may not wait)
+            return True
+    except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        return False  # (TLS: no data yet; what came was a record without any)
+    if isinstance(sock, ssl.SSLSocket):
+        return None  # (TLS says end of stream with an empty read)
+    try:  # (a plain socket's empty read is "nothing yet" or the end: the kernel tells)
+        return None if sock.recv(1, socket.MSG_PEEK) == b"" else True
+    except BlockingIOError:
+        return False
+
+
+def _can_read(client: imapclient.IMAPClient, timeout: float) -> bool:
+    """Whether a line (or the end of the connection) can be read within ``timeout``
+    seconds: what waits in imaplib's buffer counts, which a wait on the socket alone
+    misses (a server's ``* 3 EXISTS`` in the packet that carried ``+ idling`` sat there
+    until the next email came)."""
     sock = client.socket()
     sock.settimeout(None)
     sock.setblocking(False)
     try:
-        if not _readable(sock, timeout):
-            return []
-        responses = []
-        while True:
-            try:
-                line = client._imap._get_line()  # EOF: imaplib's abort, which propagates
-            except (BlockingIOError, ssl.SSLWantReadError, TimeoutError):
-                break  # nothing more to read now
-            response = imapclient.imapclient._parse_untagged_response(line)
-            if response and response[0] == b"BYE":
-                raise imapclient.exceptions.IMAPClientAbortError(
-                    f"server closed the session: {line.decode('utf-8', 'replace')}"
-                )
-            responses.append(response)
-        if not responses:  # readable, yet no line: the peer is gone
-            raise imapclient.exceptions.IMAPClientAbortError("connection closed by the server")
-        return responses
+        state = _waiting(client, sock)
+        if state is False and _readable(sock, timeout):
+            state = _waiting(client, sock)
+        return state is not False  # (the end too: reading it raises imaplib's abort)
     finally:
         sock.setblocking(True)
         client._set_read_timeout()
+
+
+def start_idle(client: imapclient.IMAPClient) -> None:
+    """Put the server into IDLE (RFC 2177): imapclient's ``idle()``, except that an
+    untagged response before the continuation (``* 4 EXISTS``: news since the last
+    command) is set aside for :func:`stashed_news` instead of failing the command (which
+    dropped the connection). A refused IDLE raises ``IMAPClientError``."""
+    imap = client._imap
+    tag = imap._command("IDLE")
+    client._idle_tag = tag
+    while imap._get_response() is not None:
+        if imap.tagged_commands.get(tag) is not None:  # (the server answered IDLE: refused)
+            typ, data = imap.tagged_commands.pop(tag)
+            raise imapclient.exceptions.IMAPClientError(f"IDLE refused: {typ} {data}")
+
+
+def idle_check(client: imapclient.IMAPClient, timeout: float) -> list[Any]:
+    """What the server said during IDLE within ``timeout`` seconds: imapclient's
+    ``idle_check``, except that what was already read counts (:func:`_can_read`) and a
+    closed connection raises instead of looking like a quiet one (``idle_check`` returns
+    ``[]`` on EOF, and a dead socket is readable at once: a receiver kicked by the server
+    looped at 100 % CPU and received nothing). A ``BYE`` from the server raises too. A
+    line begun is read whole (within the connection's timeout)."""
+    responses: list[Any] = []
+    while _can_read(client, timeout if not responses else 0):
+        line = client._imap._get_line()  # EOF: imaplib's abort, which propagates
+        response = imapclient.imapclient._parse_untagged_response(line)
+        if response and response[0] == b"BYE":
+            raise imapclient.exceptions.IMAPClientAbortError(
+                f"server closed the session: {line.decode('utf-8', 'replace')}"
+            )
+        responses.append(response)
+    return responses
 
 
 def stashed_news(client: imapclient.IMAPClient) -> bool:

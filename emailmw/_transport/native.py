@@ -60,6 +60,7 @@ from .imap import (
     move_uids,
     open_account_folder,
     personal_prefix,
+    start_idle,
     stashed_news,
     uid_fetch,
 )
@@ -373,10 +374,12 @@ class NativeReceiver(MailboxReceiver):
     def _idle(self, deadline: float | None) -> None:
         client = self._client
         assert client is not None
-        client.idle()
+        start_idle(client)
         started = time.monotonic()
         self._mode = "idle"
-        while not (self._nudge.is_set() or self._closed):
+        if self._announces_mail([]):  # (news said before the server was idling)
+            self._check = True
+        while not (self._check or self._nudge.is_set() or self._closed):
             remaining = self._remaining(deadline)
             refresh_in = self._options.poll.idle_refresh - (time.monotonic() - started)
             if remaining <= 0 or refresh_in <= 0:

@@ -111,9 +111,13 @@ class Peer:
         assert self.process.stdout is not None
         assert self.process.stderr is not None
         out, err = self.process.stdout, self.process.stderr
-        threading.Thread(
-            target=lambda: [self.lines(x.rstrip("\n")) for x in out], daemon=True
-        ).start()
+
+        def read_out() -> None:
+            for line in out:
+                self.lines(line.rstrip("\n"))
+
+        self._out_reader = threading.Thread(target=read_out, daemon=True)
+        self._out_reader.start()
         self._err_reader = threading.Thread(target=lambda: self.stderr.extend(err), daemon=True)
         self._err_reader.start()
 
@@ -141,9 +145,13 @@ class Peer:
         self.process.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
-        """SIGKILL: the process gets no chance to flush, close or save anything."""
+        """SIGKILL: the process gets no chance to flush, close or save anything. Returns
+        once what it printed before is read to the end (in :attr:`lines`): a line still in
+        the pipe when it was killed is not taken for one it never printed."""
         self.process.kill()
         self.process.wait(10)
+        self._out_reader.join(10)
+        self._err_reader.join(10)
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -436,7 +436,8 @@ def test_a_hung_member_s_settling_thread_waits_instead_of_spinning() -> None:
     settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, ack_timeout=2.0)
     member = _member(box, clock, settings, settle_store=MemoryGroupStore(box, "g"))
     try:
-        assert len(_rounds(member, clock, 0.2)) == 1  # handed out, never settled
+        got = _rounds(member, clock, 0.2)
+        assert [i.claim.deliver() for i in got] == [1]  # its application never settles it
         _rounds(member, clock, 3.0)  # hung past ack-timeout
         assert not member._healthy
         looks = 0
@@ -734,3 +735,100 @@ def test_claims_in_a_folder_whose_member_was_removed_are_taken_over() -> None:
     got = _rounds(member, clock, 2.0)
     assert [(i.email.body, i.redelivered) for i in got] == [("m0", False)]
     assert store.claimants() == [member.member]
+
+
+class _App:
+    """A member's application on the fake clock, as a single-threaded executor runs it:
+    it takes the next message when the member says it may (the claim ``ready``), works on
+    it ``work`` seconds, then acknowledges it; a lost claim is let go."""
+
+    def __init__(self, member: GroupReceiver, clock: Clock, work: float) -> None:
+        self.member, self.clock, self.work = member, clock, work
+        self.queue: list[Any] = []
+        self.on: tuple[Any, float] | None = None
+        self.done: list[str] = []
+
+    def step(self, step: float = 0.05) -> None:
+        self.queue += self.member._round(self.clock.now)
+        if self.on is not None and self.clock.now >= self.on[1]:
+            self.on[0].ack()
+            self.done.append(self.on[0].email.body)
+            self.on = None
+        while self.on is None and self.queue:
+            state = self.queue[0].claim.state()
+            if state == "wait":
+                break
+            incoming = self.queue.pop(0)
+            if state == "ready" and incoming.claim.deliver() is not None:
+                self.on = (incoming, self.clock.now + self.work)
+        self.clock.now += step
+
+
+def test_messages_queued_behind_a_working_application_do_not_make_its_member_hung(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """#56: ack-timeout counts from when the application took a message, not from when it
+    was queued for it: with 10 claims queued (prefetch) and callbacks of 0.5 s, the tenth
+    waited 4.5 s, past an ack-timeout of 2 s, and a live, working member declared itself
+    hung, stopped heartbeating and stalled for good (all 3 members of a group, 21 of 300
+    processed, on a busy machine)."""
+    box, _ = _world(*["/t"] * 10)
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, ack_timeout=2.0)
+    app = _App(_member(box, clock, settings), clock, work=0.5)
+    with caplog.at_level("WARNING", logger="emailmw.groups"):
+        for _ in range(200):  # 10 s
+            app.step()
+    assert sorted(app.done) == sorted(f"m{i}" for i in range(10))
+    assert app.member.counts["rejoined"] == 0
+    assert not [r for r in caplog.records if "ack-timeout" in r.getMessage()]
+
+
+def test_a_member_hung_on_one_message_recovers_by_itself_once_it_is_done() -> None:
+    """#56: a member alone whose application held a message past ack-timeout stops
+    heartbeating (its lease lapses); once the application is done, the member joins again
+    and what was queued behind is processed. Was: the queued claims could not be handed
+    out (no lease) nor taken (nobody else), so the member never became healthy again."""
+    box, _ = _world(*["/t"] * 4)
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, ack_timeout=2.0)
+    app = _App(_member(box, clock, settings), clock, work=3.0)  # the first: past it
+    for _ in range(60):  # 3 s: the first is done
+        app.step()
+    app.work = 0.1
+    for _ in range(200):  # 10 s
+        app.step()
+    assert sorted(app.done) == [f"m{i}" for i in range(4)]
+
+
+def test_a_member_whose_application_takes_nothing_gives_its_claims_back() -> None:
+    """A member whose application takes nothing for ack-timeout (nothing of it in a
+    callback) hands its claims back to the group at once: another member processes them
+    (none of them flagged: no application had them)."""
+    box, _ = _world(*["/t"] * 4)
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, ack_timeout=2.0)
+    idle = _member(box, clock, settings)
+    held = _rounds(idle, clock, 0.2)
+    assert len(held) == 4  # its application never takes them
+    busy = _App(_member(box, clock, settings), clock, work=0.1)
+    for _ in range(200):  # 10 s
+        idle._round(clock.now)
+        busy.step()
+    assert sorted(busy.done) == [f"m{i}" for i in range(4)]
+    assert [i.claim.state() for i in held] == ["lost"] * 4
+
+
+def test_a_claim_that_came_back_through_the_group_says_so_though_no_application_had_it() -> None:
+    """#56: a claim verified by one member, taken over before its application got it, and
+    taken back: no application had it (not ``redelivered``), yet it came back through the
+    group (``returned``), so its signature, accepted before, is no replay."""
+    box, _ = _world("/t")
+    clock = Clock()
+    first = _member(box, clock)
+    held = _rounds(first, clock, 0.2)
+    assert [i.returned for i in held] == [False]
+    first.close()  # gone, its application never had it
+    second = _member(box, clock)
+    again = _rounds(second, clock, 3.0)
+    assert [(i.redelivered, i.returned) for i in again] == [(False, True)]

@@ -391,6 +391,7 @@ def _joined(email: Email, parts: list[IncomingEmail]) -> IncomingEmail:
         delivery_count=max(p.delivery_count for p in parts),
         claim=_JoinedClaim(claims) if claims else None,
         arrival_ns=max((p.arrival_ns or 0 for p in parts), default=None) or None,
+        returned=any(p.returned for p in parts),
     )
 
 
@@ -575,8 +576,13 @@ class PollingManager:
             return
         if self._security is not None:
             try:
+                # (what came back through its group may have been accepted here before:
+                # a repeat, never a replay, whether or not an application had it)
                 decision = self._security.incoming(
-                    email, route, redelivered=incoming.redelivered, arrival_ns=incoming.arrival_ns
+                    email,
+                    route,
+                    redelivered=incoming.redelivered or incoming.returned,
+                    arrival_ns=incoming.arrival_ns,
                 )
             except Exception:  # noqa: BLE001 - the decision is total; this is the last guard
                 _log.exception("deciding on email %s failed (a bug in emailmw)", email.message_id)

@@ -105,6 +105,11 @@ class IncomingEmail:
     ``arrival_ns``: when the receiving mail server stored it (IMAP INTERNALDATE, ns since
     the epoch), None when the receiver cannot tell; security judges freshness by it.
 
+    ``returned``: the email came back through its delivery group (taken over from a
+    member, or offered again after a nack), whether or not an application had it: this
+    process may have accepted its signature before, so it is a repeat, never a replay
+    (``redelivered`` says whether an application had it).
+
     ``in_batch``: the email is one of the messages a batch email carries (``_packing``): it
     is emailmw's by construction, so what cannot be used of it is quarantined, never left.
 
@@ -115,7 +120,7 @@ class IncomingEmail:
 
     __slots__ = (
         "_give", "_settle", "arrival_ns", "claim", "delivery_count", "email", "in_batch",
-        "redelivered",
+        "redelivered", "returned",
     )  # fmt: skip
 
     def __init__(
@@ -129,8 +134,10 @@ class IncomingEmail:
         arrival_ns: int | None = None,
         in_batch: bool = False,
         give: Callable[[], None] | None = None,
+        returned: bool = False,
     ) -> None:
         self.email = email
+        self.returned = returned
         self.in_batch = in_batch
         self._give = give
         self.arrival_ns = arrival_ns

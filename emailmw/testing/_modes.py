@@ -233,7 +233,9 @@ class DeliveryModeConformance(_Acknowledgements):
     ) -> None:
         topic, group = self._names()
         got: list[Any] = []
-        hung = Taker(self._subscribe(world, topic, "stateless", group, ack_timeout=1.0), got)
+        # (its application must take one within ack_timeout of their coming, or the member
+        # gives them all back as one whose application takes nothing: 2 s, for a busy machine)
+        hung = Taker(self._subscribe(world, topic, "stateless", group, ack_timeout=2.0), got)
         hung.hold.set()  # alive, heartbeating, never done with what it holds
         publisher = Publisher(topic, context=world.publisher)
         for i in range(5):

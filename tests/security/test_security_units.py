@@ -764,3 +764,47 @@ def test_a_keystore_others_may_write_to_is_refused_with_the_fix(tmp_path: Path, 
         Security(options)
     planted.chmod(planted.stat().st_mode & ~0o022)
     Security(options).close()
+
+
+def test_a_signed_message_back_through_its_group_is_a_repeat_an_outside_copy_a_replay(
+    keystore: Keystore,
+) -> None:
+    """#56: the replay guard accepts a Message-ID when the polling thread verifies it; a
+    group member's claim taken over before its application got it and taken back came
+    again with ``redelivered`` false (no application had it) and was quarantined as
+    replayed (4 of 10 lost). What came back through its group (``returned``) is a repeat;
+    the same copy from outside the group is still a replay."""
+    from emailmw._delivery.handlers import SubscriptionHandler
+    from emailmw._delivery.polling import PollingManager
+    from emailmw._transport.base import IncomingEmail
+
+    class Sink:
+        def __init__(self) -> None:
+            self.bodies: list[str] = []
+
+        def _push_message(self, body: str, info: object, ticket: object) -> None:
+            self.bodies.append(body)
+
+    sec = security(keystore, "enforce")
+    sink = Sink()
+    handler = SubscriptionHandler()
+    handler.register("/chatter", sink)
+    # (as a group's polling thread: duplicates are the group's to judge)
+    manager = PollingManager(emailmw.intraprocess_pair()[1], security=sec, drop_duplicates=False)
+    manager.register_handler(handler)
+    email = parse(build(signed(keystore, message())))
+    outcomes: list[str] = []
+
+    def incoming(**flags: bool) -> IncomingEmail:
+        return IncomingEmail(email, settle=lambda outcome, then: outcomes.append(outcome),
+                             **flags)  # fmt: skip
+
+    first = incoming()
+    manager.dispatch(first)  # verified; then its claim is lost (taken over) unsettled
+    first.withdraw()
+    manager.dispatch(incoming(returned=True))  # taken back: no application had it
+    assert len(sink.bodies) == 2
+    manager.dispatch(incoming())  # the same copy, not from the group: a replay
+    assert len(sink.bodies) == 2
+    assert outcomes == ["quarantine"]
+    sec.close()

@@ -53,6 +53,8 @@ class _Held:
     delivered: int
     handed_at: float  # when it (or its latest message) went to the consumer, or settled
     given_at: float | None = None  # when an application got it (deliver() succeeded)
+    taken: int = 0  # its messages an application took (deliver() succeeded)
+    taken_at: float = 0.0  # when an application last took or settled one of its messages
     settling: bool = False
     redelivered: bool = False
     count: int = 0  # a batch email: how many messages it carries (0: one)
@@ -68,6 +70,13 @@ class _Held:
     def out(self) -> int:
         """Messages with the consumer: handed out, not settled."""
         return self.open - len(self.waiting)
+
+    @property
+    def with_application(self) -> int:
+        """Of those, the messages an application took (in a callback now)."""
+        if self.settling:
+            return 0
+        return max(0, self.taken - len(self.done)) if self.count else min(self.taken, 1)
 
 
 class _GroupClaim:
@@ -181,6 +190,8 @@ class GroupReceiver(EmailReceiver):
         self._alive: list[str] = []
         self._joined = False
         self._healthy = True
+        self._last_take = clock()  # when an application last took a message of it
+        self._rest_until = -1e9  # (its application took nothing: it joins no sooner)
         #: what this member did: processed (acknowledged), taken over, claimed, rejoined,
         #: lock takings and busy tries, claims it lost to others, leases found lapsed
         self.counts: dict[str, int] = dict.fromkeys(
@@ -251,6 +262,8 @@ class GroupReceiver(EmailReceiver):
             self._wake.set()
             return None
         if held.given_at is not None:  # a batch's later message: recorded with its first
+            with self._lock:
+                self._took(held)
             return held.delivered
         count = held.delivered + 1
         try:
@@ -273,8 +286,14 @@ class GroupReceiver(EmailReceiver):
             if key not in self._held:
                 return None
             held.delivered, held.given_at = count, self._clock()
+            self._took(held)
             self.counts["delivered"] += 1
         return count
+
+    def _took(self, held: _Held) -> None:
+        """An application took one of ``held``'s messages now (call with the lock)."""
+        held.taken += 1
+        held.taken_at = self._last_take = self._clock()
 
     def _lose(self, keys: Sequence[tuple[str, int]], why: str) -> None:
         """``keys`` are no longer this member's: dropped from memory, unsettled."""
@@ -321,7 +340,7 @@ class GroupReceiver(EmailReceiver):
                     held.done[index] = outcome
                     raw = held.raws.pop(index, b"")
                     held.open -= 1
-                    held.handed_at = self._clock()
+                    held.handed_at = held.taken_at = self._clock()
                     if then is not None:
                         held.thens.append(then)
                     if outcome == "nack":
@@ -516,23 +535,47 @@ class GroupReceiver(EmailReceiver):
         return [MemberRecord(m, 0, 0) for m in claimants if m not in names and "-" not in m]
 
     def _check_health(self, now: float) -> bool:
-        """False while a message handed to the consumer stays unsettled longer than
-        ``ack_timeout`` (the application is stuck on it, or takes nothing): the member stops
-        heartbeating (the others take its claims); once it is done it joins again under a
-        new name."""
-        with self._lock:  # (a part waiting for the rest of its message is not: part-timeout)
-            oldest = min(
-                (h.handed_at for h in self._held.values()
-                 if h.out and not (h.part_of and h.given_at is None)),
-                default=now,
-            )  # fmt: skip
-        healthy = now - oldest < self.settings.ack_timeout
+        """Whether the member's application makes progress (``ack_timeout`` is the longest
+        it may show none): False while the application has held one message unsettled for
+        ``ack_timeout`` since it took it (stuck on it), or while messages wait in its queue
+        and it has taken none for ``ack_timeout`` (it takes nothing). Queued messages alone
+        are no sign of a hang (was: counted from when they were queued, up to ``prefetch``
+        of them: a working member behind slow callbacks declared itself hung).
+
+        An unhealthy member stops heartbeating (the others take its claims). Once its
+        application holds nothing any more (done, or it never took anything) it leaves this
+        membership by itself, dropping what was queued (its claims folder keeps them, taken
+        over as a dead member's), and joins again under a new name at the end of the order;
+        when its application took nothing, it joins only one ``ack_timeout`` later, so that
+        the others share out what it had.
+        (A part waiting for the rest of its message is neither: ``part-timeout`` bounds
+        that.)"""
+        with self._lock:
+            taken = [h.taken_at for h in self._held.values() if h.with_application]
+            queued = [
+                h.handed_at for h in self._held.values()
+                if not h.settling and h.out > h.with_application
+                and not (h.part_of and h.given_at is None)
+            ]  # fmt: skip
+        timeout = self.settings.ack_timeout
+        held_for = now - min(taken, default=now)
+        idle_for = now - max(min(queued, default=now), self._last_take)
+        stuck, idle = held_for >= timeout, idle_for >= timeout
+        healthy = not (stuck or idle)
         if not healthy and self._healthy:
-            _log.warning(
-                "group %s: member %s has held a message %.1f s (ack-timeout %.1f s): it "
-                "stops heartbeating, the others take its claims",
-                self.group, self.member, now - oldest, self.settings.ack_timeout,
+            what = (
+                f"has held a message {held_for:.1f} s" if stuck
+                else f"has taken none of its queued messages for {idle_for:.1f} s"
             )  # fmt: skip
+            _log.warning(
+                "group %s: member %s %s (ack-timeout %.1f s): it stops heartbeating, the "
+                "others take its claims", self.group, self.member, what, timeout,
+            )  # fmt: skip
+        if not healthy and not taken:  # (its application holds nothing: back at once)
+            self._new_membership("its application made no progress for ack-timeout")
+            if idle:  # it rests one ack-timeout before it joins: the others take its claims
+                self._rest_until = now + timeout
+            return True
         if healthy and not self._healthy:  # back, under a new name at the end of the order
             self._new_membership("it hung past ack-timeout")
         self._healthy = healthy
@@ -550,6 +593,8 @@ class GroupReceiver(EmailReceiver):
         self.member = _new_member()
         self._joined = False
         self._record = None
+        self._healthy = True
+        self._last_take = self._clock()
         self.counts["rejoined"] += 1
 
     def _round(self, now: float) -> list[IncomingEmail]:
@@ -560,6 +605,8 @@ class GroupReceiver(EmailReceiver):
         if self._unlock_owed is not None:
             self._release_owed(self._unlock_owed)
         healthy = self._check_health(now)
+        if not self._joined and now < self._rest_until:
+            return []  # (resting: not a member, so that the others share what it had)
         refresh = now - self._last_members >= self.settings.heartbeat or not self._joined
         if refresh:
             self._membership(now, healthy)
@@ -843,6 +890,7 @@ class GroupReceiver(EmailReceiver):
                 settle=settle,
                 claim=_GroupClaim(self, key),
                 in_batch=held.count > 0,
+                returned=held.redelivered,  # (taken over, or offered again)
             )
             out.append((held.redelivered, incoming))
         if self._mode == "stateful":  # a batch goes out in send order, the taken ones first

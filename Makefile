@@ -53,8 +53,8 @@ unit: $(STAMP) mailserver browser
 # The long checks under a CPU squeeze (one busy process per core beside them): the delivery
 # groups over the real server, their in-process protocol tests and the combination matrix
 soak: $(STAMP) mailserver
-	$(PY) -m emailmw.testing.squeeze -- $(PY) -m pytest -n 2 -p no:randomly \
-		tests/test_groups.py tests/email/test_delivery_modes.py \
+	EMAILMW_SIM_SEEDS=2000 $(PY) -m emailmw.testing.squeeze -- $(PY) -m pytest -n 2 -p no:randomly \
+		tests/test_groups.py tests/test_group_simulation.py tests/email/test_delivery_modes.py \
 		tests/email/test_composition.py tests/email/test_matrix.py $(PYTEST_ARGS)
 
 test: lint typecheck unit

@@ -191,6 +191,7 @@ class GroupReceiver(EmailReceiver):
         self._joined = False
         self._healthy = True
         self._last_take = clock()  # when an application last took a message of it
+        self._join_started = -1e9  # when its latest join began
         self._rest_until = -1e9  # (its application took nothing: it joins no sooner)
         #: what this member did: processed (acknowledged), taken over, claimed, rejoined,
         #: lock takings and busy tries, claims it lost to others, leases found lapsed
@@ -500,7 +501,7 @@ class GroupReceiver(EmailReceiver):
         if mine is None and self._joined:  # removed as dead: what it held is others' now
             self._new_membership("removed from the group as dead")
         if mine is None and healthy:
-            started = now
+            started = self._join_started = now
             store.join(self.member)
             records = store.members()
             mine = next((r for r in records if r.member == self.member), None)
@@ -508,6 +509,14 @@ class GroupReceiver(EmailReceiver):
             if mine is not None:
                 self._lease.start(started)
                 self._last_beat = (started, now)
+        elif mine is not None and not self._joined:
+            # its join took effect, the answer was lost: a member, heartbeating (the
+            # others share messages out to it); was: never joined, the share of its
+            # record claimed by nobody, for good
+            # (its lease from when the join began: nobody saw the record before)
+            self._joined = True
+            self._lease.start(self._join_started)
+            self._last_beat = (self._join_started, now)
         self._record = mine
         # (a token is dated when it was read, never earlier: a round stalled mid-way, a
         # process stopped, must not see a token it just read as old, its member as dead)
@@ -654,8 +663,8 @@ class GroupReceiver(EmailReceiver):
         claims (a part taken over goes where the rest of its message goes, and takes no
         room), and, stateless, who joins each message some member holds parts of already
         (:func:`plan`'s ``joiners``): this member for what it holds; with ``alive`` (under
-        the claim lock, parts waiting in the inbox), every live member for what its claims
-        folder holds."""
+        the claim lock, parts waiting in the inbox or among the dead members' claims),
+        every live member for what its claims folder holds."""
         found = {}
         for member, uids in dead_claims.items():
             if uids:
@@ -665,7 +674,11 @@ class GroupReceiver(EmailReceiver):
             return found, {}
         with self._lock:
             joiners = {part_key(h.part_of): self.member for h in self._held.values() if h.part_of}
-        if self._parts:
+        # (the members' claims folders are read when parts wait in the inbox, or among a
+        # dead member's claims: was, for the latter, not read, and a dead member's part
+        # went by share to a member other than the one joining its message, which then
+        # waited for it in vain: lost in a stateless group, #64)
+        if self._parts or any(found.values()):
             for member in alive:
                 for of in store.claimed_parts(member).values():
                     joiners.setdefault(part_key(of), member)
@@ -677,8 +690,9 @@ class GroupReceiver(EmailReceiver):
         inbox = store.inbox()
         new = [uid for uid in inbox if uid > self._seen_uid]
         if new:
+            heads = store.headers(new)  # (failing, they are read again: not seen yet)
             self._seen_uid = new[-1]
-            for uid, head in store.headers(new).items():
+            for uid, head in heads.items():
                 if self._wants(head):
                     self._waiting[uid] = (now, head.stamp)
                     self._keys[uid] = head.share_key(uid)

@@ -63,5 +63,6 @@ def test_server_tests_carry_the_mailserver_marker(request: pytest.FixtureRequest
         "test_the_rule_is_mechanical",
         "test_yaml_mistakes_say_where_in_one_line",
         "test_completion_never_waits_more_than_its_budget",
+        "test_a_killed_peer_s_lines_are_read_to_the_end",
     }
     assert request.node.get_closest_marker("mailserver") is None

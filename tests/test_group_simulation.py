@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,16 +83,24 @@ class FlakyStore(MemoryGroupStore):
 @dataclass
 class App:
     """One member process's application: a single-threaded executor over what its
-    member hands out (parts joined first, as the polling thread does)."""
+    member hands out (parts joined first, as the polling thread does), taking the next
+    when the claim is ``ready``, working ``work()`` seconds, then acknowledging; a lost
+    claim is let go."""
 
     member: GroupReceiver
-    rng: random.Random
+    work: Callable[[], float]
+    #: what it processed: (its message, the delivery count its application saw)
+    processed: list[tuple[str, int]] = field(default_factory=list)
     queue: list[Any] = field(default_factory=list)
     on: tuple[list[Any], float] | None = None
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
     paused_until: float = -1.0
 
-    def step(self, now: float, processed: list[tuple[str, int]]) -> None:
+    @property
+    def done(self) -> list[str]:
+        return [name for name, _ in self.processed]
+
+    def step(self, now: float) -> None:
         try:
             handed = self.member._round(now)
         except ReceiveError:
@@ -116,7 +125,7 @@ class App:
                 incoming.ack()  # (moved at a later round: a failure there is retried)
             first = self.on[0][0]
             name = first.email.headers.get("Part-Of") or first.email.body
-            processed.append((name, self.on[0][0].delivery_count))
+            self.processed.append((name, first.delivery_count))
             self.on = None
         while self.on is None and self.queue:
             claims = self.queue[0]
@@ -132,7 +141,7 @@ class App:
             self.queue.pop(0)
             for i in claims:
                 i.delivery_count = max(c for c in counts if c is not None)
-            self.on = (claims, now + self.rng.choice([0.05, 0.2, 0.5, 1.0, 2.0]))
+            self.on = (claims, now + self.work())
 
 
 def _message(i: int) -> list[Email]:
@@ -168,10 +177,10 @@ def _simulate(rng: random.Random, mode: str, messages: int, faults: float, faili
             wants=lambda head: head.carries_only("/t"), unpack=_unpack, settings=SETTINGS,
             clock=clock, capacity=rng.choice([2, 10]),
         )  # fmt: skip
-        return App(member, rng)
+        return App(member, lambda: rng.choice([0.05, 0.2, 0.5, 1.0, 2.0]), processed)
 
+    processed: list[tuple[str, int]] = []  # (every application's, killed ones' too)
     apps = [start() for _ in range(3)]
-    processed: list[tuple[str, int]] = []
     expected: set[str] = set()
     sent = 0
     end_faults = clock.now + faults
@@ -192,13 +201,13 @@ def _simulate(rng: random.Random, mode: str, messages: int, faults: float, faili
             apps.append(start())
         for app in apps:
             if app.paused_until < clock.now:
-                app.step(clock.now, processed)
+                app.step(clock.now)
         clock.now += STEP
     quiet_end = clock.now + 120
     while clock.now < quiet_end and not expected <= {name for name, _ in processed}:
         for app in apps:
             app.paused_until = -1.0
-            app.step(clock.now, processed)
+            app.step(clock.now)
         clock.now += STEP
     done = {name for name, _ in processed}
     where = {f: len(box.folders[f]) for f in box.folders if box.folders[f]}

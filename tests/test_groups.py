@@ -28,6 +28,8 @@ from emailmw._transport.group.model import (
 )
 from emailmw._transport.group.receiver import GroupReceiver
 
+from .test_group_simulation import App
+
 S = GroupSettings(prefetch=3, steal_after=1.0, reorder=0.2)
 
 
@@ -737,31 +739,18 @@ def test_claims_in_a_folder_whose_member_was_removed_are_taken_over() -> None:
     assert store.claimants() == [member.member]
 
 
-class _App:
-    """A member's application on the fake clock, as a single-threaded executor runs it:
-    it takes the next message when the member says it may (the claim ``ready``), works on
-    it ``work`` seconds, then acknowledges it; a lost claim is let go."""
-
-    def __init__(self, member: GroupReceiver, clock: Clock, work: float) -> None:
-        self.member, self.clock, self.work = member, clock, work
-        self.queue: list[Any] = []
-        self.on: tuple[Any, float] | None = None
-        self.done: list[str] = []
-
-    def step(self, step: float = 0.05) -> None:
-        self.queue += self.member._round(self.clock.now)
-        if self.on is not None and self.clock.now >= self.on[1]:
-            self.on[0].ack()
-            self.done.append(self.on[0].email.body)
-            self.on = None
-        while self.on is None and self.queue:
-            state = self.queue[0].claim.state()
-            if state == "wait":
-                break
-            incoming = self.queue.pop(0)
-            if state == "ready" and incoming.claim.deliver() is not None:
-                self.on = (incoming, self.clock.now + self.work)
-        self.clock.now += step
+def _steps(clock: Clock, seconds: float, *apps: App, idle: GroupReceiver | None = None
+           ) -> None:  # fmt: skip
+    """Steps of 0.05 s of the fake clock: each application (the simulator's model: a
+    single-threaded executor) steps, and ``idle``'s rounds run (its application takes
+    nothing)."""
+    end = clock.now + seconds
+    while clock.now < end:
+        if idle is not None:
+            idle._round(clock.now)
+        for app in apps:
+            app.step(clock.now)
+        clock.now += 0.05
 
 
 def test_messages_queued_behind_a_working_application_do_not_make_its_member_hung(
@@ -775,10 +764,9 @@ def test_messages_queued_behind_a_working_application_do_not_make_its_member_hun
     box, _ = _world(*["/t"] * 10)
     clock = Clock()
     settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, ack_timeout=2.0)
-    app = _App(_member(box, clock, settings), clock, work=0.5)
+    app = App(_member(box, clock, settings), lambda: 0.5)
     with caplog.at_level("WARNING", logger="emailmw.groups"):
-        for _ in range(200):  # 10 s
-            app.step()
+        _steps(clock, 10.0, app)
     assert sorted(app.done) == sorted(f"m{i}" for i in range(10))
     assert app.member.counts["rejoined"] == 0
     assert not [r for r in caplog.records if "ack-timeout" in r.getMessage()]
@@ -792,12 +780,10 @@ def test_a_member_hung_on_one_message_recovers_by_itself_once_it_is_done() -> No
     box, _ = _world(*["/t"] * 4)
     clock = Clock()
     settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, ack_timeout=2.0)
-    app = _App(_member(box, clock, settings), clock, work=3.0)  # the first: past it
-    for _ in range(60):  # 3 s: the first is done
-        app.step()
-    app.work = 0.1
-    for _ in range(200):  # 10 s
-        app.step()
+    app = App(_member(box, clock, settings), lambda: 3.0)  # the first: past it
+    _steps(clock, 3.0, app)  # the first is done
+    app.work = lambda: 0.1
+    _steps(clock, 10.0, app)
     assert sorted(app.done) == [f"m{i}" for i in range(4)]
 
 
@@ -811,10 +797,8 @@ def test_a_member_whose_application_takes_nothing_gives_its_claims_back() -> Non
     idle = _member(box, clock, settings)
     held = _rounds(idle, clock, 0.2)
     assert len(held) == 4  # its application never takes them
-    busy = _App(_member(box, clock, settings), clock, work=0.1)
-    for _ in range(200):  # 10 s
-        idle._round(clock.now)
-        busy.step()
+    busy = App(_member(box, clock, settings), lambda: 0.1)
+    _steps(clock, 10.0, busy, idle=idle)
     assert sorted(busy.done) == [f"m{i}" for i in range(4)]
     assert [i.claim.state() for i in held] == ["lost"] * 4
 

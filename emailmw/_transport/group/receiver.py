@@ -501,19 +501,15 @@ class GroupReceiver(EmailReceiver):
         if mine is None and self._joined:  # removed as dead: what it held is others' now
             self._new_membership("removed from the group as dead")
         if mine is None and healthy:
-            started = self._join_started = now
+            self._join_started = now
             store.join(self.member)
             records = store.members()
             mine = next((r for r in records if r.member == self.member), None)
-            self._joined = mine is not None
-            if mine is not None:
-                self._lease.start(started)
-                self._last_beat = (started, now)
-        elif mine is not None and not self._joined:
-            # its join took effect, the answer was lost: a member, heartbeating (the
-            # others share messages out to it); was: never joined, the share of its
-            # record claimed by nobody, for good
-            # (its lease from when the join began: nobody saw the record before)
+        if mine is not None and not self._joined:
+            # joined now, or by an earlier join whose answer was lost (its record
+            # heartbeats and the others share messages out to it; was: never counted as
+            # joined, its share claimed by nobody, for good): the lease runs from when the
+            # join began, as nobody saw the record before
             self._joined = True
             self._lease.start(self._join_started)
             self._last_beat = (self._join_started, now)

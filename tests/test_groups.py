@@ -619,6 +619,12 @@ class _FailingStore(MemoryGroupStore):
         self._fail("unlock")
         super().unlock(record)
 
+    def try_lock(self, record: MemberRecord) -> bool:
+        taken = super().try_lock(record)
+        if taken and self.failing == "try_lock":  # (the answer lost: the lock was taken)
+            self._fail("try_lock")
+        return taken
+
     def fetch(self, member: str, uids: Sequence[int]) -> dict[int, bytes]:
         self._fail("fetch")
         return super().fetch(member, uids)
@@ -816,3 +822,125 @@ def test_a_claim_that_came_back_through_the_group_says_so_though_no_application_
     second = _member(box, clock)
     again = _rounds(second, clock, 3.0)
     assert [(i.redelivered, i.returned) for i in again] == [(False, True)]
+
+
+def test_a_plan_claims_every_part_of_a_message_together_with_room_for_one() -> None:
+    """#64: room for two messages, and a message of three parts waiting (a single message
+    between them): all three parts are claimed at once (its first takes the room); was:
+    the first part and the single one, the rest left in the inbox for a later round,
+    which a member seeing the members otherwise claimed instead: the message split."""
+    key = part_key("<big1@x>")
+    waiting = [(12, 0.0), (15, 0.0), (13, 0.0), (14, 0.0)]
+    keys = {12: key, 13: key, 14: key}
+    work = plan("stateless", "m0", ["m0"], {}, waiting, 1, S, None, None, keys,
+                frozenset(keys))  # fmt: skip
+    assert work.claim == [12, 15, 13, 14]  # (room 2: the message, and the single one)
+
+
+@pytest.mark.parametrize("first_holds", [1, 2])
+def test_a_message_split_across_two_members_is_joined_by_one(first_holds: int) -> None:
+    """#64: two live members each hold parts of one message (claimed while they saw the
+    members differently): the one holding fewer (of equals, the later by name) gives its
+    parts back to the inbox, the other claims them and its application gets the message
+    once, unflagged. Was: each waited for the other's parts for good (lost)."""
+    box, _ = _world()
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.25, ack_timeout=3.0)
+    a, b = App(_member(box, clock, settings), lambda: 0.1), App(_member(box, clock, settings),
+                                                                   lambda: 0.1)  # fmt: skip
+    _steps(clock, 1.0, a, b)  # (both members, no mail yet)
+    parts = _parts("<big1@x>", 3)
+    for part in parts:
+        box.deliver(part)
+    uids = MemoryGroupStore(box, "g").inbox()
+    MemoryGroupStore(box, "g").claim(uids[:first_holds], a.member.member)
+    MemoryGroupStore(box, "g").claim(uids[first_holds:], b.member.member)
+    a.member._unfetched = b.member._unfetched = True  # (as if they had claimed them)
+    _steps(clock, 10.0, a, b)
+    assert a.processed + b.processed == [("<big1@x>", 1)]
+    assert a.member.counts["gave_back"] + b.member.counts["gave_back"] in (1, 2)
+
+
+class _MarkFails(MemoryGroupStore):
+    """Its delivery records of a part numbered 3 fail (the connection lost) until the
+    clock reaches ``until``; ``failed``: how often."""
+
+    def __init__(self, box: MemoryMailbox, clock: Clock, until: float) -> None:
+        super().__init__(box, "g")
+        self.clock, self.until, self.failed = clock, until, 0
+
+    def mark(self, member: str, uid: int, delivered: int) -> None:
+        entry = self._box.folders[self._claims(member)][uid]
+        if self.clock.now < self.until and b"Part: 3/3" in entry.raw:
+            self.failed += 1
+            raise ReceiveError("mark: connection lost (test)")
+        super().mark(member, uid, delivered)
+
+
+def test_a_message_of_parts_whose_delivery_record_failed_before_a_pause_is_delivered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """#64: the delivery record of one part of a message failed (the other parts' were
+    made: given), then the process was paused (SIGSTOP) past ack-timeout: the member is not
+    hung on the message (its application never got it whole) and hands it out once its
+    lease is confirmed. Was: counted as held by the application since before the pause,
+    the member judged itself hung and stopped heartbeating, so never confirmed the lease
+    the last part waited for: alone, it stalled for good."""
+    box, _ = _world()
+    clock = Clock()
+    for part in _parts("<big1@x>", 3):
+        box.deliver(part)
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0, ack_timeout=2.0)
+    store = _MarkFails(box, clock, until=clock.now + 0.5)
+    member = GroupReceiver(store, mode="stateless", group="g",
+                           wants=lambda head: head.carries_only("/t"), unpack=_unpack,
+                           settings=settings, clock=clock)  # fmt: skip
+    app = App(member, lambda: 0.1)
+    with caplog.at_level("WARNING", logger="emailmw.groups"):
+        while not store.failed:
+            _steps(clock, 0.05, app)
+        clock.now += 3.0  # paused
+        _steps(clock, 10.0, app)
+    assert app.processed == [("<big1@x>", 1)]
+    assert not [r for r in caplog.records if "ack-timeout" in r.getMessage()]
+
+
+def test_a_lock_taken_by_a_try_whose_answer_was_lost_is_released() -> None:
+    """#64: the second member's claim-lock try took the lock in its name and the answer
+    was lost; then a third joined, and the waiting message is now the first member's
+    share: the second releases the lock at its next round (nobody else breaks a lock a
+    live member names), so the first claims. Was: the second, with nothing more to claim,
+    never tried the lock again and held it for good: the whole group stalled."""
+    box = MemoryMailbox()
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=100.0)
+    failing = _FailingStore(box)
+    first = _member(box, clock, settings)
+    second = GroupReceiver(failing, mode="stateless", group="g", wants=lambda h: True,
+                           unpack=_unpack, settings=settings, clock=clock)  # fmt: skip
+    for _ in range(10):
+        for member in (first, second):
+            member._round(clock.now)
+        clock.now += 0.05
+    assert second.alive == [first.member, second.member]
+    while True:  # a UID the second's share of two, and the first's of three members
+        box.deliver(Email("/t", "m", "a@x", ("g@x",), headers=Headers({"Source-Timestamp": "1"})))
+        uid = max(box.folders["INBOX"])
+        if uid % 6 == 3:
+            break
+        del box.folders["INBOX"][uid]
+    failing.failing = "try_lock"
+    with pytest.raises(ReceiveError):
+        second._round(clock.now)
+    assert failing.failing == ""
+    assert failing.locked()
+    third = _member(box, clock, settings)
+    _rounds(third, clock, 0.3)  # (the first two: slow meanwhile)
+    got: list[str] = []
+    end = clock.now + 5.0
+    while clock.now < end and not got:
+        for member in (first, second, third):
+            got += [i.email.body for i in _round_or_failure(member, clock)]
+        clock.now += 0.05
+    assert got == ["m"]
+    assert not failing.locked()

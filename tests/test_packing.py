@@ -33,7 +33,7 @@ from emailmw._core.packing import (
     part_of,
     split_email,
 )
-from emailmw._core.protocol import Recipients, publish_email
+from emailmw._core.protocol import PublishRoute, Recipients, classify, publish_email
 from emailmw._core.wire import build, parse
 from emailmw._delivery.polling import PollingManager
 from emailmw._transport.base import IncomingEmail
@@ -416,6 +416,26 @@ def test_parts_join_back_into_the_message(body: str, chunk: int) -> None:
     assert len({p.message_id for p in parts}) == len(parts)
     assert join_parts(parts) == message
     assert [parse(build(p)) for p in parts] == parts  # each goes on the wire as it is
+
+
+@pytest.mark.parametrize("resent", [[], [1], [2, 3]])
+def test_a_message_with_a_part_sent_again_from_a_spool_is_flagged_redelivered(
+    resent: list[int],
+) -> None:
+    # a publisher killed after the server took a part, before its spool forgot it, sends
+    # that part again marked (the outbox prepends the header to the stored bytes): the
+    # message joined from any such part may be a repeat, so it is flagged
+    message = publish_email("/big", "x" * 300, recipients=Recipients("you@x", ("you@x",)),
+                            gid=Gid(1), sequence_number=7, timestamp_ns=1)  # fmt: skip
+    message = message.replace(message_id="<big@x>")
+    parts = [
+        parse(b"Emailmw-Resent: spool\r\n" + build(p)) if n in resent else p
+        for n, p in enumerate(split_email(message, 120), start=1)
+    ]
+    assert len(parts) == 3
+    route = classify(join_parts(parts), 0)
+    assert isinstance(route, PublishRoute)
+    assert route.info.redelivered is bool(resent)
 
 
 @pytest.mark.parametrize("value", ["x", "0/3", "4/3", "1/0", "1/200000"])

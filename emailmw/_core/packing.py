@@ -26,7 +26,7 @@ from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from .errors import EmailMWError, InvalidArgumentError, MalformedEmailError
 from .types import Email, Headers
-from .wire import format_date, parse_header_block, split_message
+from .wire import HEADER_RESENT, format_date, parse_header_block, split_message
 
 __all__ = [
     "BATCH_COUNT_HEADER",
@@ -279,12 +279,17 @@ def part_of(email_: Email) -> PartOf | None:
 
 def join_parts(parts: Sequence[Email]) -> Email:
     """The message the parts (all of them, in order) were split from: their bodies joined,
-    the headers of the first without ``Part``/``Part-Of``/``Part-Digest``, the original
+    the headers of the first without ``Part``/``Part-Of``/``Part-Digest`` (and
+    ``Emailmw-Resent`` when any part carries it: a repeat is flagged), the original
     Message-ID. (:class:`PieceDigest` checks the body against the digest.)"""
     first = parts[0]
     found = part_of(first)
     assert found is not None
     headers = Headers([(k, v) for k, v in first.headers.items() if k.lower() not in _PART_HEADERS])
+    resent = next((r for p in parts if (r := p.headers.get(HEADER_RESENT)) is not None), None)
+    if resent is not None and headers.get(HEADER_RESENT) is None:
+        # a part its sender sent again (its spool, after a crash): the message may be a repeat
+        headers = Headers([(HEADER_RESENT, resent), *headers.items()])
     return first.replace(
         body="".join(part.body for part in parts), headers=headers, message_id=found.message_id
     )

@@ -37,6 +37,7 @@ from .wire import (
     HEADER_PUBLISHER_GID,
     HEADER_PUBLISHER_SEQUENCE_NUMBER,
     HEADER_REQUEST_SEQUENCE_NUMBER,
+    HEADER_RESENT,
     HEADER_SOURCE_TIMESTAMP,
     is_message_id,
     make_reply,
@@ -322,12 +323,6 @@ def outside_domains(addresses: tuple[str, ...], allowed: frozenset[str] | None) 
     if allowed is None:
         return []
     return [a for a in addresses if address_domain(a) not in allowed]
-
-
-#: set (unsigned, on the way) on an email a sender sends again not knowing whether the server
-#: took it before (its spool, after a crash): a receiver flags it ``redelivered``, so that a
-#: second copy is never a silent repeat
-HEADER_RESENT: Final = "Emailmw-Resent"
 
 
 def classify(

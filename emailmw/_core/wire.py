@@ -96,6 +96,10 @@ HEADER_ACK_REQUEST: Final = "Ack-Request"
 #: handed out
 HEADER_ACK_PUBLISHER_GID: Final = "Ack-Publisher-GID"
 HEADER_ACK_SEQUENCE_NUMBER: Final = "Ack-Sequence-Number"
+#: set (unsigned, on the way) on an email a sender sends again not knowing whether the server
+#: took it before (its spool, after a crash): a receiver flags it ``redelivered``, so that a
+#: second copy is never a silent repeat
+HEADER_RESENT: Final = "Emailmw-Resent"
 HEADER_ACK_SUBSCRIBER: Final = "Ack-Subscriber"
 HEADER_DELIVERY_COUNT: Final = "Delivery-Count"
 

@@ -54,9 +54,8 @@ from .._core.errors import (
 )
 from .._core.log import get_logger
 from .._core.packing import build_batch
-from .._core.protocol import HEADER_RESENT
 from .._core.types import Email
-from .._core.wire import build, envelope_recipients, new_message_id, prepare_outgoing
+from .._core.wire import HEADER_RESENT, build, envelope_recipients, new_message_id, prepare_outgoing
 from .base import EmailSender, FailureCallback
 from .ledger import SendLedger, ledger_path
 from .quota import SendBudget

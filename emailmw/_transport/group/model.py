@@ -378,7 +378,18 @@ def plan(
     stolen = [uid for uid, waited in reversed(waiting)
               if share(key(uid)) != me and waited >= settings.steal_after
               and uid not in whole]  # fmt: skip
-    return Plan(joining + _within(mine + stolen, room, weight), take)
+    # a message's parts are claimed together, as one message (its first part takes the
+    # room): was, with room for fewer than its parts, the rest left in the inbox for the
+    # next round, and a member that saw the members otherwise claimed them (#64)
+    started: set[int] = set()  # (messages whose first part is in mine)
+    rest: set[int] = set()  # (their other parts)
+    for uid in mine:
+        if uid in whole:
+            (rest.add(uid) if key(uid) in started else started.add(key(uid)))
+    chosen = _within(mine + stolen, room, weight, frozenset(rest))
+    begun = {key(uid) for uid in chosen if uid in whole}
+    chosen += [u for u in mine if u in rest and u not in chosen and key(u) in begun]
+    return Plan(joining + chosen, take)
 
 
 def _within(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -177,6 +177,11 @@ class GroupReceiver(EmailReceiver):
         self._weights: dict[int, int] = {}
         self._keys: dict[int, int] = {}
         self._parts: set[int] = set()
+        # since when it holds parts of a message not whole yet; when it last looked whether
+        # another member holds the rest (a message split across members: see _split)
+        self._joining_since: float | None = None
+        self._split_looked = -1e9
+        self._split_wanted = False
         self._unfetched = False  # its claims folder may hold what it has not handed out
         self._in_lapse = False
         self._unnamed_since: float | None = None  # since when the lock names no holder
@@ -197,7 +202,7 @@ class GroupReceiver(EmailReceiver):
         #: lock takings and busy tries, claims it lost to others, leases found lapsed
         self.counts: dict[str, int] = dict.fromkeys(
             ("claimed", "taken", "acked", "rejoined", "locked", "lock_busy", "lost",
-             "lapsed", "delivered"), 0,
+             "lapsed", "delivered", "gave_back"), 0,
         )  # fmt: skip
         self._settle_due = threading.Event()
         self._settle_thread: threading.Thread | None = None
@@ -553,10 +558,17 @@ class GroupReceiver(EmailReceiver):
         over as a dead member's), and joins again under a new name at the end of the order;
         when its application took nothing, it joins only one ``ack_timeout`` later, so that
         the others share out what it had.
-        (A part waiting for the rest of its message is neither: ``part-timeout`` bounds
-        that.)"""
+        (A part waiting for the rest of its message is neither, nor one given while the
+        rest is not: ``part-timeout`` bounds that.)"""
         with self._lock:
-            taken = [h.taken_at for h in self._held.values() if h.with_application]
+            # (a message of parts is with the application once every part was given: a
+            # part given while another's delivery record failed is not; was: counted as
+            # held, the member unhealthy, so never renewing the lease the rest waited for)
+            joining = {h.part_of for h in self._held.values() if h.part_of and h.given_at is None}
+            taken = [
+                h.taken_at for h in self._held.values()
+                if h.with_application and not (h.part_of and h.part_of in joining)
+            ]  # fmt: skip
             queued = [
                 h.handed_at for h in self._held.values()
                 if not h.settling and h.out > h.with_application
@@ -644,8 +656,17 @@ class GroupReceiver(EmailReceiver):
                     waiting, held, self.settings, limit, self._weights, self._keys,
                     frozenset(self._parts), dead_keys, joiners)  # fmt: skip
         # only this member puts claims in its folder: with nothing claimed or taken now, and
-        # nothing left behind, there is nothing new to hand out (no IMAP command)
-        if lapsed or work.take or work.claim:
+        # nothing left behind, there is nothing new to hand out (no IMAP command); parts
+        # of a message held a while: whether another member holds the rest (see _split)
+        if self._joining_since is None or not joining:
+            self._joining_since = now if joining else None
+        split = (
+            self._mode == "stateless" and self._joining_since is not None
+            and now - self._joining_since >= self.settings.steal_after
+            and now - self._split_looked >= self.settings.expiry
+            and self._split_seen(store)
+        )  # fmt: skip
+        if lapsed or work.take or work.claim or split:
             if self._under_lock(now, waiting, held, limit, healthy, lapsed):
                 self._unfetched = True
         else:
@@ -679,6 +700,54 @@ class GroupReceiver(EmailReceiver):
                 for of in store.claimed_parts(member).values():
                     joiners.setdefault(part_key(of), member)
         return found, joiners
+
+    def _split_seen(self, store: GroupStore) -> bool:
+        """Whether another live member's claims folder holds parts of a message this
+        member holds parts of (read without the lock, once an expiry while it waits for
+        the rest of a message: :meth:`_split` decides under the lock)."""
+        self._split_looked = self._clock()
+        mine = set(store.claimed_parts(self.member).values())
+        self._split_wanted = bool(mine) and any(
+            mine & set(store.claimed_parts(member).values())
+            for member in self._alive if member != self.member
+        )  # fmt: skip
+        return self._split_wanted
+
+    def _split(self, store: GroupStore, alive: Sequence[str]) -> None:
+        """Under the claim lock: the parts of a message split across live members (each
+        claimed some while they saw the members differently) go back to the inbox from
+        every member but one, which then claims them all and joins the message: the one
+        holding most of them (of equals, the first by name). Each member decides this of
+        its own claims from the same folders (read under the lock), so exactly one keeps
+        them; never parts of a message its application has. Was: each kept its parts and
+        waited for the other's, for good (a message lost in a stateless group, #64)."""
+        self._split_wanted = False
+        mine = store.claimed_parts(self.member)
+        if not mine:
+            return
+        counts: dict[str, Counter[str]] = {self.member: Counter(mine.values())}
+        for member in alive:
+            if member != self.member:
+                counts[member] = Counter(store.claimed_parts(member).values())
+        with self._lock:
+            given = {h.part_of for h in self._held.values() if h.part_of and h.given_at}
+
+        def yields(of: str, n: int) -> bool:  # (another holds more, or as many and is first)
+            return of not in given and any(
+                c[of] > n or (c[of] == n and member < self.member)
+                for member, c in counts.items() if member != self.member and c[of]
+            )  # fmt: skip
+
+        back = {of for of, n in counts[self.member].items() if yields(of, n)}
+        uids = sorted(uid for uid, of in mine.items() if of in back)
+        if not uids:
+            return
+        store.settle(self.member, uids, store.inbox_folder)
+        self.counts["gave_back"] += len(uids)
+        with self._lock:
+            self._gone.update((self.member, uid) for uid in uids)
+        why = f"parts of {len(back)} message(s) another member joins: back to the inbox"
+        self._lose([(self.member, uid) for uid in uids], why)
 
     def _read_inbox(self, now: float) -> None:
         """Note the new inbox messages this member wants, and forget those gone."""
@@ -719,7 +788,12 @@ class GroupReceiver(EmailReceiver):
         record = self._record
         if record is None:
             return False
+        # (owed until known: a try whose answer was lost may have taken the lock, in this
+        # member's name, which nobody else breaks while it lives; was: held for good when
+        # this member had nothing more to claim, the whole group stalled)
+        self._unlock_owed = record
         if not store.try_lock(record):  # busy: the next round tries again
+            self._unlock_owed = None
             self.counts["lock_busy"] += 1
             self._maybe_break(now)
             return False
@@ -749,6 +823,8 @@ class GroupReceiver(EmailReceiver):
                 return False  # (its heartbeats stall: nothing moves until they run again)
             dead_claims = {r.member: store.claimed(r.member) for r in dead}
             dead_keys, joiners = self._part_keys(store, dead_claims, alive)
+            if self._split_wanted:
+                self._split(store, alive)
             work = plan(self._mode, self.member, alive, dead_claims, waiting, held,
                         self.settings, limit, self._weights, self._keys,
                         frozenset(self._parts), dead_keys, joiners)  # fmt: skip

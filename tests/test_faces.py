@@ -19,6 +19,7 @@ import emailmw
 from emailmw import floctrl, stem, ymp
 from emailmw._core.addressing import Address, Envelope, floctrl_recipients
 from emailmw._core.protocol import classify, routed_email
+from emailmw._delivery.routing import forwarded_message_id
 from emailmw.testing._modes import FAST
 from tests.faces_helpers import (
     ADDRESS_FORMS,
@@ -555,6 +556,115 @@ def test_a_gateway_that_forwards_an_email_again_sends_the_same_message_id(
         assert calls.wait(lambda c: len(c) == 2)
         assert wait_until(lambda: b._polling.duplicates == 1)
         assert gw.router.counts["relayed"] == 3
+    finally:
+        gw.shutdown()
+
+
+class _Incoming:
+    """What a ticket settles, recorded: (its data, "ack" or "leave")."""
+
+    claim = None
+    delivery_count = 1
+
+    def __init__(self, data: int, settled: list[tuple[int, str]]) -> None:
+        self.data, self.settled = data, settled
+
+    def give(self) -> None:
+        pass
+
+    def ack(self) -> None:
+        self.settled.append((self.data, "ack"))
+
+    def leave(self) -> None:
+        self.settled.append((self.data, "leave"))
+
+
+def _stem_email(data: int) -> tuple[Any, Any]:
+    envelope = Envelope(Address("cell", "b"), Address("s", "a"), "stem")
+    email = routed_email(envelope, "s", json.dumps({"type": "foo", "data": data}),
+                         to="gw@a.test", from_="a@a.test",
+                         timestamp_ns=1).with_message_id(f"<m{data}@a.test>")  # fmt: skip
+    return email, classify(email, 2)
+
+
+@pytest.mark.parametrize("error", ["temporary", "no answer in time", "connection"])
+def test_a_gateway_whose_next_server_is_down_forwards_once_it_is_back(
+    net: emailmw.IntraprocessNetwork, hubs: Any, monkeypatch: pytest.MonkeyPatch, error: str
+) -> None:
+    """#57: the next server does not accept mail for a while (down, no answer in time, a
+    4xx): the routed emails wait, in order, unsettled, and are forwarded once it accepts
+    mail again; each is settled only then. Was: dropped at the first failure and left in
+    the gateway's mailbox, never forwarded (a one-way Stem or floctrl message lost)."""
+    from emailmw._delivery.polling import Ticket
+
+    b = hubs("b@b.test", "b", {})
+    calls = Calls()
+    Recording("cell", calls, context=b)
+    gw = net.context("gw@a.test", {"routing": {"hub": "gw", "routes": {"b": "b@b.test"}}})
+    sender = gw.router.outlet.sender
+    send, tries = sender.send, []
+
+    def down(email: Any, **kwargs: Any) -> None:
+        tries.append(email.message_id)
+        if len(tries) <= 3:
+            raise {
+                "temporary": emailmw.SendError("451 try later", temporary=True),
+                "no answer in time": emailmw.SendError("not accepted within 30 s", temporary=True),
+                "connection": emailmw.ConnectError("connection refused"),
+            }[error]
+        send(email, **kwargs)
+
+    monkeypatch.setattr(sender, "send", down)
+    monkeypatch.setattr("emailmw._delivery.routing._RETRY_FIRST", 0.05)  # (1 s)
+    settled: list[tuple[int, str]] = []
+    try:
+        for data in (1, 2):
+            ticket = Ticket(_Incoming(data, settled))  # type: ignore[arg-type]
+            email, route = _stem_email(data)
+            gw.router(email, route, ticket)
+            ticket.release()  # (the polling thread is done with it)
+        assert settled == []  # (waiting: not settled)
+        assert calls.wait(lambda c: [i[3] for i in c] == [1, 2], 30)
+        assert wait_until(lambda: settled == [(1, "ack"), (2, "ack")], 10)
+        assert gw.router.counts["relayed"] == 2
+        assert gw.router.counts["dropped"] == 0
+    finally:
+        gw.shutdown()
+
+
+def test_a_gateway_drops_what_the_next_server_refuses_for_good_and_leaves_it(
+    net: emailmw.IntraprocessNetwork, hubs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A permanent refusal (5xx) is a drop, counted and logged; the email is left where it
+    is (not settled), and the next email goes on."""
+    from emailmw._delivery.polling import Ticket
+
+    b = hubs("b@b.test", "b", {})
+    calls = Calls()
+    Recording("cell", calls, context=b)
+    gw = net.context("gw@a.test", {"routing": {"hub": "gw", "routes": {"b": "b@b.test"}}})
+    sender = gw.router.outlet.sender
+    send = sender.send
+
+    def refuse_first(email: Any, **kwargs: Any) -> None:
+        if email.message_id == next(iter(forwarded)):
+            raise emailmw.SendError("550 no such user")
+        send(email, **kwargs)
+
+    forwarded: list[str] = []
+    monkeypatch.setattr(sender, "send", refuse_first)
+    settled: list[tuple[int, str]] = []
+    try:
+        for data in (1, 2):
+            ticket = Ticket(_Incoming(data, settled))  # type: ignore[arg-type]
+            email, route = _stem_email(data)
+            if not forwarded:
+                forwarded.append(forwarded_message_id(email.message_id, route.envelope))
+            gw.router(email, route, ticket)
+            ticket.release()
+        assert calls.wait(lambda c: [i[3] for i in c] == [2], 10)
+        assert gw.router.counts["dropped"] == 1
+        assert settled == [(1, "leave"), (2, "ack")]
     finally:
         gw.shutdown()
 

@@ -485,6 +485,7 @@ class Context(Closeable):
             item.close()
         for entity in entities:
             entity.close()
+        self._router.close(timeout)  # (routed emails waiting for their hop: left unsettled)
         try:
             if not self._sender.flush(timeout):
                 _log.warning("emails still unsent after %.1f s at shutdown", timeout)

@@ -32,14 +32,14 @@ import hashlib
 import queue
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 from .._core.addressing import Address, Deliver, Drop, Envelope, Forward, decide
 from .._core.closeable import Closeable
-from .._core.errors import ClosedError, EmailMWError, RoutingError
+from .._core.errors import ClosedError, EmailMWError, RoutingError, SendError, TransportError
 from .._core.faces import face
 from .._core.log import get_logger
 from .._core.protocol import Route, RoutedRoute, address_domain, routed_email
@@ -71,6 +71,40 @@ _CUSTODY: Final = frozenset({ORIGIN_HEADER.lower(), VIA_HEADER.lower()})
 _CARRIED: Final = frozenset({"part", "part-of", "body-encoding"})
 #: distinct drop reasons a router counts one by one (the rest as "other reasons")
 _DISTINCT_REASONS: Final = 100
+#: seconds between tries of a hop whose server does not accept mail: the first, the most
+_RETRY_FIRST: Final = 1.0
+_RETRY_MAX: Final = 30.0
+
+
+def _temporary(exc: EmailMWError) -> bool:
+    """Whether sending again later may succeed: a server that cannot be reached, did not
+    answer in time or answered 4xx; not a permanent refusal (5xx) nor an email that cannot
+    be sent at all (too large, a bad header)."""
+    if isinstance(exc, SendError):
+        return exc.temporary
+    return isinstance(exc, TransportError)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A copy to forward once its hop's server accepts mail again, and what it is for."""
+
+    copy: Email
+    hop: Hop
+    ticket: Ticket
+    message_id: str | None
+    envelope: Envelope
+
+
+@dataclass(slots=True)
+class _Stalled:
+    """A hop whose server did not accept a copy: the copies waiting for it, in order, and
+    when it is tried next."""
+
+    waiting: deque[_Waiting] = field(default_factory=deque)
+    due: float = 0.0
+    backoff: float = _RETRY_FIRST
+    tries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +156,13 @@ class Router:
 
     :attr:`counts` holds how many emails it delivered, forwarded ("relayed") and dropped,
     and :attr:`drops` the drops by reason. Thread-safe.
+
+    A copy the next server does not accept for a temporary reason (unreachable, no answer
+    in time, 4xx) is not dropped: it waits, with every later copy for that hop (in order),
+    and a thread of the router tries the hop again (after 1 s, doubling up to 30 s) until
+    its server accepts them; only then is each email settled. A permanent refusal (5xx) is
+    a drop (the email left where it is). At :meth:`close`, waiting emails are left where
+    they are, unsettled.
     """
 
     def __init__(self, hub: str, address: str, outlet: Outlet) -> None:
@@ -133,6 +174,10 @@ class Router:
         self._sinks: Table[tuple[str, str, str], RoutedSink] = Table()
         self.counts: Counter[str] = Counter()
         self.drops: Counter[str] = Counter()
+        self._stalled: dict[str, _Stalled] = {}  # by hop address
+        self._retry = threading.Condition(self._lock)
+        self._retrier: threading.Thread | None = None
+        self._closed = False
 
     # ------------------------------------------------------------------ tables
 
@@ -280,21 +325,122 @@ class Router:
         custody = [(k, v) for k, v in email.headers.items() if k.lower() in _CUSTODY | _CARRIED]
         if custody:  # the originator's signature and the relays so far go on with it
             copy = copy.replace(headers=[*copy.headers.items(), *custody])
+        waiting = _Waiting(copy, hop, ticket, email.message_id, envelope)
+        with self._lock:
+            stalled = self._stalled.get(hop.address)
+            if stalled is not None and not self._closed:  # (behind the earlier ones)
+                stalled.waiting.append(waiting)
+                ticket.hold()
+                return
         try:
             hop.outlet.sender.send(copy)
         except EmailMWError as exc:
+            if _temporary(exc) and self._wait(waiting, exc):
+                return
             self.drop(email.message_id, envelope, f"forwarding to {hop.address} failed: {exc}")
             ticket.leave_alone()
             return
+        self._relayed(waiting)
+
+    def _relayed(self, waiting: _Waiting) -> None:
         with self._lock:
             self.counts["relayed"] += 1
         _log.debug(
             "relayed %s to %s as %s (hop %d)",
-            email.message_id,
-            hop.address,
-            copy.message_id,
-            envelope.hops,
+            waiting.message_id,
+            waiting.hop.address,
+            waiting.copy.message_id,
+            waiting.envelope.hops,
         )
+
+    def _wait(self, waiting: _Waiting, exc: EmailMWError) -> bool:
+        """``waiting``'s hop did not accept it for a temporary reason: it waits (its email
+        held unsettled), with the copies that come for that hop meanwhile, for the retry
+        thread. False when the router is closed."""
+        address = waiting.hop.address
+        with self._lock:
+            if self._closed:
+                return False
+            stalled = self._stalled.get(address)
+            if stalled is None:
+                stalled = self._stalled[address] = _Stalled(backoff=_RETRY_FIRST)
+                stalled.due = time.monotonic() + stalled.backoff
+                _log.warning(
+                    "forwarding to %s failed (%s): it waits, with what comes for that hop, "
+                    "and is tried again until that server accepts it", address, exc,
+                )  # fmt: skip
+            stalled.waiting.appendleft(waiting)
+            waiting.ticket.hold()
+            if self._retrier is None:
+                self._retrier = threading.Thread(
+                    target=self._retry_loop, name=f"emailmw-forward-{self.hub}", daemon=True
+                )
+                self._retrier.start()
+            self._retry.notify_all()
+        return True
+
+    def _retry_loop(self) -> None:
+        """The retry thread: the waiting copies of each stalled hop, in order, once due."""
+        while True:
+            with self._lock:
+                while not self._closed:
+                    now = time.monotonic()
+                    due = [s for s in self._stalled.values() if s.due <= now]
+                    if due:
+                        break
+                    nearest = min((s.due for s in self._stalled.values()), default=now + 1.0)
+                    self._retry.wait(max(0.01, nearest - now))
+                if self._closed:
+                    return
+                stalled = due[0]
+                waiting = stalled.waiting[0]
+            try:
+                waiting.hop.outlet.sender.send(waiting.copy)
+            except EmailMWError as exc:
+                error: EmailMWError | None = exc
+            else:
+                error = None
+            with self._lock:
+                if self._closed:
+                    return  # (close left it where it is: a copy accepted meanwhile is
+                    # sent again by the next process, the same Message-ID: dropped there)
+                if error is not None and _temporary(error):
+                    stalled.tries += 1
+                    stalled.backoff = min(stalled.backoff * 2, _RETRY_MAX)
+                    stalled.due = time.monotonic() + stalled.backoff
+                    _log.debug("forwarding to %s failed again (%s)", waiting.hop.address, error)
+                    continue
+                stalled.waiting.popleft()
+                stalled.backoff = _RETRY_FIRST
+                if not stalled.waiting:
+                    del self._stalled[waiting.hop.address]
+                    _log.warning("forwarding to %s works again", waiting.hop.address)
+            if error is None:
+                self._relayed(waiting)
+            else:
+                self.drop(waiting.message_id, waiting.envelope,
+                          f"forwarding to {waiting.hop.address} failed: {error}")  # fmt: skip
+                waiting.ticket.leave_alone()
+            waiting.ticket.release()  # (settled: the next server has its copy, or a drop)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the retry thread (waiting up to ``timeout`` for a try under way); the
+        emails still waiting for their hop are left where they are, unsettled (read again
+        by the next process). Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._retry.notify_all()
+            thread = self._retrier
+        if thread is not None:
+            thread.join(timeout)
+        with self._lock:
+            left = [w for s in self._stalled.values() for w in s.waiting]
+            self._stalled.clear()
+        if left:
+            _log.warning("%d routed email(s) not forwarded yet: left where they are", len(left))
+        for waiting in left:
+            waiting.ticket.leave_alone()
+            waiting.ticket.release()
 
     def __repr__(self) -> str:
         return f"<Router hub={self.hub!r} {dict(self.counts)}>"

@@ -372,8 +372,10 @@ class Outbox(EmailSender):
             return
         item.cancelled = True
         if not item.done.wait(self._options.timeout):
-            item.error = SendError(
-                f"not accepted within {self._options.timeout} s", server=self._server
+            item.error = SendError(  # (temporary: trying later may succeed)
+                f"not accepted within {self._options.timeout} s",
+                server=self._server,
+                temporary=True,
             )
 
     def max_email_bytes(self) -> int | None:
@@ -704,6 +706,7 @@ class Outbox(EmailSender):
                         return SendError(
                             f"not accepted within {self._options.timeout} s: {error}",
                             server=self._server,
+                            temporary=True,
                         )
                     if self._stopping.wait(wait):
                         return _LEFT
@@ -718,7 +721,9 @@ class Outbox(EmailSender):
                 return None
             if deadline is not None and time.monotonic() + backoff > deadline:
                 return SendError(
-                    f"not accepted within {self._options.timeout} s: {error}", server=self._server
+                    f"not accepted within {self._options.timeout} s: {error}",
+                    server=self._server,
+                    temporary=True,
                 )
             if self._closed and memory_only and backoff >= _BACKOFF_MAX:
                 return SendError(f"not sent before close: {error}", server=None)

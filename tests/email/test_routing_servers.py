@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -414,3 +415,64 @@ def test_floctrl_a_worker_pool_over_real_mail_shares_jobs_and_loses_none_when_on
         assert got.wait(lambda c: {body for body, _ in c} == {str(i) for i in range(40)}, 60)
         # each processed once (a leaving member settles what it processed before it goes)
         assert sorted(Counter(body for body, _ in got.items).values()) == [1] * 40
+
+
+@pytest.fixture(scope="module")
+def stoppable_server(mailserver: MailServer) -> Iterator[MailServer]:
+    """A mail server of this module's own (domain ``d.test``), whose SMTP a test stops
+    and starts."""
+    del mailserver
+    state = Path(f"/tmp/emailmw-gw-{os.urandom(4).hex()}")
+    server = MailServer(state_dir=state, domain="d.test", pool_size=20)
+    server.start(fresh=True)
+    yield server
+    server.stop()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def test_a_gateway_forwards_what_came_while_the_next_server_was_down(
+    mailserver: MailServer,
+    stoppable_server: MailServer,
+    contexts: list[emailmw.Context],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """#57: the next server's SMTP is down longer than the gateway's send timeout: the
+    Stem messages that come meanwhile wait in the gateway (unsettled, in its mailbox) and
+    are forwarded, in order, once that server is back; none is dropped, none repeated.
+    Was: each dropped at the first failure and left in the gateway's mailbox, never
+    forwarded."""
+    a, b = mailserver, stoppable_server
+    la, ga, fb, gb = a.fresh_account(), a.fresh_account(), b.fresh_account(), b.fresh_account()
+    lab = hub_maker(a, contexts)(la, "lab", {"far": ga})
+    far = hub_maker(b, contexts)(fb, "far", {"lab": gb})
+    quick = {"timeout": 2}  # (the gateway gives up a send after 2 s: its retries then)
+    gateway = emailmw.Gateway(
+        {"a": emailmw.Context({"email": a.config(ga, routing={"hub": "gwa"}, **quick)}),
+         "b": emailmw.Context({"email": b.config(gb, routing={"hub": "gwb"}, **quick)})},
+        {"lab": (la, "a"), "far": (fb, "b")},
+    )  # fmt: skip
+    calls = Calls()
+    Recording("cell", calls, context=far)
+    sender = stem.Cell("s", context=lab)
+    caplog.set_level(logging.WARNING, "emailmw.routing")
+    with gateway:
+        gateway.start()
+        sender.send("far:cell", type="foo", data=0)
+        assert calls.wait(lambda c: len(c) == 1, 60)
+        b.stop_postfix()
+        try:
+            for i in range(1, 6):
+                sender.send("far:cell", type="foo", data=i)
+            assert wait_until(
+                lambda: any("forwarding to" in r.getMessage() for r in caplog.records), 60
+            )
+        finally:
+            b.start_postfix()
+        assert calls.wait(lambda c: len(c) == 6, 120), calls.items
+        # (each once; their order is the far server's delivery order: Postfix delivers
+        # what it accepted together in parallel)
+        assert sorted(i[3] for i in calls.items) == list(range(6))
+        assert any("works again" in r.getMessage() for r in caplog.records)
+        report = gateway.report()
+        assert report["dropped"] == 0
+        assert report["relayed"] == 6

@@ -888,6 +888,7 @@ def test_a_client_reports_a_lost_server_with_a_clear_status(ctx: emailmw.Context
         server_executor.shutdown()  # the server stops answering mid-goal
         servers.join(5)
         server._status.close()
+        node.destroy_node()  # (and leaves the graph: gone, not paused)
         response = result.result(10)
         assert response.status == GoalStatus.STATUS_UNKNOWN
         assert handle.status == GoalStatus.STATUS_UNKNOWN

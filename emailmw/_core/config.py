@@ -113,6 +113,7 @@ _TOP_KEYS: Final = frozenset(
         "provider",
         "max-email-bytes",
         "part-timeout",
+        "announce-period",
     }
 )
 _ROUTING_KEYS: Final = frozenset({"hub", "routes"})
@@ -349,6 +350,9 @@ class Options:
     #: seconds a message sent as parts may take to arrive complete (then its parts are
     #: reported and left in the mailbox)
     part_timeout: float = 600.0
+    #: seconds between a node's announcements (the graph drops a node silent for three:
+    #: killed); a Node's ``announce_period`` argument overrides it
+    announce_period: float = 30.0
     #: the provider profile the configuration names (``provider``; None: none)
     provider: str | None = None
     source: str = "<defaults>"
@@ -802,6 +806,7 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         limits=_read_limits(reader),
         max_email_bytes=_read_max_email_bytes(reader),
         part_timeout=reader.number("part-timeout", 600.0),
+        announce_period=reader.number("announce-period", 30.0),
         provider=reader.string("provider"),
         source=source,
     )

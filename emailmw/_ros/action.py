@@ -6,12 +6,15 @@ on ROS's action protocol, built on the existing services and topics with ROS's n
 A server's goals go through ROS's states (accepted, executing, canceling, then
 succeeded, canceled or aborted); an execute callback that ends without setting one aborts
 the goal. A server publishes its goals' status on every change and, while any is active,
-every ``status_period`` seconds: a client that hears nothing of an active goal for
-``server_timeout`` seconds (its server was killed) gives it the status
-``STATUS_UNKNOWN``, completes its result future with that status and logs why; a server
-that does not know a goal (it was restarted) answers its result at once with
-``STATUS_UNKNOWN`` too. Callbacks run in the executor, in the action's callback group;
-an execute callback may be ``async def``. Thread-safe.
+every ``status_period`` seconds. A client that hears nothing of an active goal for
+``server_timeout`` seconds looks whether the server is gone: when no node of the graph
+offers the action any more (its node left, or its announcements expired: killed), it
+gives the goal the status ``STATUS_UNKNOWN``, completes its result future with that status
+and logs why; while the server is still in the graph (paused, or starved of CPU) it says
+so once and waits on (it looks again every ``server_timeout``): a result that comes late
+is the goal's result, never lost. A server that does not know a goal (it was restarted)
+answers its result at once with ``STATUS_UNKNOWN`` too. Callbacks run in the executor,
+in the action's callback group; an execute callback may be ``async def``. Thread-safe.
 """
 
 from __future__ import annotations
@@ -608,7 +611,8 @@ class ActionClient(_ActionEnd[ServiceClient, Subscription]):
     """An action client (rclpy's ``ActionClient``) of ``action_type`` on ``action_name``.
     Its feedback callbacks run in the executor that spins ``node``; its futures complete
     as the answers arrive, spun or not. ``server_timeout``: how long an active goal may
-    go without a status from its server before the client calls it lost."""
+    go without a status from its server before the client looks whether the server is
+    gone (no longer in the graph: then the goal is lost)."""
 
     def __init__(
         self,
@@ -632,6 +636,7 @@ class ActionClient(_ActionEnd[ServiceClient, Subscription]):
         self._handles: dict[bytes, ClientGoalHandle] = {}
         self._feedback_callbacks: dict[bytes, Callable[[Any], Any]] = {}
         self._heard: dict[bytes, float] = {}  # active goal -> when its server last spoke
+        self._quiet: set[bytes] = set()  # active goals silent past server_timeout (said)
         # goals whose result came: their feedback callbacks go once the feedback read
         # before it is handed over (it is read in the executor, the result on arrival)
         self._ended: set[bytes] = set()
@@ -680,6 +685,10 @@ class ActionClient(_ActionEnd[ServiceClient, Subscription]):
                 if handle is None:
                     continue
                 handle.update_status(status.status)
+                if key in self._quiet:
+                    self._quiet.discard(key)
+                    _log.info("%s: goal %s: its server answers again", self.action_name,
+                              key.hex())  # fmt: skip
                 if status.status in _TERMINAL:
                     self._heard.pop(key, None)
                 elif key in self._heard:
@@ -700,14 +709,37 @@ class ActionClient(_ActionEnd[ServiceClient, Subscription]):
         return [] if callback is None else [lambda: callback(message)]
 
     def _check_lost(self, now: float) -> None:
+        """Goals silent for ``server_timeout``: lost when their server is gone from the
+        graph, else waited for (looked at again one ``server_timeout`` later)."""
         with self._lock:
-            lost = [k for k, heard in self._heard.items() if now - heard > self._server_timeout]
-            for key in lost:
-                del self._heard[key]
-        for key in lost:
+            silent = [k for k, heard in self._heard.items() if now - heard > self._server_timeout]
+        if not silent:
+            return
+        name = f"{self.action_name}/_action/send_goal"
+        graph = graph_of(self._node.context).peek()
+        gone = not any(s == name for n in graph.nodes.values() for s, _ in n.services)
+        for key in silent:
+            with self._lock:
+                if gone:
+                    self._heard.pop(key, None)
+                    self._quiet.discard(key)
+                    first = False
+                else:
+                    self._heard[key] = now
+                    first = key not in self._quiet
+                    self._quiet.add(key)
+            if first:
+                self._node.get_logger().warn(
+                    f"action server {self.action_name}: no status of goal {key.hex()} for "
+                    f"{self._server_timeout:g} s, but it is still in the graph (busy or "
+                    "paused?): its result is awaited"
+                )
+            if not gone:
+                continue
             self._node.get_logger().warn(
                 f"action server {self.action_name} lost: no status of goal "
-                f"{key.hex()} for {self._server_timeout:g} s (status unknown)"
+                f"{key.hex()} for {self._server_timeout:g} s and no server of it in the "
+                "graph (status unknown)"
             )
             unknown = GoalStatus.STATUS_UNKNOWN
             self._handles[key].lost(self.action_type.Impl.GetResultService.Response(status=unknown))

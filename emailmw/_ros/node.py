@@ -138,7 +138,7 @@ class Node:
         allow_undeclared_parameters: bool = False,
         automatically_declare_parameters_from_overrides: bool = False,
         enable_logger_service: bool = False,
-        announce_period: float = 30.0,
+        announce_period: float | None = None,
     ) -> None:
         self.context = resolve(context)
         own = parse_ros_args(cli_args)
@@ -146,6 +146,8 @@ class Node:
         set_levels_from_args(own.log_levels)
         self._name = validate_node_name(self._args.node_name or node_name)
         self._namespace = validate_namespace(self._args.namespace or namespace or "/")
+        if announce_period is None:  # (the configuration's announce-period, 30 s)
+            announce_period = self.context.options.announce_period
         if announce_period <= 0:
             raise InvalidArgumentError(f"announce_period must be > 0, got {announce_period}")
         self.announce_period = announce_period

@@ -199,12 +199,45 @@ def test_an_action_with_feedback_a_result_and_a_cancel(run: Callable[..., Progra
 
 
 def test_an_action_client_survives_its_server_killed_mid_goal(
-    run: Callable[..., Program],
+    mailserver: MailServer, account: Callable[[], str], tmp_path: Path
 ) -> None:
-    server = run("fibonacci_action_server", "1.0")
-    client = run("fibonacci_action_client", "50", "0")
+    """The server SIGKILLed mid-goal: once its node's announcements expired (three
+    ``announce-period``, 5 s here) the client calls the goal lost, ``STATUS_UNKNOWN``."""
+    quick = {"announce-period": 5}
+    config = write_config(tmp_path / "quick.yml", mailserver.config(account(), **quick))
+    server = Program("fibonacci_action_server", config, tmp_path, "1.0")
+    client = Program("fibonacci_action_client", config, tmp_path, "50", "0")
+    try:
+        _killed_mid_goal(server, client)
+    finally:
+        server.kill()
+        client.kill()
+
+
+def _killed_mid_goal(server: Program, client: Program) -> None:
     client.wait_for(r"Received feedback")
     server.process.send_signal(signal.SIGKILL)
     client.wait_for(r"action server /fibonacci lost: no status of goal", timeout=60)
     client.wait_for(rf"Result: \[\] status: {GoalStatus.STATUS_UNKNOWN}")
+    client.assert_clean(client.wait())
+
+
+def test_an_action_client_gets_the_result_of_a_server_paused_mid_goal(
+    run: Callable[..., Program],
+) -> None:
+    """#57: the server paused (SIGSTOP) past the client's server_timeout: the client says
+    so once and waits, and the result that comes once the server goes on is the goal's.
+    Was: STATUS_UNKNOWN after 5 s without status, the real result lost."""
+    server = run("fibonacci_action_server", "1.0")
+    client = run("fibonacci_action_client", "8", "0")
+    client.wait_for(r"Received feedback")
+    server.process.send_signal(signal.SIGSTOP)
+    try:
+        client.wait_for(r"but it is still in the graph", timeout=60)
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+    client.wait_for(
+        rf"Result: \[0, 1, 1, 2, 3, 5, 8, 13, 21\] status: {GoalStatus.STATUS_SUCCEEDED}",
+        timeout=90,
+    )
     client.assert_clean(client.wait())

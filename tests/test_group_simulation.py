@@ -51,7 +51,7 @@ def _unpack(raw: bytes, uid: int) -> list[Carried]:
 #: server did anything, or after it did (the answer lost)
 FLAKY = ("members", "join", "beat", "remove_member", "claimants", "inbox", "headers",
          "try_lock", "unlock", "claim", "claimed", "claimed_parts", "take", "fetch", "mark",
-         "settle", "offer")  # fmt: skip
+         "settle", "offer", "give_back")  # fmt: skip
 
 
 class FlakyStore(MemoryGroupStore):

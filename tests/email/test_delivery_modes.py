@@ -20,7 +20,7 @@ from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing import DeliveryModeConformance, GroupWorld
 from emailmw.testing._modes import wait_for
 from emailmw.testing.mailserver import MailServer
-from tests.email.helpers import ROOT, Peer, write_config
+from tests.email.helpers import ROOT, Peer, inject, write_config
 
 
 def _world(mailserver: MailServer, transport: str) -> Iterator[GroupWorld]:
@@ -534,3 +534,26 @@ def test_the_benchmark_s_member_processes_what_is_published(
     finally:
         process.kill()
         process.wait(10)
+
+
+def test_a_claim_given_back_is_in_the_inbox_flagged_as_come_back(mailserver: MailServer) -> None:
+    """The store's give-back (a member holding fewer parts of a message another member
+    joins, #64): the claim moves back to the inbox, flagged ``$Taken`` on the server, so
+    that the member claiming it next hands it out as come back through the group."""
+    group = mailserver.fresh_account()
+    inject(mailserver, group, b"Subject: /t\r\nMessage-ID: <gb1@x>\r\n\r\nbody\r\n")
+    store = ImapGroupStore(load_options({"email": mailserver.config(group)}), "crew")
+    try:
+        store.join("m1")
+        assert wait_for(lambda: len(store.inbox()) == 1)
+        store.claim(store.inbox(), "m1")
+        (claimed,) = store.claimed("m1")
+        assert not store.holding("m1")[claimed].taken
+        store.give_back("m1", [claimed])
+        assert store.claimed("m1") == []
+        (back,) = store.inbox()
+        store.claim([back], "m1")
+        (again,) = store.claimed("m1")
+        assert store.holding("m1")[again].taken
+    finally:
+        store.close()

@@ -447,6 +447,14 @@ class ImapGroupStore(GroupStore):
 
         self._run("settling", work)
 
+    def give_back(self, member: str, uids: Sequence[int]) -> None:
+        def work(client: imapclient.IMAPClient) -> None:
+            self._select(client, self._claims(member))
+            client.add_flags(list(uids), [_TAKEN], silent=True)
+            self._move(client, uids, self._options.folder)
+
+        self._run("giving claims back to the inbox", work)
+
     def offer(self, raw: bytes, delivered: int) -> None:
         flags = [f"Delivery{delivered}"] if 0 < delivered < 1000 else []
 

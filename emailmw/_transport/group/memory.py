@@ -209,6 +209,9 @@ class MemoryGroupStore(GroupStore):
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
         self._box.move(self._claims(member), uids, folder or f"{self._prefix}done-{member}")
 
+    def give_back(self, member: str, uids: Sequence[int]) -> None:
+        self._box.move(self._claims(member), uids, "INBOX", taken=True)
+
     def offer(self, raw: bytes, delivered: int) -> None:
         self._box.deliver_raw(raw, delivered)
 

@@ -509,6 +509,12 @@ class GroupStore(abc.ABC):
         kept)."""
 
     @abc.abstractmethod
+    def give_back(self, member: str, uids: Sequence[int]) -> None:
+        """Move ``member``'s claims ``uids`` back to the inbox, flagged ``$Taken`` (they
+        came back through the group: the member that claims them next says so); call
+        with the claim lock held."""
+
+    @abc.abstractmethod
     def offer(self, raw: bytes, delivered: int) -> None:
         """Put ``raw`` (one message of a batch email, offered again on its own) in the
         inbox, recorded as got by ``delivered`` applications (``DeliveryN``)."""

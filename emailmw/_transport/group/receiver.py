@@ -742,7 +742,7 @@ class GroupReceiver(EmailReceiver):
         uids = sorted(uid for uid, of in mine.items() if of in back)
         if not uids:
             return
-        store.settle(self.member, uids, store.inbox_folder)
+        store.give_back(self.member, uids)  # (flagged: whoever claims them, a repeat)
         self.counts["gave_back"] += len(uids)
         with self._lock:
             self._gone.update((self.member, uid) for uid in uids)

@@ -578,3 +578,26 @@ def test_a_part_that_comes_again_replaces_its_lost_copy() -> None:
     polling.dispatch(IncomingEmail(third, settle=lambda o, t: outcomes.append(o),
                                    claim=_Fence()))  # fmt: skip
     assert got == ["0123456789" * 3]
+
+
+def test_parts_that_went_to_another_group_member_are_given_up_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A group member gave its parts of a message back (another member joins it): at
+    part-timeout they are forgotten without the warning of a message whose parts never
+    came (it is not incomplete: another member has it), and nothing is settled here."""
+    polling = PollingManager(_Nothing(), part_timeout=30, drop_duplicates=False)
+    recipients = Recipients("me@example.test", ("you@example.test",))
+    message = publish_email(
+        "/big", "0123456789" * 3, recipients=recipients, gid=Gid(3), sequence_number=7,
+        timestamp_ns=10**18,
+    ).with_message_id("<g@x>")  # fmt: skip
+    first, _, _ = split_email(message, 12)
+    outcomes: list[str] = []
+    fence = _Fence()
+    polling.dispatch(IncomingEmail(first, settle=lambda o, t: outcomes.append(o), claim=fence))
+    fence.now = "lost"
+    with caplog.at_level("WARNING", logger="emailmw"):
+        polling._give_up_parts(time.monotonic() + 60)
+    assert not [r for r in caplog.records if "incomplete" in r.getMessage()]
+    assert len(polling._reassembly) == 0

@@ -759,10 +759,18 @@ class PollingManager:
         parts left where they are (never deleted; a restart with a state file does not
         hand them out again, the mailbox keeps them)."""
         for message_id, total, numbers, items in self._reassembly.expired(now):
-            _log.warning(
-                "message %s incomplete after part-timeout: parts %s of %d came; they are "
-                "left in the mailbox", message_id, ",".join(map(str, numbers)), total,
-            )  # fmt: skip
+            gone = all(
+                incoming.claim is not None and incoming.claim.state() == "lost"
+                for _, _, incoming in items
+            )
+            if gone:  # (a group member's parts, now another member's: it joins them)
+                _log.debug("parts %s of message %s went to another member of the group",
+                           ",".join(map(str, numbers)), message_id)  # fmt: skip
+            else:
+                _log.warning(
+                    "message %s incomplete after part-timeout: parts %s of %d came; they "
+                    "are left in the mailbox", message_id, ",".join(map(str, numbers)), total,
+                )  # fmt: skip
             for email, route, incoming in items:
                 info = getattr(route, "info", None)
                 origin = getattr(info, "identity", None) or email.from_

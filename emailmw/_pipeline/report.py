@@ -19,6 +19,7 @@ import base64
 import datetime as dt
 import html
 import io
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,11 @@ __all__ = [
     "topic_plots",
     "write_report",
 ]
+
+# matplotlib says on stderr each font family it falls back from (a font cache another
+# process is rebuilding, a system without the family): nothing a user can act on, and the
+# fallback draws the report (it once put 21 such lines on `emailmw analyze`'s stderr)
+logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 
 _MAX_ROWS = 200
 # integer columns that name something rather than count it: no thousands separators

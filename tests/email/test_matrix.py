@@ -355,7 +355,8 @@ def _run(world: World, peers: list[Peer], fault: str) -> None:
     for line in lines:
         key = (line["i"], line["run"])
         if seen[key]:
-            assert line["redelivered"], f"message {line['i']} repeated unflagged"
+            copies = [x for x in lines if (x["i"], x["run"]) == key]
+            assert line["redelivered"], f"message {line['i']} repeated unflagged: {copies}"
         seen[key] += 1
     if poison:
         more = deadline_loop(60)

@@ -475,6 +475,15 @@ def test_a_compressed_body_comes_back() -> None:
         decompress_body("not base64!", "zstd", 1 << 20)
 
 
+def _thirty_bytes(message_id: str) -> Email:
+    """A message of 30 bytes on /big with ``message_id`` (three parts of 12 bytes)."""
+    recipients = Recipients("me@example.test", ("you@example.test",))
+    return publish_email(
+        "/big", "0123456789" * 3, recipients=recipients, gid=Gid(3), sequence_number=7,
+        timestamp_ns=10**18,
+    ).with_message_id(message_id)  # fmt: skip
+
+
 class _Nothing(EmailReceiver):
     def receive(self, timeout: float | None = None) -> list[Email]:
         return []
@@ -520,11 +529,7 @@ def test_parts_that_do_not_make_the_body_they_name_are_quarantined() -> None:
     polling = PollingManager(_Nothing(), part_timeout=30)
     got: list[str] = []
     polling.register_handler(lambda email_, route, ticket: got.append(email_.body))
-    recipients = Recipients("me@example.test", ("you@example.test",))
-    message = publish_email(
-        "/big", "0123456789" * 3, recipients=recipients, gid=Gid(3), sequence_number=7,
-        timestamp_ns=10**18,
-    ).with_message_id("<d@x>")  # fmt: skip
+    message = _thirty_bytes("<d@x>")
     parts = split_email(message, 12)
     assert {p.headers["Part-Digest"] for p in parts} == {
         "sha256=" + hashlib.sha256(message.body.encode()).hexdigest()
@@ -560,11 +565,7 @@ def test_a_part_that_comes_again_replaces_its_lost_copy() -> None:
     polling = PollingManager(_Nothing(), part_timeout=30, drop_duplicates=False)  # (a group's)
     got: list[str] = []
     polling.register_handler(lambda email_, route, ticket: got.append(email_.body))
-    recipients = Recipients("me@example.test", ("you@example.test",))
-    message = publish_email(
-        "/big", "0123456789" * 3, recipients=recipients, gid=Gid(3), sequence_number=7,
-        timestamp_ns=10**18,
-    ).with_message_id("<r@x>")  # fmt: skip
+    message = _thirty_bytes("<r@x>")
     first, second, third = split_email(message, 12)
     outcomes: list[str] = []
     lost = _Fence()
@@ -587,11 +588,7 @@ def test_parts_that_went_to_another_group_member_are_given_up_without_a_warning(
     part-timeout they are forgotten without the warning of a message whose parts never
     came (it is not incomplete: another member has it), and nothing is settled here."""
     polling = PollingManager(_Nothing(), part_timeout=30, drop_duplicates=False)
-    recipients = Recipients("me@example.test", ("you@example.test",))
-    message = publish_email(
-        "/big", "0123456789" * 3, recipients=recipients, gid=Gid(3), sequence_number=7,
-        timestamp_ns=10**18,
-    ).with_message_id("<g@x>")  # fmt: skip
+    message = _thirty_bytes("<g@x>")
     first, _, _ = split_email(message, 12)
     outcomes: list[str] = []
     fence = _Fence()

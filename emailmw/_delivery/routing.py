@@ -104,7 +104,6 @@ class _Stalled:
     waiting: deque[_Waiting] = field(default_factory=deque)
     due: float = 0.0
     backoff: float = _RETRY_FIRST
-    tries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +404,6 @@ class Router:
                     return  # (close left it where it is: a copy accepted meanwhile is
                     # sent again by the next process, the same Message-ID: dropped there)
                 if error is not None and _temporary(error):
-                    stalled.tries += 1
                     stalled.backoff = min(stalled.backoff * 2, _RETRY_MAX)
                     stalled.due = time.monotonic() + stalled.backoff
                     _log.debug("forwarding to %s failed again (%s)", waiting.hop.address, error)

@@ -586,7 +586,8 @@ def test_parts_that_went_to_another_group_member_are_given_up_without_a_warning(
 ) -> None:
     """A group member gave its parts of a message back (another member joins it): at
     part-timeout they are forgotten without the warning of a message whose parts never
-    came (it is not incomplete: another member has it), and nothing is settled here."""
+    came (it is not incomplete: another member has it); they are only left (a claim lost
+    here moves nothing)."""
     polling = PollingManager(_Nothing(), part_timeout=30, drop_duplicates=False)
     message = _thirty_bytes("<g@x>")
     first, _, _ = split_email(message, 12)

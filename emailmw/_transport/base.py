@@ -105,10 +105,12 @@ class IncomingEmail:
     ``arrival_ns``: when the receiving mail server stored it (IMAP INTERNALDATE, ns since
     the epoch), None when the receiver cannot tell; security judges freshness by it.
 
-    ``returned``: the email came back through its delivery group (taken over from a
-    member, or offered again after a nack), whether or not an application had it: this
-    process may have accepted its signature before, so it is a repeat, never a replay
-    (``redelivered`` says whether an application had it).
+    ``returned``: the email comes back to the receiver that handed it out before and
+    never settled it: through its delivery group (taken over from a member, or offered
+    again after a nack), or after a restart on the receiver's state file (it was pending).
+    Its signature may have been accepted then (the replay guard's ``.seen`` file survives
+    a restart too), so it is a repeat, never a replay, whether or not an application had
+    it (``redelivered`` says whether one did).
 
     ``in_batch``: the email is one of the messages a batch email carries (``_packing``): it
     is emailmw's by construction, so what cannot be used of it is quarantined, never left.

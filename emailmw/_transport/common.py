@@ -409,6 +409,13 @@ class ResumePosition:
         before = self._arrived_before
         return arrival is not None and before is not None and arrival < before
 
+    def handed_before(self, uid: int) -> bool:
+        """True when ``uid`` was handed out by this receiver before a restart and not
+        settled (pending in the state file): its signature may have been accepted then,
+        so security takes it for a repeat, never a replay (:attr:`IncomingEmail.returned`),
+        whether or not an application had it (:meth:`redelivered` says that)."""
+        return uid in self._again
+
     def handing_out(
         self,
         handed: Iterable[int],
@@ -821,6 +828,7 @@ class MailboxReceiver(EmailReceiver):
                     arrival_ns=arrival,
                     in_batch=item.parts > 0,
                     give=give,
+                    returned=position.handed_before(item.uid),
                 )
             )
         position.handing_out(sorted(usable), unusable, what)

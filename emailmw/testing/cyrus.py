@@ -11,7 +11,8 @@ starts.
 
 Accounts log in with the password (SASL PLAIN/LOGIN against a private sasldb, written
 with ``saslpasswd2`` from ``sasl2-bin``); an account's INBOX, with ``Sent``, ``Trash``
-(``\\Trash``) and ``Archiv`` (``\\Archive``), is made at its first login or delivery.
+(``\\Trash``) and ``Archiv`` (``\\Archive``), is made at its first login or delivery:
+the helper logs in once as each account it hands out, before a test can use it.
 Cyrus logs to syslog only: where no syslog runs, what it says is lost (``log_tail`` shows
 the Dovecot and Postfix logs).
 """
@@ -19,11 +20,13 @@ the Dovecot and Postfix logs).
 from __future__ import annotations
 
 import contextlib
+import imaplib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Final
 
@@ -156,6 +159,27 @@ class CyrusIMAP:
         with contextlib.suppress(OSError):
             shutil.chown(self.directory / "sasldb2", self._user, self._user)
             os.chmod(self.directory / "sasldb2", 0o600)
+
+    def make_mailboxes(self, address: str, *, timeout: float = 30.0) -> None:
+        """Log in once as ``address`` (on the running server), so that Cyrus makes its
+        INBOX and folders now. Made on first use instead, they race with the test's own
+        first steps: a receiver's login and Postfix's LMTP delivery each make them, and a
+        receiver that selected INBOX in between was told ``Mailbox does not exist`` at its
+        next FETCH (seen once in CI)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with imaplib.IMAP4(self.host, self.imap_port, timeout=10) as client:
+                    client.login(address, self._password)
+                    typ, _ = client.select("INBOX")
+                    if typ == "OK":
+                        return
+            except (OSError, imaplib.IMAP4.error):
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Cyrus made no INBOX for {address}")
+            time.sleep(0.1)
 
     def start(self) -> None:
         """Start Cyrus's master (as root: it becomes :attr:`user`); returns once it runs

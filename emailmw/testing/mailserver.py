@@ -232,7 +232,9 @@ class MailServer:
         except StopIteration:
             raise MailServerError(f"all {self.pool_size} fresh accounts are used") from None
         if self.imap_server == "cyrus":
-            self._cyrus().add_account(address)
+            cyrus = self._cyrus()
+            cyrus.add_account(address)
+            cyrus.make_mailboxes(address)
         return address
 
     def _cyrus(self) -> CyrusIMAP:
@@ -504,6 +506,8 @@ class MailServer:
         self._wait(cyrus.lmtp.exists, "cyrus lmtp socket")
         self._wait(lambda: self._banner(self.imap_port, b"* OK", tls=False), "cyrus imap")
         self._wait(lambda: self._banner(self.imaps_port, b"* OK", tls=True), "cyrus imaps")
+        for user in ("alice", "bob", "robot"):
+            cyrus.make_mailboxes(self.address(user))
 
     def _start_courier(self) -> None:
         """Start Courier on the IMAP ports (fresh: every account with an empty Maildir)

@@ -201,3 +201,18 @@ def wait_filed(
         time.sleep(0.1)
         now = found()
     return now
+
+
+def unflagged_repeats(lines: list[dict[str, Any]]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    """The messages that reached applications unflagged more than once, with every copy:
+    ``lines`` are what subscriber processes printed (``"i"``, ``"run"``, ``"redelivered"``),
+    one process's after another's. A message is its index and its publishing run; of its
+    copies at most one may come unflagged. Which copy that is says nothing of the order:
+    two members print side by side, and a spool's resend (flagged) can be processed before
+    the original by another member."""
+    copies: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for line in lines:
+        copies.setdefault((line["i"], line["run"]), []).append(line)
+    return {
+        key: found for key, found in copies.items() if sum(not x["redelivered"] for x in found) > 1
+    }

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..helpers import deadline_loop
-from .helpers import Peer
+from .helpers import Peer, unflagged_repeats
 
 LINES = 150_000
 
@@ -32,6 +32,21 @@ def test_a_killed_peer_s_lines_are_read_to_the_end(tmp_path: Path) -> None:
         assert peer.lines.items[-1] == str(LINES - 1)
     finally:
         peer.stop()
+
+
+def test_a_repeat_is_one_unflagged_copy_whichever_member_printed_it_first() -> None:
+    # (CI: two members of a group, the flagged copy (a spool's resend) listed first because
+    # its member's lines come first, was called a repeat unflagged)
+    flagged_first = [
+        {"i": 11, "run": 0, "redelivered": True},
+        {"i": 10, "run": 0, "redelivered": False},
+        {"i": 11, "run": 0, "redelivered": False},
+    ]
+    assert unflagged_repeats(flagged_first) == {}
+    twice = [*flagged_first, {"i": 10, "run": 0, "redelivered": False}]
+    assert list(unflagged_repeats(twice)) == [(10, 0)]
+    # (the same index published again by a restarted publisher is a second message)
+    assert unflagged_repeats([*flagged_first, {"i": 10, "run": 1, "redelivered": False}]) == {}
 
 
 if __name__ == "__main__":

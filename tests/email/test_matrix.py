@@ -23,7 +23,6 @@ import os
 import re
 import ssl
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from emailmw._core.wire import build
 from emailmw.testing.mailserver import MailServer
 
 from ..helpers import deadline_loop
-from .helpers import Peer, inject, transport_extra
+from .helpers import Peer, inject, transport_extra, unflagged_repeats
 
 FACTORS: dict[str, list[str]] = {
     "transport": ["native", "curl"],
@@ -351,13 +350,8 @@ def _run(world: World, peers: list[Peer], fault: str) -> None:
         tails = ["".join(peer.stderr)[-4000:] for peer in subs]
         pytest.fail(f"lost: {sorted(missing)}; stored: {where}; subscribers said: {tails}")
     # every repeat flagged (a message is its index and the publishing process's run)
-    seen: Counter[tuple[int, int]] = Counter()
-    for line in lines:
-        key = (line["i"], line["run"])
-        if seen[key]:
-            copies = [x for x in lines if (x["i"], x["run"]) == key]
-            assert line["redelivered"], f"message {line['i']} repeated unflagged: {copies}"
-        seen[key] += 1
+    repeats = unflagged_repeats(lines)
+    assert not repeats, f"repeated unflagged: {repeats}"
     if poison:
         more = deadline_loop(60)
         while more() and _quarantined(world.b, world.sub_account) < poison:

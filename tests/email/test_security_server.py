@@ -419,3 +419,56 @@ def test_a_replay_is_refused_also_after_the_receiver_was_killed(
         assert len(folder_subjects(mailserver, inbox)) + len(quarantined) == 5
     finally:
         peer.stop()
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["alone", "batched"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_restarted_subscriber_takes_its_own_unfinished_mail_for_no_replay(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    keystore: Keystore,
+    tmp_path: Path,
+    email_context: MakeContext,
+    peers: list[Peer],
+    transport: str,
+    batching: bool,
+) -> None:
+    """#62: a subscriber on a state file, signing in ``enforce``, SIGKILLed with messages
+    verified (their Message-IDs in the replay guard's ``.seen`` file) and handed out but not
+    taken: the restarted process gets them again and delivers them, for it handed them out
+    itself and never settled them. Was: quarantined as ``replayed ... was accepted before``,
+    lost though no application had them."""
+    inbox, sender = account(), account()
+    config = write_config(
+        tmp_path / "listener.yml",
+        mailserver.config(
+            inbox, transport=transport, **transport_extra(transport),
+            **security(keystore, "listener"), **{"state-file": str(tmp_path / "s.json")},
+        ),
+    )  # fmt: skip
+    slow = Peer("sub", config, "/chatter", "--take-every", "0.2")
+    peers.append(slow)
+    slow.wait_ready()
+    batch = {"batch": {"linger-ms": 200, "max-messages": 20}} if batching else {}
+    talker = email_context(sender, to=inbox, **security(keystore, "talker"), **batch)
+    if batching:
+        assert talker.wait_for_readers("batch", 30)  # (the listener said it reads batches)
+    pub = emailmw.Publisher("/chatter", context=talker)
+    for i in range(30):
+        pub.publish(f"m{i}")
+    slow.messages(3, timeout=60)  # one taken every 0.2 s: the rest wait in its queue
+    slow.kill()
+    taken = {m["body"] for m in slow.messages(0)}
+    assert len(taken) < 30, "all taken before the kill: nothing to show"
+    second = Peer("sub", config, "/chatter")
+    peers.append(second)
+    second.wait_ready()
+    pub.publish("m30")  # a sentinel: what comes again comes before it
+    more = deadline_loop(90)
+    while more() and "m30" not in {m["body"] for m in second.messages(0)}:
+        time.sleep(0.1)
+    sent = {f"m{i}" for i in range(31)}
+    got = taken | {m["body"] for m in second.messages(0)}
+    assert got == sent, f"lost: {sorted(sent - got)}"
+    assert all(m["identity"] == "talker" for m in second.messages(0))
+    assert folder_subjects(mailserver, inbox, "Quarantine") == []

@@ -6,6 +6,7 @@ intraprocess: what is tested is how they are started.)"""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -69,6 +70,77 @@ def test_run_starts_a_directory_s_program_or_a_package_s_console_script(
         assert failed.stderr.startswith("emailmw: error: ")
         assert words in failed.stderr
         assert failed.stderr.count("\n") == 1
+
+
+ACCOUNT = """\
+import sys
+
+from emailmw._core.config import load_options
+
+options = load_options(None)  # (what init() would find: the account, or none)
+print("account", "none" if options.intraprocess else options.user.username, sys.argv[1:],
+      flush=True)
+"""
+
+CONFIG = """\
+email:
+  user: {url-imap: "imaps://127.0.0.1:9", url-smtp: "smtps://127.0.0.1:9",
+         username: alice@example.test, password: secret}
+  recipients: {to: bob@example.test}
+"""
+
+
+def test_the_account_given_to_run_and_launch_reaches_every_program(
+    programs: Path, tmp_path: Path
+) -> None:
+    """#60: ``--config`` before or after the verb, and after the executable as a ROS user
+    writes it, is the account of the programs ``run`` and ``launch`` start (was: they
+    started with the user's environment only, talked to themselves, and said nothing)."""
+    (programs / "account.py").write_text(ACCOUNT)
+    (tmp_path / "alice.yml").write_text(CONFIG)
+    for args in (
+        ("run", str(programs), "account", "--config", "alice.yml", "x"),
+        ("run", str(programs), "account", "x", "--config=alice.yml"),
+        ("--config", "alice.yml", "run", str(programs), "account", "x"),
+        ("run", "--config", "alice.yml", str(programs), "account", "x"),
+    ):
+        out = _cli(*args, cwd=tmp_path)
+        assert (out.returncode, out.stdout) == (0, "account alice@example.test ['x']\n"), args
+    # (from --ros-args on, arguments are passed on as they are)
+    out = _cli("run", str(programs), "account", "--ros-args", "--config", "x", cwd=tmp_path)
+    assert out.stdout == "account none ['--ros-args', '--config', 'x']\n"
+    missing = _cli("run", str(programs), "account", "--config", "nofile.yml", cwd=tmp_path)
+    assert missing.returncode == 1
+    assert missing.stderr == (
+        "emailmw: error: --config nofile.yml: no such file (give the account's email.yml)\n"
+    )
+    launch = tmp_path / "two.launch.xml"
+    launch.write_text(f'<launch><node pkg="{programs}" exec="account" name="a"/>'
+                      f'<node pkg="{programs}" exec="account" name="b"/></launch>')  # fmt: skip
+    out = _cli("launch", str(launch), "--config", "alice.yml", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    heard = [line for line in out.stdout.splitlines() if " account " in line]
+    assert sorted(heard) == [
+        "[a-1] account alice@example.test ['--ros-args', '-r', '__node:=a']",
+        "[b-2] account alice@example.test ['--ros-args', '-r', '__node:=b']",
+    ]
+
+
+def test_a_program_without_an_account_says_so_on_stderr(tmp_path: Path) -> None:
+    """#60: ``init()`` without any mail account says so in one line on standard error,
+    with no logging set up (was: a warning to the emailmw logger, whose only handler is a
+    NullHandler: nothing)."""
+    program = tmp_path / "alone.py"
+    program.write_text("import emailmw\nemailmw.init()\nemailmw.shutdown()\n")
+    env = {k: v for k, v in os.environ.items() if "CONFIG_FILE" not in k}
+    env["HOME"] = str(tmp_path)
+    out = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
+                         timeout=60, check=False, cwd=tmp_path, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("emailmw: no mail account configured: this process talks to")
+    assert "EMAILMW_CONFIG_FILE" in out.stderr
+    assert "--config" in out.stderr
 
 
 YAML = """\

@@ -13,7 +13,9 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -76,6 +78,47 @@ def verbs(
         return verb
 
     return add
+
+
+def take_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``--config FILE`` (or ``--config=FILE``) among a program's arguments, and the rest:
+    ``emailmw run PKG EXE --config F`` names the account the program runs on. Arguments
+    from ``--ros-args`` on are passed on as they are."""
+    found: str | None = None
+    rest: list[str] = []
+    items = list(argv)
+    index = 0
+    while index < len(items):
+        item = items[index]
+        if item == "--ros-args":
+            rest.extend(items[index:])
+            break
+        if item == "--config":
+            if index + 1 >= len(items):
+                raise CommandError("--config needs a file: --config FILE")
+            found = items[index + 1]
+            index += 2
+            continue
+        if item.startswith("--config="):
+            found = item.partition("=")[2]
+        else:
+            rest.append(item)
+        index += 1
+    return found, rest
+
+
+def program_environment(config: str | None) -> dict[str, str]:
+    """The environment a program started by ``run`` or ``launch`` gets: this one, with
+    ``EMAILMW_CONFIG_FILE`` naming ``config`` (made absolute) when one was given, so that
+    every node of it finds the account the command line was given. A file that does not
+    exist is one line."""
+    env = dict(os.environ)
+    if config is not None:
+        path = Path(config).expanduser()
+        if not path.is_file():
+            raise CommandError(f"--config {config}: no such file (give the account's email.yml)")
+        env["EMAILMW_CONFIG_FILE"] = str(path.resolve())
+    return env
 
 
 def account_context(args: argparse.Namespace) -> Context:

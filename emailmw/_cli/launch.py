@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from .common import CommandError, Commands
+from .common import CommandError, Commands, program_environment
 
 __all__ = ["LaunchProcess", "plan", "register"]
 
@@ -215,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not name:
             raise CommandError(f"launch argument {item!r}: expected NAME:=VALUE")
         arguments[name] = value
+    env = program_environment(getattr(args, "config", None))
     processes = plan(args.file, arguments)
     running: list[tuple[LaunchProcess, subprocess.Popen[bytes]]] = []
     readers = []
@@ -241,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 child = subprocess.Popen(
                     process.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL, env=env,
                 )  # fmt: skip
             except OSError as exc:
                 stop(signal.SIGTERM, None)

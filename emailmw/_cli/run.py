@@ -10,7 +10,9 @@ and the installed distributions):
    under ``<prefix>/lib/PACKAGE/EXECUTABLE``.
 
 The program replaces this process (``exec``): its output, signals and exit status are its
-own, as with ``ros2 run``; ``ARGS`` (``--ros-args ...`` too) are passed on unchanged.
+own, as with ``ros2 run``; ``ARGS`` (``--ros-args ...`` too) are passed on unchanged but
+for ``--config FILE`` (anywhere on the command line before ``--ros-args``): the
+account the program runs on, given to it as ``EMAILMW_CONFIG_FILE``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import CommandError, Commands
+from .common import CommandError, Commands, program_environment, take_config
 
 __all__ = ["Executable", "find_executable", "register"]
 
@@ -95,7 +97,7 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
         "run", parents=[common], help="run a Python program of a package or directory",
         description="Run a program as 'ros2 run' does: a console script of an installed "
         "Python package, or a file of a directory. The arguments after EXECUTABLE "
-        "(--ros-args ... too) go to the program.",
+        "(--ros-args ... too) go to the program; --config FILE names the account it runs on.",
     )  # fmt: skip
     parser.add_argument("package", metavar="PACKAGE_OR_PATH")
     parser.add_argument("executable", metavar="EXECUTABLE")
@@ -104,8 +106,10 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config, argv = take_config(args.argv)
+    env = program_environment(config or getattr(args, "config", None))
     found = find_executable(args.package, args.executable)
     sys.stdout.flush()
     sys.stderr.flush()
     # the program replaces this process, as ros2 run's does
-    os.execv(found.argv[0], [*found.argv, *args.argv])  # noqa: S606
+    os.execve(found.argv[0], [*found.argv, *argv], env)  # noqa: S606

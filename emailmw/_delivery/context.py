@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from .._core.closeable import Closeable
 from .._core.config import NO_BATCH, SEND_GUARANTEES, Options, load_options
@@ -614,12 +614,21 @@ def init(
             atexit.register(_at_exit)
             _at_exit_registered = True
     if created.options.intraprocess and config is None:
-        _log.warning(
-            "no mail account configured (EMAILMW_CONFIG_FILE, ./email.yml): this context "
-            "talks to this process only"
-        )
+        # (on standard error itself: the emailmw logger has only a NullHandler until the
+        # application sets logging up, and a talker and listener that each talk to
+        # themselves only must not look like mail that does not come)
+        print(NO_ACCOUNT_LINE, file=sys.stderr, flush=True)
     _install(signal_handler_options or SignalHandlerOptions.ALL)
     return created
+
+
+#: what :func:`init` says on standard error when it finds no mail account
+NO_ACCOUNT_LINE: Final = (
+    "emailmw: no mail account configured: this process talks to itself only. Name one "
+    "with EMAILMW_CONFIG_FILE=FILE, ./email.yml, init(config) or 'emailmw run ... --config "
+    "FILE' (for the local test server: python -m emailmw.testing.mailserver config alice "
+    "> email.yml)"
+)
 
 
 def shutdown(*, context: Context | None = None, uninstall_handlers: bool | None = None) -> None:

@@ -878,12 +878,12 @@ class _MarkFails(MemoryGroupStore):
         super().__init__(box, "g")
         self.clock, self.until, self.failed = clock, until, 0
 
-    def mark(self, member: str, uid: int, delivered: int) -> None:
+    def mark(self, member: str, uid: int, delivered: int) -> bool:
         entry = self._box.folders[self._claims(member)][uid]
         if self.clock.now < self.until and b"Part: 3/3" in entry.raw:
             self.failed += 1
             raise ReceiveError("mark: connection lost (test)")
-        super().mark(member, uid, delivered)
+        return super().mark(member, uid, delivered)
 
 
 def test_a_message_of_parts_whose_delivery_record_failed_before_a_pause_is_delivered(
@@ -953,3 +953,23 @@ def test_a_lock_taken_by_a_try_whose_answer_was_lost_is_released() -> None:
         clock.now += 0.05
     assert got == ["m"]
     assert not failing.locked()
+
+
+def test_a_member_whose_clock_stood_still_hands_out_nothing_another_took_over() -> None:
+    """#62: a member's machine suspended (its clock stood still: by that clock its lease
+    still holds) while another member saw it dead and took its claims over: back, it hands
+    none of them to its application, whatever its clock says: the delivery record finds
+    each claim gone (the fence of the store). Was: handed out unflagged, as the member that
+    took them over did: a silent repeat."""
+    box, _ = _world("/t", "/t", "/t")
+    frozen, clock = Clock(), Clock()
+    a = _member(box, frozen)
+    held = _rounds(a, frozen, 0.5)
+    assert len(held) == 3
+    b = _member(box, clock)
+    taken = _rounds(b, clock, 5.0)  # (a says nothing for 5 s: dead to b, its claims b's)
+    assert sorted(i.email.body for i in taken) == ["m0", "m1", "m2"]
+    assert [i.claim.deliver() for i in taken] == [1, 1, 1]
+    assert [i.claim.deliver() for i in held] == [None, None, None]
+    assert _rounds(a, frozen, 0.5) == []  # (its claims checked under the lock: none its own)
+    assert {i.claim.state() for i in held} == {"lost"}

@@ -221,14 +221,16 @@ def test_killing_every_stateless_member_and_restarting_loses_nothing(
 
 
 def _assert_later_copies_flagged(lines: list[dict[str, Any]]) -> None:
-    """Of the copies of one message that applications got, every one after the first (by
-    when the application got it) carries a raised delivery count: no silent repeat."""
+    """Of the copies of one message that applications got, one at most has a delivery
+    count of 1: every other carries a raised count, no silent repeat. (The count is
+    recorded in the store before an application gets the message, so the copy with count
+    1 is the first an application got, whenever its member printed it: a member paused
+    between taking a message and printing it prints after the copy taken over.)"""
     by_seq: dict[int, list[dict[str, Any]]] = {}
     for line in lines:
         by_seq.setdefault(line["seq"], []).append(line)
     for seq, copies in by_seq.items():
-        copies.sort(key=lambda line: line["t"])
-        assert all(c["delivery_count"] >= 2 for c in copies[1:]), (seq, copies)
+        assert sum(c["delivery_count"] < 2 for c in copies) <= 1, (seq, copies)
 
 
 @pytest.mark.parametrize("node", [False, True], ids=["subscription", "node"])

@@ -431,12 +431,19 @@ class ImapGroupStore(GroupStore):
 
         return self._run("fetching claims", work)
 
-    def mark(self, member: str, uid: int, delivered: int) -> None:
-        def work(client: imapclient.IMAPClient) -> None:
-            self._view(client, self._claims(member))  # a STORE ignores UIDs not seen yet
-            client.add_flags([uid], [f"Delivery{delivered}"], silent=True)
+    def mark(self, member: str, uid: int, delivered: int) -> bool:
+        flag = f"Delivery{delivered}"
 
-        self._run("recording a delivery", work)
+        def work(client: imapclient.IMAPClient) -> bool:
+            self._view(client, self._claims(member))  # a STORE ignores UIDs not seen yet
+            client.add_flags([uid], [flag], silent=True)
+            # still there with it once the moves of other sessions are heard of: a move
+            # that took it before the STORE leaves nothing here, one after takes the flag
+            client.noop()
+            found = uid_fetch(client, str(uid), "(UID FLAGS)", b"FLAGS").get(uid)
+            return found is not None and _count(found.get(b"FLAGS", ())) >= delivered
+
+        return self._run("recording a delivery", work)
 
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
         target = folder or f"{self._prefix}done-{member}"

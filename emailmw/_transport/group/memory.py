@@ -200,11 +200,13 @@ class MemoryGroupStore(GroupStore):
             folder = self._box.folders.get(self._claims(member), {})
             return {uid: folder[uid].raw for uid in uids if uid in folder}
 
-    def mark(self, member: str, uid: int, delivered: int) -> None:
+    def mark(self, member: str, uid: int, delivered: int) -> bool:
         with self._box.lock:
             entry = self._box.folders.get(self._claims(member), {}).get(uid)
-            if entry is not None:
-                entry.delivered = max(entry.delivered, delivered)
+            if entry is None:
+                return False
+            entry.delivered = max(entry.delivered, delivered)
+            return True
 
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:
         self._box.move(self._claims(member), uids, folder or f"{self._prefix}done-{member}")

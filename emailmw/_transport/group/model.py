@@ -499,8 +499,11 @@ class GroupStore(abc.ABC):
         """The raw bytes of ``member``'s claims ``uids`` (those still there)."""
 
     @abc.abstractmethod
-    def mark(self, member: str, uid: int, delivered: int) -> None:
-        """Record that ``delivered`` applications got ``member``'s claim ``uid``."""
+    def mark(self, member: str, uid: int, delivered: int) -> bool:
+        """Record that ``delivered`` applications got ``member``'s claim ``uid``: True when
+        the record is on the claim, still in ``member``'s claims folder (a member that takes
+        it over later sees it), False when the claim is gone (taken over already): the
+        fence that holds whatever the member's clock says (a pause, a suspended machine)."""
 
     @abc.abstractmethod
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:

@@ -276,10 +276,15 @@ class GroupReceiver(EmailReceiver):
             with self._settle_lock:
                 if self._closed:
                     return None
-                self._settle_store.mark(key[0], key[1], count)
+                landed = self._settle_store.mark(key[0], key[1], count)
         except Exception as exc:  # noqa: BLE001 - the round checks the claims again
             _log.debug("group %s: recording a delivery failed (%s)", self.group, exc)
             self._lease.lapse()
+            self._wake.set()
+            return None
+        if not landed:  # taken over already, whatever the lease said (a pause, a clock)
+            self._lose([key], "another member took it over (its delivery record found it gone)")
+            self._lease.lapse()  # (its other claims: checked under the lock before more)
             self._wake.set()
             return None
         # the record reached the store while nobody could take the claim over: a member

@@ -7,11 +7,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from emailmw import ConfigError, ConnectError, Email, SendError
 from emailmw._core.config import load_options
+from emailmw._transport import outbox as outbox_module
+from emailmw._transport.errors import recipients_refused
 from emailmw._transport.outbox import Outbox, Submission, Submitter
 
 
@@ -202,3 +205,115 @@ def test_a_curl_transfer_cut_short_is_temporary_unless_the_server_refused(
     ):
         raise pycurl.error(pycurl.E_RECV_ERROR, "Send failure: Broken pipe")
     assert raised.value.temporary is temporary
+
+
+# ----------------------------------------------------------------------------- recipients
+
+
+class Mailboxes(Submitter):
+    """A server whose recipients each answer as ``answers`` says (code, text; absent:
+    accepted), as the real submitters report it (``recipients_refused``); an answer given
+    as a list is used up one transaction at a time. Records (Message-ID, recipient) of
+    what it accepted."""
+
+    server = "smtps://mailboxes:465"
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.accepted: list[tuple[str, str]] = []
+        self.transactions: list[tuple[str, ...]] = []
+
+    def submit(self, envelope: Submission) -> None:
+        self.transactions.append(envelope.recipients)
+        refused: dict[str, tuple[int, str]] = {}
+        for recipient in envelope.recipients:
+            answer = self.answers.get(recipient)
+            if isinstance(answer, list):
+                answer = answer.pop(0) if answer else None
+            if answer is None:
+                self.accepted.append((envelope.message_id, recipient))
+            else:
+                refused[recipient] = answer
+        if refused:
+            raise recipients_refused(
+                envelope.message_id, refused, self.server,
+                accepted_others=len(refused) < len(envelope.recipients),
+            )  # fmt: skip
+
+    def close(self) -> None:
+        pass
+
+
+def _to(n: int, *recipients: str) -> Email:
+    return Email(f"t{n}", "b", "me@example.test", recipients, message_id=f"<{n}@x>")
+
+
+FULL = (552, "5.2.2 Mailbox full: quota exceeded")
+FULL_FOR_NOW = (452, "4.2.2 The email account that you tried to reach is over quota")
+
+
+def test_a_full_mailbox_concerns_its_recipient_only(closing: Callable[[Outbox], Outbox]) -> None:
+    """#58: ``552 5.2.2`` for one of two recipients: the other has the email, the full one
+    is reported to the sender (not delivered, in the server's words), and the emails after
+    it go at once. Was: taken for throttling ("quota"): all sending held, doubling to 300 s,
+    never reported."""
+    server = Mailboxes({"full@x": FULL})
+    outbox = closing(_outbox(server, timeout=5))
+    failed: list[SendError] = []
+    outbox.send(_to(1, "ok@x", "full@x"), guarantee="memory",
+                on_failure=lambda _, error: failed.append(error))  # fmt: skip
+    outbox.send(_to(2, "ok@x"))  # (server: returns once accepted)
+    assert server.accepted == [("<1@x>", "ok@x"), ("<2@x>", "ok@x")]
+    assert outbox.flush(5)
+    (error,) = failed
+    assert "not delivered to full@x (552 5.2.2 Mailbox full: quota exceeded)" in str(error)
+    assert dict(error.recipients) == {"full@x": FULL}
+    assert not error.temporary
+    with pytest.raises(SendError, match=r"not delivered to full@x \(552 5\.2\.2"):
+        outbox.send(_to(3, "full@x", "ok@x"))
+    assert server.accepted[-1] == ("<3@x>", "ok@x")
+    assert server.transactions.count(("ok@x",)) == 1  # (never sent twice to the accepted)
+
+
+def test_a_mailbox_full_for_now_gets_it_later_and_holds_nothing_up(
+    closing: Callable[[Outbox], Outbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``452 4.2.2``: the recipient is tried again later, on its own, while everything
+    else is sent; once its mailbox has room it has the email. Was: the whole outbox
+    waited behind it."""
+    monkeypatch.setattr(outbox_module, "_DEFER_MIN", 0.3)
+    server = Mailboxes({"full@x": [FULL_FOR_NOW, FULL_FOR_NOW]})
+    outbox = closing(_outbox(server, timeout=5))
+    outbox.send(_to(1, "ok@x", "full@x"), guarantee="memory")
+    for n in range(2, 5):
+        outbox.send(_to(n, "ok@x"))  # (returns once accepted: not behind email 1)
+    assert ("<1@x>", "full@x") not in server.accepted
+    assert outbox.flush(10)
+    assert server.accepted.count(("<1@x>", "full@x")) == 1
+    assert server.accepted.count(("<1@x>", "ok@x")) == 1
+    assert server.transactions[-1] == ("full@x",)  # (tried again alone)
+
+
+def test_recipients_over_a_transaction_s_limit_go_in_another(
+    closing: Callable[[Outbox], Outbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``552 5.5.3 Too many recipients``: those refused are sent in a later transaction
+    (was: taken for throttling)."""
+    monkeypatch.setattr(outbox_module, "_DEFER_MIN", 0.1)
+    server = Mailboxes({"c@x": [(552, "5.5.3 Too many recipients")]})
+    outbox = closing(_outbox(server, timeout=5))
+    outbox.send(_to(1, "a@x", "b@x", "c@x"), guarantee="memory")
+    assert outbox.flush(10)
+    assert sorted(r for _, r in server.accepted) == ["a@x", "b@x", "c@x"]
+
+
+def test_a_throttled_recipient_holds_sending_and_only_it_is_sent_again(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    """A RCPT answered ``450 4.7.1`` (the sender's rate): all sending holds, then only the
+    refused recipient gets it (the accepted one never twice)."""
+    server = Mailboxes({"b@x": [(450, "4.7.1 Error: too much mail from 127.0.0.1")]})
+    outbox = closing(_outbox(server, timeout=5))
+    outbox.send(_to(1, "a@x", "b@x"))
+    assert sorted(server.accepted) == [("<1@x>", "a@x"), ("<1@x>", "b@x")]
+    assert server.transactions == [("a@x", "b@x"), ("b@x",)]

@@ -98,7 +98,12 @@ def test_the_days_budget_forecast_uses_the_recent_rate() -> None:
         (421, "4.7.0 Try again later, closing connection", True),
         (450, "4.7.1 Error: too much mail from 127.0.0.1", True),
         (550, "5.4.5 Daily user sending quota exceeded", True),
-        (452, "4.5.3 Too many recipients", True),
+        (452, "4.5.3 Too many recipients", False),  # (the transaction's: not the sender's rate)
+        (432, "4.3.2 STOREDRV.ClientSubmit; sender thread limit exceeded", True),  # Exchange
+        (552, "5.2.2 Mailbox full: quota exceeded", False),  # (one recipient's mailbox)
+        (452, "4.2.2 The email account that you tried to reach is over quota", False),
+        (552, "5.5.3 Too many recipients", False),
+        (550, "5.7.1 Too many invalid recipients", False),
         (550, "5.1.1 user unknown", False),
         (451, "4.3.0 Temporary lookup failure", False),
         (250, "ok, rate limit noted", False),

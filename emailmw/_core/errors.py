@@ -10,6 +10,8 @@ the transport boundary with ``raise ... from exc``: the original is kept as ``__
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = [
     "ArgumentTypeError",
     "AuthenticationError",
@@ -186,8 +188,11 @@ class SendError(TransportError):
 
     ``temporary`` is True when trying again later may succeed (a 4xx answer, no answer):
     senders retry those themselves; False for a permanent refusal (5xx). ``throttled``: the
-    server refused for a rate or a quota (``421``, ``4.7.x``, ``5.4.5``; temporary too):
-    the outbox holds all sending for a while instead of retrying at once.
+    server refused for the sender's rate or quota (``421``, ``4.7.x``, ``x.4.5``,
+    ``4.3.2``; temporary too): the outbox holds all sending for a while instead of retrying
+    at once. ``recipients``: the recipients the server refused, each with its answer (code,
+    text): the transaction's other recipients were accepted; a mailbox full (``x.2.2``)
+    concerns its recipient only. Empty when the whole transaction failed.
     """
 
     def __init__(
@@ -197,9 +202,11 @@ class SendError(TransportError):
         server: str | None = None,
         temporary: bool = False,
         throttled: bool = False,
+        recipients: Mapping[str, tuple[int, str]] | None = None,
     ):
         self.temporary = temporary or throttled
         self.throttled = throttled
+        self.recipients: Mapping[str, tuple[int, str]] = dict(recipients or {})
         super().__init__(message, server=server)
 
 

@@ -52,7 +52,7 @@ from .common import (
     warn_if_unverified,
 )
 from .connections import Slot, take_slot
-from .errors import curl_errors
+from .errors import curl_errors, recipients_refused
 from .outbox import Outbox, Submission, Submitter
 
 __all__ = [
@@ -103,6 +103,12 @@ def parse_status(data: bytes, status: bytes = b"") -> dict[str, int]:
 _EHLO_SIZE: Final = re.compile(rb"^250[- ]SIZE[ \t]+(\d{1,15})", re.MULTILINE | re.IGNORECASE)
 #: a server's refusal: SMTP 4xx/5xx, IMAP's tagged NO/BAD or an untagged BYE
 _REFUSAL: Final = re.compile(rb"^(?:[45]\d\d[ -]|\S+ (?:NO|BAD)\b|\* BYE\b)")
+#: an SMTP RCPT command libcurl sends, and the last line of an SMTP answer
+_RCPT: Final = re.compile(rb"^RCPT TO:<([^>]*)>", re.IGNORECASE)
+_FINAL_REPLY: Final = re.compile(rb"^(\d{3})(?: (.*)|\r?\n?$)", re.DOTALL)
+#: libcurl's CURLOPT_MAIL_RCPT_ALLOWFAILS (7.69; pycurl names it not): a recipient refused
+#: is not the end of the transaction, which goes on for the others
+_MAIL_RCPT_ALLOWFAILS: Final = 290
 _SIZE_LINE_RE: Final = re.compile(rb"^\* \d+ FETCH \((.*)\)\r?$", re.MULTILINE)
 _SIZE_RE: Final = re.compile(rb"RFC822\.SIZE (\d+)")
 _DATE_RE: Final = re.compile(
@@ -240,6 +246,9 @@ class CurlContext:
         self.size_limit: int | None = None
         #: the server's last refusal in this transfer (SMTP: what it said, e.g. its 4.7.x)
         self.last_reply = ""
+        #: SMTP: the recipients the server refused in this transfer, with its answers
+        self.refused: dict[str, tuple[int, str]] = {}
+        self._rcpt: str | None = None  # (the recipient whose RCPT awaits its answer)
         self._watching = self._verbose or endpoint.scheme in ("smtp", "smtps")
         if self._watching:
             # (what the server answers, read as it comes: SIZE, and the verbose log)
@@ -287,8 +296,18 @@ class CurlContext:
         return True
 
     def _debug(self, kind: int, data: bytes) -> None:
+        if kind == pycurl.INFOTYPE_HEADER_OUT and (rcpt := _RCPT.match(data)):
+            self._rcpt = rcpt.group(1).decode("utf-8", "replace")
         if kind == pycurl.INFOTYPE_HEADER_IN and _REFUSAL.match(data):
             self.last_reply = data[:300].decode("utf-8", "replace")
+        if kind == pycurl.INFOTYPE_HEADER_IN and self._rcpt is not None:
+            answer = _FINAL_REPLY.match(data)
+            if answer is not None:  # (the last line of the RCPT's answer)
+                code = int(answer.group(1))
+                if code >= 400:
+                    text = answer.group(2)[:300].decode("utf-8", "replace").strip()
+                    self.refused[self._rcpt] = (code, text)
+                self._rcpt = None
         if kind == pycurl.INFOTYPE_HEADER_IN and (found := _EHLO_SIZE.search(data)):
             size = int(found.group(1))
             self.size_limit = size if size > 0 else None
@@ -360,6 +379,7 @@ class CurlExecutor:
         with self._lock:
             self._context.renew_login(refused=False)
             self._context.last_reply = ""
+            self._context.refused = {}
             setup(handle)
             said = lambda: self._context.last_reply  # noqa: E731
             user = self._context.username
@@ -371,6 +391,7 @@ class CurlExecutor:
                 # says (a refusal for too many connections is not a wrong password)
                 self._context.renew_login(refused=True)
                 self._context.last_reply = ""
+                self._context.refused = {}
                 setup(handle)
                 with (
                     self._context.watching_replies(),
@@ -398,6 +419,7 @@ class CurlExecutor:
             handle.setopt(pycurl.URL, self._context.url())
             handle.setopt(pycurl.MAIL_FROM, f"<{from_}>")
             handle.setopt(pycurl.MAIL_RCPT, recipients)
+            handle.setopt(_MAIL_RCPT_ALLOWFAILS, 1)  # (the others get it: see submit)
             handle.setopt(pycurl.UPLOAD, 1)
             handle.setopt(pycurl.INFILESIZE_LARGE, len(raw))
             handle.setopt(pycurl.READFUNCTION, read)
@@ -477,16 +499,27 @@ class CurlSubmitter(Submitter):
             self._executor.smtp_command("NOOP")
 
     def submit(self, envelope: Submission) -> None:
+        what = envelope.message_id
         try:
             self._executor.send_mail(envelope.sender, list(envelope.recipients), envelope.raw)
         except SendError as exc:  # libcurl names no recipient: say which email went where
+            refused = self._context.refused
+            if refused and set(refused) >= set(envelope.recipients):  # (every one refused)
+                raise recipients_refused(what, refused, self.server, accepted_others=False) from exc
             detail = str(exc).removeprefix(f"{exc.server}: ")
+            said = self._context.last_reply.strip()
+            if said and said not in detail:  # (the server's own words, always)
+                detail = f"{detail}: {said}"
             raise SendError(
-                f"{envelope.message_id} to {', '.join(envelope.recipients)}: {detail}",
+                f"{what} to {', '.join(envelope.recipients)}: {detail}",
                 server=exc.server,
                 temporary=exc.temporary,
                 throttled=exc.throttled,
             ) from exc
+        if self._context.refused:  # accepted for the others: not sent again
+            raise recipients_refused(
+                what, dict(self._context.refused), self.server, accepted_others=True
+            )
 
     def close(self) -> None:
         self._executor.close()

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import re
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
 from .._core.errors import (
@@ -25,6 +25,7 @@ from .._core.errors import (
     TLSError,
     TransportError,
 )
+from .replies import recipient_may_retry, reply_kind
 
 __all__ = [
     "curl_errors",
@@ -32,6 +33,7 @@ __all__ = [
     "imap_errors",
     "is_throttle",
     "is_tls_failure",
+    "recipients_refused",
     "smtp_login_errors",
     "smtp_send_errors",
 ]
@@ -133,13 +135,11 @@ def smtp_send_errors(server: str, what: str, *, broken: Callable[[], None]) -> I
     try:
         yield
     except aiosmtplib.SMTPRecipientsRefused as exc:
-        codes = [r.code for r in exc.recipients]
-        said = ", ".join(str(r) for r in exc.recipients)
-        raise SendError(
-            f"{what}: recipients refused: {said}",
-            server=server,
-            temporary=all(400 <= code < 500 for code in codes),
-            throttled=any(is_throttle(r.code, str(r.message)) for r in exc.recipients),
+        raise recipients_refused(
+            what,
+            {r.recipient: (r.code, str(r.message)) for r in exc.recipients},
+            server,
+            accepted_others=False,
         ) from exc
     except aiosmtplib.SMTPResponseException as exc:  # sender refused, data refused, ...
         broken()
@@ -151,22 +151,38 @@ def smtp_send_errors(server: str, what: str, *, broken: Callable[[], None]) -> I
 
 def _refused(exc: object, what: str, server: str) -> SendError:
     code = int(getattr(exc, "code", 0))
-    throttled = is_throttle(code, str(getattr(exc, "message", exc)))
+    text = str(getattr(exc, "message", exc))
+    kind = reply_kind(code, text)
     return SendError(
-        f"{what}: {exc}", server=server, temporary=400 <= code < 500, throttled=throttled
+        f"{what}: {exc}",
+        server=server,
+        temporary=400 <= code < 500 or (kind == "recipient" and recipient_may_retry(code, text)),
+        throttled=kind == "throttle",
     )
 
 
-_THROTTLE_TEXT: Final = re.compile(
-    r"\b(?:4\.7\.\d+|5\.4\.5)\b|quota|rate limit|too many|too much mail|try again later", re.I
-)
+def recipients_refused(
+    what: str, refused: Mapping[str, tuple[int, str]], server: str, *, accepted_others: bool
+) -> SendError:
+    """The :class:`SendError` of a transaction whose server refused ``refused`` (each
+    recipient with its answer), in its words: temporary when every one of them may take it
+    later, throttled when an answer says the sender sends too much (read by its codes,
+    :mod:`.replies`)."""
+    said = ", ".join(f"{r} ({code} {text.strip()})" for r, (code, text) in refused.items())
+    others = " (accepted for the others)" if accepted_others else ""
+    return SendError(
+        f"{what}: recipients refused: {said}{others}",
+        server=server,
+        temporary=all(recipient_may_retry(*answer) for answer in refused.values()),
+        throttled=any(reply_kind(*answer) == "throttle" for answer in refused.values()),
+        recipients=refused,
+    )
 
 
 def is_throttle(code: int, text: str) -> bool:
     """Whether an SMTP answer says the account sends too much (a rate or quota, to wait
-    out): ``421``; an enhanced status ``4.7.x`` or ``5.4.5`` (Gmail's daily quota); or
-    words providers use (quota, rate limit, too many, too much mail, try again later)."""
-    return code == 421 or (400 <= code < 600 and bool(_THROTTLE_TEXT.search(text)))
+    out), read by its codes first (:func:`.replies.reply_kind`)."""
+    return reply_kind(code, text) == "throttle"
 
 
 # ----------------------------------------------------------------------------- curl

@@ -35,7 +35,6 @@ from .._core.errors import (
     ClosedError,
     ConnectError,
     ReceiveError,
-    SendError,
     TransportError,
 )
 from .._core.log import get_logger
@@ -49,7 +48,7 @@ from .common import (
     uid_set,
     unpack_fetched,
 )
-from .errors import imap_errors, smtp_login_errors, smtp_send_errors
+from .errors import imap_errors, recipients_refused, smtp_login_errors, smtp_send_errors
 from .imap import (
     body,
     can_idle,
@@ -155,9 +154,11 @@ class AiosmtplibSubmitter(Submitter):
                 envelope.sender, list(envelope.recipients), envelope.raw
             )
         if refused:  # accepted for the others: not sent again
-            raise SendError(
-                f"{what}: recipients refused: {', '.join(refused)} (accepted for the others)",
-                server=self.server,
+            raise recipients_refused(
+                what,
+                {r: (answer.code, str(answer.message)) for r, answer in refused.items()},
+                self.server,
+                accepted_others=True,
             )
 
     def _drop(self) -> None:

@@ -59,6 +59,7 @@ from .._core.wire import HEADER_RESENT, build, envelope_recipients, new_message_
 from .base import EmailSender, FailureCallback
 from .ledger import SendLedger, ledger_path
 from .quota import SendBudget
+from .replies import recipient_may_retry
 
 __all__ = ["Submission", "Outbox", "Spool", "Submitter"]
 
@@ -72,6 +73,23 @@ _THROTTLE_MAX: Final = 300.0
 #: what an attempt returns when the outbox closes before the email was sent (it stays in
 #: the spool for the next process)
 _LEFT: Final = TransportError("left for the next process")
+#: a recipient refused for now (its mailbox full) is tried again after 5 s, doubling to
+#: 10 minutes, while the outbox sends everything else
+_DEFER_MIN: Final = 5.0
+_DEFER_MAX: Final = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    """What :meth:`Outbox._attempts` says of an email accepted for every recipient but
+    ``recipients``, which the server refused for now (a mailbox full, ``4.2.2``; one
+    recipient too many for the transaction, ``x.5.3``): they are tried again later, the
+    outbox meanwhile sending everything else. ``undelivered``: recipients refused for good
+    (with the server's answers); ``error``: the latest refusal."""
+
+    recipients: tuple[str, ...]
+    undelivered: dict[str, tuple[int, str]]
+    error: SendError
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +222,14 @@ class _Item:
     done: threading.Event = field(default_factory=threading.Event)
     error: TransportError | None = None
     cancelled: bool = False
+    #: a deferred email (some recipients refused for now): not sent again before then
+    not_before: float = 0.0
+    deferrals: int = 0
+    #: recipients the server refused for good, with its answers (reported when it is done)
+    undelivered: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def due(self, now: float) -> bool:
+        return self.not_before <= now
 
     def joins(self, head: _Item, count: int, size: int) -> bool:
         """Whether this item may go in ``head``'s batch, which has ``count`` emails of
@@ -433,16 +459,23 @@ class Outbox(EmailSender):
 
     # -- the worker's side --------------------------------------------------------------------
 
+    def _due_in(self) -> float | None:
+        """Seconds until a queued email is due (0: one is), None when none is queued (call
+        with the lock)."""
+        if not self._queue:
+            return None
+        now = time.monotonic()
+        return max(0.0, min(item.not_before for item in self._queue) - now)
+
     def _work(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(
-                    lambda: self._queue or self._probe_wanted or self._stopping.is_set()
-                )
+                while not (self._due_in() == 0 or self._probe_wanted or self._stopping.is_set()):
+                    self._cond.wait(self._due_in())  # (a deferred email: until it is due)
                 if self._stopping.is_set():
                     return
                 probe, self._probe_wanted = self._probe_wanted, False
-                run = self._busy = self._take_run() if self._queue else []
+                run = self._busy = self._take_run() if self._due_in() == 0 else []
             if probe:
                 self._probe()
             if not run:
@@ -482,7 +515,10 @@ class Outbox(EmailSender):
         ``linger`` is over or the batch is full. While the provider's budget (``limits``)
         says to wait, the batch keeps growing (up to its ``max-messages`` and
         ``max-bytes``): fewer, larger emails. Called with the lock held."""
-        head = self._queue.popleft()
+        now = time.monotonic()
+        first = next(n for n, item in enumerate(self._queue) if item.due(now))
+        head = self._queue[first]
+        del self._queue[first]
         run = self._busy = [head]
         batching = head.batch.enabled and head.envelope is not None
         size = len(head.envelope.raw) if head.envelope is not None else 0
@@ -491,7 +527,7 @@ class Outbox(EmailSender):
         while True:
             while batching and scanned < len(self._queue) and len(run) < head.batch.max_messages:
                 follower = self._queue[scanned]
-                if not follower.joins(head, len(run), size):
+                if not follower.due(now) or not follower.joins(head, len(run), size):
                     if follower.same_stream(head):
                         break  # (never ahead of an email of its own stream)
                     scanned += 1
@@ -621,7 +657,16 @@ class Outbox(EmailSender):
         )
         if error is _LEFT:
             return  # closing: spooled emails stay for the next process
-        if isinstance(error, SendError) and not error.temporary and not self._stopping.is_set():
+        if isinstance(error, _Deferred):
+            for item in live:
+                self._defer(item, error)
+            return
+        if (
+            isinstance(error, SendError)
+            and not error.temporary
+            and not error.recipients  # (accepted for the others: never sent them again)
+            and not self._stopping.is_set()
+        ):
             _log.warning("batch of %d refused (%s): sending them one by one", len(live), error)
             for item in live:
                 item.batch = NO_BATCH
@@ -657,7 +702,45 @@ class Outbox(EmailSender):
         )
         if error is _LEFT:
             return  # closing: a spooled email stays for the next process
+        if isinstance(error, _Deferred):
+            self._defer(item, error)
+            return
         self._finish(item, error)
+
+    def _defer(self, item: _Item, deferred: _Deferred) -> None:
+        """``item`` was accepted for all but ``deferred.recipients`` (refused for now): it
+        goes back to the queue for those alone, due after a wait that doubles each time
+        (the outbox sends everything else meanwhile: a full mailbox holds nothing up).
+        Past a ``server`` item's deadline it is refused, temporary. A spooled item's file
+        is rewritten for those recipients first (a crash in between repeats, flagged)."""
+        item.undelivered.update(deferred.undelivered)
+        wait = min(_DEFER_MIN * 2**item.deferrals, _DEFER_MAX)
+        item.deferrals += 1
+        envelope = item.envelope
+        if envelope is None or self._stopping.is_set():
+            self._finish(item, deferred.error)
+            return
+        if item.deadline is not None and time.monotonic() + wait > item.deadline:
+            self._finish(item, SendError(
+                f"not accepted within {self._options.timeout} s: {deferred.error}",
+                server=self._server, temporary=True, recipients=deferred.error.recipients,
+            ))  # fmt: skip
+            return
+        item.envelope = dataclasses.replace(envelope, recipients=deferred.recipients)
+        if item.path is not None and self._spool is not None:
+            old, item.path = item.path, self._spool.write(item.envelope)
+            self._spool.sent(old)
+        _log.warning(
+            "%s: %s refused for now, accepted for the others: %s; trying them again in "
+            "%.0f s (everything else is sent meanwhile)",
+            self, ", ".join(deferred.recipients), deferred.error, wait,
+        )  # fmt: skip
+        with self._cond:
+            item.not_before = time.monotonic() + wait
+            self._queue.append(item)
+            if item.guarantee == "memory":
+                self._in_memory += 1  # (the worker counts it out once this run is done)
+            self._cond.notify_all()
 
     def _attempts(
         self,
@@ -667,20 +750,27 @@ class Outbox(EmailSender):
         server: bool,
         memory_only: bool,
         given_up: Callable[[], bool],
-    ) -> TransportError | None:
+    ) -> TransportError | _Deferred | None:
         """Submit ``envelope`` until it is accepted (None), refused for good, past
         ``deadline`` or given up (the error), or the outbox closes (:data:`_LEFT`).
 
         With ``limits.recipients-per-email``, the recipients go in several transactions of
         the same bytes (the same Message-ID); one accepted is not sent again when another
         is retried. Each transaction counts against the budget. A throttling answer (421,
-        4.7.x, 5.4.5) holds all sending, from 1 s doubling to 300 s, without losing it."""
+        4.7.x, x.4.5, 4.3.2: the sender's rate) holds all sending, from 1 s doubling to
+        300 s, without losing it. A recipient refused while others were accepted is never
+        sent to again with them: refused for good (a 5xx: its mailbox full, its address
+        unknown), it is reported when the email is done; refused for now (a 4xx, one
+        recipient too many) the email is :class:`_Deferred` for it."""
         most = self._options.limits.recipients_per_email or len(envelope.recipients)
         chunks = [
             dataclasses.replace(envelope, recipients=envelope.recipients[i : i + most])
             for i in range(0, len(envelope.recipients), most)
         ]
         backoff = _BACKOFF_MIN
+        later: list[str] = []  # recipients refused for now
+        undelivered: dict[str, tuple[int, str]] = {}  # refused for good
+        refusal: SendError | None = None
         while True:
             if given_up():
                 return SendError("cancelled by its caller", server=self._server)
@@ -691,7 +781,20 @@ class Outbox(EmailSender):
                     self._throttle = _THROTTLE_MIN
                     chunks.pop(0)
             except SendError as exc:
-                if not exc.temporary:
+                if exc.recipients and chunks:  # each refused recipient on its own
+                    chunk, refusal = chunks.pop(0), exc
+                    refused = {r: a for r, a in exc.recipients.items() if r in chunk.recipients}
+                    if len(refused) < len(chunk.recipients):
+                        self._spent()  # (accepted for the others: a transaction made)
+                    retry = [r for r in chunk.recipients
+                             if r in refused and recipient_may_retry(*refused[r])]  # fmt: skip
+                    undelivered.update({r: a for r, a in refused.items() if r not in retry})
+                    if retry and exc.throttled:  # (the sender's rate: held, below)
+                        chunks.insert(0, dataclasses.replace(chunk, recipients=tuple(retry)))
+                    else:
+                        later += retry
+                        continue
+                elif not exc.temporary:
                     return exc
                 error: TransportError = exc
                 if exc.throttled:
@@ -718,6 +821,11 @@ class Outbox(EmailSender):
             except TransportError as exc:
                 error = exc
             else:
+                if later:
+                    assert refusal is not None
+                    return _Deferred(tuple(later), undelivered, refusal)
+                if undelivered:
+                    return _undelivered(envelope, undelivered, self._server)
                 return None
             if deadline is not None and time.monotonic() + backoff > deadline:
                 return SendError(
@@ -736,6 +844,8 @@ class Outbox(EmailSender):
             backoff = min(backoff * 2, _BACKOFF_MAX)
 
     def _finish(self, item: _Item, error: TransportError | None) -> None:
+        if error is None and item.undelivered and item.envelope is not None:
+            error = _undelivered(item.envelope, item.undelivered, self._server)
         if item.path is not None and self._spool is not None:
             if error is None:
                 self._spool.sent(item.path)
@@ -762,3 +872,16 @@ class Outbox(EmailSender):
         _log.error("%s: %s not delivered: %s", self._server, item.email.message_id, error)
         with self._cond:
             self._failures.append(f"{item.email.message_id}: {error}")
+
+
+def _undelivered(
+    envelope: Submission, refused: dict[str, tuple[int, str]], server: str
+) -> SendError:
+    """The permanent :class:`SendError` of an email the server accepted for all but
+    ``refused``, in its words."""
+    said = ", ".join(f"{r} ({code} {text.strip()})" for r, (code, text) in refused.items())
+    return SendError(
+        f"{envelope.message_id} not delivered to {said} (accepted for the others)",
+        server=server,
+        recipients=refused,
+    )

@@ -75,6 +75,11 @@ _DOVECOT_CAPABILITIES: Final = (
 _PORTS = ("smtp_port", "smtps_port", "imap_port", "imaps_port")
 #: the IMAP servers :class:`MailServer` runs (``imap_server``)
 IMAP_SERVERS: Final = ("dovecot", "cyrus", "courier")
+#: the refusals of :meth:`MailServer.refused_address`, by their reply code
+_REFUSED: Final = {
+    "552": "552 5.2.2 Mailbox full: quota exceeded",
+    "452": "452 4.2.2 Mailbox full for now: quota exceeded",
+}
 
 
 class MailServerError(EmailMWError):
@@ -556,6 +561,17 @@ class MailServer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
 
+    def refused_address(self, address: str, answer: str = "552") -> str:
+        """An address of ``address``'s account to which Postfix answers every ``RCPT TO``
+        with a refusal, as a provider does for a full mailbox: ``"552"``, ``552 5.2.2
+        Mailbox full: quota exceeded`` (Gmail's words for an account over its quota);
+        ``"452"``, the same for now (``452 4.2.2``). (The address has a ``+full552``
+        extension; a static map of the helper's Postfix refuses it.)"""
+        if answer not in _REFUSED:
+            raise MailServerError(f"refused_address takes one of {', '.join(_REFUSED)}")
+        user, _, domain = address.partition("@")
+        return f"{user}+full{answer}@{domain}"
+
     def doveadm(self, *args: str) -> str:
         """Run ``doveadm`` against this instance; its output."""
         return self._run("doveadm", "-c", str(self._dc_conf), *args).stdout
@@ -693,6 +709,9 @@ class MailServer:
             f"{self.address(u)} {self.domain}/{u}/Maildir/\n" for u in [*self.users, "postmaster"]
         )
         (state / "postfix/conf/vmailbox").write_text(vmailbox)
+        (state / "postfix/conf/refused").write_text(  # (refused_address)
+            "".join(f"/\\+full{code}@/ {text}\n" for code, text in _REFUSED.items())
+        )
 
         dh = "/usr/share/dovecot/dh.pem"
         lmtp = f"{state}/dovecot/run/lmtp"

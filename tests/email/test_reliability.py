@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import shutil
 import threading
 import time
@@ -693,3 +694,35 @@ def test_a_deleted_folder_is_surfaced_as_a_receive_error(
     error = ctx.wait_for_receive_error(timeout=30)
     assert isinstance(error, emailmw.TransportError), repr(error)
     assert "Robots" in str(error)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_full_mailbox_beside_a_healthy_one_concerns_its_recipient_only(
+    mailserver: MailServer, account: Callable[[], str], email_context: MakeContext,
+    transport: str,
+) -> None:  # fmt: skip
+    """#58: Postfix answers ``552 5.2.2 Mailbox full: quota exceeded`` to one of two
+    recipients: the other has every message, each at once; the sender is told, in the
+    server's words, that the full one did not get it; nothing holds sending. Was: taken for
+    throttling (all sending held, doubling to 300 s, never reported); on curl the healthy
+    recipient got nothing either."""
+    full, healthy, sender = mailserver.refused_address(account()), account(), account()
+    listener = email_context(healthy)
+    sub = emailmw.Subscription("/both", context=listener)
+    talker = email_context(sender, to=[healthy, full], transport=transport)
+    pub = emailmw.Publisher("/both", context=talker)  # (server: returns once accepted)
+    for i in range(3):
+        with pytest.raises(emailmw.SendError) as refused:
+            pub.publish(str(i))
+        said = str(refused.value)
+        assert re.search(rf"not delivered to {re.escape(full)} \(552 5\.2\.2 .*Mailbox full", said)
+        assert not refused.value.temporary
+    got = sorted(emailmw.wait_for_message(sub, 30) or "-" for _ in range(3))
+    assert got == ["0", "1", "2"]
+    assert emailmw.wait_for_message(sub, 2) is None  # (never twice to the healthy one)
+    # the full mailbox alone: refused at once for good, in the server's words (was: held
+    # as throttling until the timeout), and sending goes on
+    alone = emailmw.Publisher("/both", context=email_context(sender, to=full, transport=transport))
+    with pytest.raises(emailmw.SendError, match=r"552 5\.2\.2 .*Mailbox full") as refused:
+        alone.publish("3")
+    assert not refused.value.temporary  # (held, it would be "not accepted within", temporary)

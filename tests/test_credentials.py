@@ -154,3 +154,81 @@ def test_refresh_after_a_refusal_fetches_once_whoever_asks(monkeypatch: pytest.M
     password = Credential.password("pw-123", "r@x.test")
     assert password.refresh("pw-123") is None
     assert password.secret() == "pw-123"
+
+
+def _failing(why: str, calls: list[float], clock: _Clock, then: str | None = None) -> Any:
+    def fetch() -> tuple[str, float | None]:
+        calls.append(clock.now)
+        if then is not None and len(calls) > 3:
+            return then, clock.now + 3600
+        raise AuthenticationError(why)
+
+    return fetch
+
+
+def test_a_failing_source_is_asked_again_later_and_later_not_at_every_login(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """#58: a token command that fails is not run again at every retry of the receiver
+    and the outbox (was: 91-138 runs in 100 s for two processes): asked again after 1 s,
+    doubling up to 5 minutes; meanwhile its failure is raised again, in the same words.
+    Said once (a warning), and once when it works again."""
+    clock, calls = _Clock(), []
+    fetch = _failing("token-command failed (exit status 1)", calls, clock, then="tok")
+    credential = Credential.fetched(fetch, "xoauth2", "me@x", describe="token-command",
+                                    clock=clock.time)  # fmt: skip
+    caplog.set_level("DEBUG", logger="emailmw")
+    seen = []
+    words = set()
+    for _ in range(60):  # (a retry every 0.5 s for 30 s)
+        try:
+            seen.append(credential.secret())
+        except AuthenticationError as exc:
+            words.add(str(exc))
+        clock.now += 0.5
+    assert words == {"token-command failed (exit status 1)"}
+    assert [round(c - calls[0], 1) for c in calls] == [0.0, 1.0, 3.0, 7.0]  # (1, 2, 4 s)
+    assert set(seen) == {"tok"}
+    said = [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert [r.levelname for r in said] == ["WARNING", "WARNING"]
+    assert "asked again in 1 s, then less often (up to 300 s)" in said[0].getMessage()
+    assert said[1].getMessage() == "token-command works again"
+
+
+def test_a_revoked_grant_is_one_error_and_slow_retries() -> None:
+    """``invalid_grant`` (a refresh token revoked), or a command's exit status 77 or 78:
+    asked again after a minute, doubling up to 30 minutes."""
+    for why in ("the token endpoint https://t refused the refresh token or could not be "
+                "reached: invalid_grant: Token has been expired or revoked.",
+                "token-command failed (exit status 77): revoked"):  # fmt: skip
+        clock, calls = _Clock(), []
+        credential = Credential.fetched(_failing(why, calls, clock), "xoauth2", "me@x",
+                                        describe="oauth2", clock=clock.time)  # fmt: skip
+        for _ in range(4000):  # (a retry every second for an hour and more)
+            with pytest.raises(AuthenticationError):
+                credential.secret()
+            clock.now += 1.0
+        assert [round(c - calls[0]) for c in calls] == [0, 60, 180, 420, 900, 1860, 3660]
+
+
+def test_a_token_still_valid_is_used_while_its_source_fails() -> None:
+    """Fetched anew ahead of its expiry, a token whose source fails now is still good
+    until it expires: logins go on with it."""
+    clock, calls = _Clock(), []
+    results: list[Any] = [("first", clock.now + 600)]
+
+    def fetch() -> tuple[str, float | None]:
+        calls.append(clock.now)
+        outcome = results.pop(0) if results else AuthenticationError("token-command failed")
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    credential = Credential.fetched(fetch, "xoauth2", "me@x", describe="token-command",
+                                    clock=clock.time)  # fmt: skip
+    assert credential.secret() == "first"
+    clock.now += 590  # (within the margin: fetched anew, which fails)
+    assert credential.secret() == "first"
+    clock.now += 20  # (expired)
+    with pytest.raises(AuthenticationError):
+        credential.secret()

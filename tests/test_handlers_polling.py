@@ -250,9 +250,9 @@ def test_receive_health_speaks_once_per_change_of_state() -> None:
     ERROR, the same failure again nothing, a different one another ERROR, the return one
     WARNING."""
     from emailmw import AuthenticationError, ReceiveError
-    from emailmw._delivery.polling import ReceiveHealth
+    from emailmw._core.health import Health
 
-    health = ReceiveHealth()
+    health = Health("receiving", "retrying every second or less")
     assert health.failed(ReceiveError("connection dropped"), 0.0) is None
     assert health.succeeded(0.1) is None
     assert health.error is None

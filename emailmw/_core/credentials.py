@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import subprocess
 import threading
 import time
@@ -29,6 +30,7 @@ __all__ = [
     "Mechanism",
     "command_secret",
     "jwt_expiry",
+    "permanent_failure",
     "refresh_token_secret",
     "sasl_forms",
 ]
@@ -46,6 +48,16 @@ MECHANISMS: Final[dict[str, Mechanism]] = {
 #: a secret is fetched anew this long before it expires (at most a quarter of its life)
 REFRESH_MARGIN_S: Final = 60.0
 _COMMAND_TIMEOUT_S: Final = 60.0
+#: after a failed fetch the source is not asked again for this long, doubling with each
+#: failure: from 1 s to 5 minutes; a failure that says it is permanent (a revoked grant:
+#: ``invalid_grant``; a command's exit status 77 or 78) from 1 minute to 30 minutes
+RETRY_MIN_S: Final = 1.0
+RETRY_MAX_S: Final = 300.0
+PERMANENT_RETRY_MIN_S: Final = 60.0
+PERMANENT_RETRY_MAX_S: Final = 1800.0
+#: the exit statuses of a secret command that say its failure is permanent (sysexits.h's
+#: EX_NOPERM and EX_CONFIG: the grant was revoked, the command is misconfigured)
+PERMANENT_EXIT_STATUSES: Final = (77, 78)
 
 #: what a fetch returns: the secret and when it expires (``time.time()``), None: unknown
 Fetched = tuple[str, float | None]
@@ -92,15 +104,30 @@ class Credential:
     for XOAUTH2 or OAUTHBEARER), fetched when first needed and again ahead of its expiry.
     Never shows the secret in ``repr()``. Thread-safe."""
 
-    __slots__ = ("_lock", "_refresh_at", "_source", "_username", "_value", "mechanism")
+    __slots__ = (
+        "_clock", "_expires", "_failed", "_failures", "_lock", "_refresh_at", "_retry_at",
+        "_source", "_username", "_value", "mechanism",
+    )  # fmt: skip
 
-    def __init__(self, source: _Source, mechanism: Mechanism, username: str) -> None:
+    def __init__(
+        self,
+        source: _Source,
+        mechanism: Mechanism,
+        username: str,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.mechanism: Mechanism = mechanism
         self._source = source
         self._username = username
         self._lock = threading.Lock()
         self._value: str | None = None
         self._refresh_at: float | None = None
+        self._expires: float | None = None
+        self._clock = clock or _now
+        # the last failure of the source and when it may be asked again (see _fetch)
+        self._failed: AuthenticationError | None = None
+        self._failures = 0
+        self._retry_at = 0.0
 
     @classmethod
     def password(cls, password: str, username: str) -> Credential:
@@ -120,11 +147,18 @@ class Credential:
         username: str,
         *,
         describe: str,
+        clock: Callable[[], float] | None = None,
     ) -> Credential:
         """A secret ``fetch`` returns (with its expiry, if known), fetched when first
         needed, ahead of its expiry and after a refused login. ``describe`` names the
-        source in errors (``token-command``)."""
-        return cls(_Source(fetch, describe, True), mechanism, username)
+        source in errors (``token-command``).
+
+        A fetch that fails is not tried again at once: for 1 s, doubling with each failure
+        up to 5 minutes (a failure that says it is permanent, :func:`permanent_failure`:
+        from 1 minute up to 30); meanwhile the last failure is raised again without asking
+        the source, and a secret still valid is used. The first failure is logged once (a
+        warning; an error when permanent), and once more when the source works again."""
+        return cls(_Source(fetch, describe, True), mechanism, username, clock)
 
     def __repr__(self) -> str:
         return f"Credential({self.mechanism}, from {self._source.describe})"
@@ -156,22 +190,71 @@ class Credential:
             return self._value if self._value != refused else None
 
     def _expiring(self) -> bool:
-        return self._refresh_at is not None and time.time() >= self._refresh_at
+        return self._refresh_at is not None and self._clock() >= self._refresh_at
 
     def _fetch(self) -> None:
-        value, expires = self._source.fetch()
-        value = value.strip()
-        if not value:
-            raise AuthenticationError(f"{self._source.describe} gave an empty secret")
+        now = self._clock()
+        if self._failed is not None and now < self._retry_at:
+            if self._still_valid(now):
+                return  # (the secret in hand lasts a while yet)
+            # (the same words: whoever retries sees the same failure, no news)
+            raise AuthenticationError(str(self._failed)) from self._failed
+        try:
+            value, expires = self._source.fetch()
+            value = value.strip()
+            if not value:
+                raise AuthenticationError(f"{self._source.describe} gave an empty secret")
+        except AuthenticationError as exc:
+            self._failures += 1
+            permanent = permanent_failure(exc)
+            low, high = (
+                (PERMANENT_RETRY_MIN_S, PERMANENT_RETRY_MAX_S)
+                if permanent
+                else (RETRY_MIN_S, RETRY_MAX_S)
+            )
+            wait = min(low * 2 ** (self._failures - 1), high)
+            self._retry_at = now + wait
+            if self._failed is None:  # (a change of state: said once)
+                _log.log(
+                    logging.ERROR if permanent else logging.WARNING,
+                    "%s: %s; asked again in %.0f s, then less often (up to %.0f s); said "
+                    "again once it works",
+                    self._source.describe, exc, wait, high,
+                )  # fmt: skip
+            self._failed = exc
+            if self._still_valid(now):
+                return
+            raise
+        if self._failed is not None:
+            _log.warning("%s works again", self._source.describe)
+            self._failed, self._failures = None, 0
         register_secret(value)
         for form in sasl_forms(self._username, value):
             register_secret(form)
         refresh_at = None
         if expires is not None:
             # the margin before expiry, or a quarter of a short life
-            refresh_at = expires - min(REFRESH_MARGIN_S, max(0.0, expires - time.time()) / 4)
-        self._value, self._refresh_at = value, refresh_at
+            refresh_at = expires - min(REFRESH_MARGIN_S, max(0.0, expires - now) / 4)
+        self._value, self._refresh_at, self._expires = value, refresh_at, expires
         _log.debug("fetched a new secret from %s", self._source.describe)
+
+    def _still_valid(self, now: float) -> bool:
+        """Whether the secret in hand may still log in (fetched, not expired yet)."""
+        return self._value is not None and self._expires is not None and now < self._expires
+
+
+def _now() -> float:
+    return time.time()  # (looked up at each call: tests replace it)
+
+
+def permanent_failure(error: BaseException) -> bool:
+    """Whether a failed fetch says it will not work until something changes: the token
+    endpoint's ``invalid_grant`` (a refresh token revoked or expired, RFC 6749 5.2), or
+    a command's exit status 77 or 78 (:data:`PERMANENT_EXIT_STATUSES`)."""
+    text = str(error)
+    return "invalid_grant" in text or any(
+        f"(exit status {code})" in text for code in PERMANENT_EXIT_STATUSES
+    )
 
 
 def command_secret(command: str, key: str) -> Callable[[], Fetched]:

@@ -18,10 +18,10 @@ Guarantees:
   (a group member's thread does not filter: its store hands each claim out once);
 * each email is settled once every entity it was handed to is done with it
   (:class:`Ticket`); an email no entity wanted is settled at once;
-* a receiver error is retried with exponential backoff (0.1 s to 1 s), and never spoken of
-  per retry: :class:`ReceiveHealth` logs one ERROR when receiving starts failing or fails
-  differently, one WARNING when it works again, and :attr:`PollingManager.error` holds the
-  failure while it lasts (``Context.receive_error``);
+* a receiver error is retried with exponential backoff (0.1 s to 1 s; a refused login to
+  30 s), and never spoken of per retry: its ``Health`` logs one ERROR when receiving starts
+  failing or fails differently, one WARNING when it works again, and
+  :attr:`PollingManager.error` holds the failure while it lasts (``Context.receive_error``);
 * :meth:`PollingManager.stop` wakes the receiver and joins with a timeout.
 """
 
@@ -40,12 +40,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._core.errors import (
+    AuthenticationError,
     ClosedError,
     ConnectionLimitError,
     EmailMWError,
     MalformedEmailError,
     StateError,
 )
+from .._core.health import Health
 from .._core.log import RefusalLog, get_logger
 from .._core.packing import (
     BODY_ENCODING_HEADER,
@@ -68,7 +70,6 @@ __all__ = [
     "RECENT_MESSAGE_IDS",
     "Handler",
     "PollingManager",
-    "ReceiveHealth",
     "RefusalLog",
     "Ticket",
 ]
@@ -83,8 +84,11 @@ _LIMIT_BACKOFF_MAX: Final = 30.0
 def next_backoff(backoff: float, error: BaseException) -> tuple[float, float]:
     """How long to wait after a receiving failure, and the backoff after that: doubling
     from 0.1 s to 1 s; to 30 s while the server refuses another connection for the
-    account (:class:`~emailmw.ConnectionLimitError`: no login storm)."""
-    cap = _LIMIT_BACKOFF_MAX if isinstance(error, ConnectionLimitError) else _BACKOFF_MAX
+    account (:class:`~emailmw.ConnectionLimitError`) or the login
+    (:class:`~emailmw.AuthenticationError`, a secret that cannot be fetched too): no login
+    storm, no provider locking the account."""
+    slow = isinstance(error, ConnectionLimitError | AuthenticationError)
+    cap = _LIMIT_BACKOFF_MAX if slow else _BACKOFF_MAX
     wait = min(backoff, cap)
     return wait, min(wait * 2, cap)
 
@@ -255,44 +259,6 @@ Handler = Callable[[Email, Route, Ticket], None]
 Acknowledge = Callable[[Email, int], None]
 
 
-class ReceiveHealth:
-    """Whether receiving works: a state machine fed each attempt's outcome, no I/O.
-
-    A failure the first retry cures (a dropped connection, a server restarting) is a blip,
-    logged at DEBUG by the caller. One that survives its first retry puts receiving in the
-    failing state: :attr:`error` holds it (None while receiving works), :attr:`since` is the
-    monotonic time of the first failed attempt. ``failed(exc, now)`` and ``succeeded(now)``
-    return the log line a change of state calls for (level, text), or None: entering the
-    failing state and failing differently are ERRORs, the same failure again is not news,
-    working again is a WARNING. Not thread-safe: the polling thread alone feeds it.
-    """
-
-    def __init__(self) -> None:
-        self.error: Exception | None = None
-        self.since: float | None = None
-        self.attempts = 0
-
-    def failed(self, exc: Exception, now: float) -> tuple[str, str] | None:
-        self.attempts += 1
-        if self.attempts == 1:
-            self.since = now
-            return None  # a blip until its retry fails too
-        previous, self.error = self.error, exc
-        if previous is None:
-            return ("error", f"receiving fails: {exc} (retrying every second or less)")
-        if (type(previous), str(previous)) != (type(exc), str(exc)):
-            return ("error", f"receiving now fails differently: {exc} (still retrying)")
-        return None
-
-    def succeeded(self, now: float) -> tuple[str, str] | None:
-        failing, since, attempts = self.error is not None, self.since, self.attempts
-        self.error, self.since, self.attempts = None, None, 0
-        if not failing:
-            return None
-        seconds = now - (since if since is not None else now)
-        return ("warning", f"receiving works again after {seconds:.1f} s and {attempts} attempts")
-
-
 def _described(email: Email) -> str:
     """An email as the security log lines name it (built only for a line that is logged)."""
     return f"email {email.message_id} (subject {email.subject[:80]!r}) from {email.from_[:80]}"
@@ -457,7 +423,9 @@ class PollingManager:
         self._recent: OrderedDict[str, None] = OrderedDict()
         #: emails dropped as duplicates of one handed out before (by Message-ID)
         self.duplicates = 0
-        self._health = ReceiveHealth()
+        self._health = Health(
+            "receiving", "retrying every second or less; a refused login every 30 s or less"
+        )
         self._health_changed = threading.Condition()
         self._refusals = RefusalLog()
 

@@ -32,6 +32,7 @@ import dataclasses
 import fcntl
 import itertools
 import json
+import logging
 import os
 import threading
 import time
@@ -52,6 +53,7 @@ from .._core.errors import (
     SendError,
     TransportError,
 )
+from .._core.health import Health
 from .._core.log import get_logger
 from .._core.packing import build_batch
 from .._core.types import Email
@@ -66,6 +68,7 @@ __all__ = ["Submission", "Outbox", "Spool", "Submitter"]
 _log = get_logger("outbox")
 _BACKOFF_MIN: Final = 0.1
 _BACKOFF_MAX: Final = 2.0
+_AUTH_BACKOFF_MAX: Final = 30.0
 #: after a server's answer that the account sends too much (421, 4.7.x, 5.4.5): all sending
 #: waits, from this long, doubling up to the maximum
 _THROTTLE_MIN: Final = 1.0
@@ -307,6 +310,7 @@ class Outbox(EmailSender):
         self._held_by = ""  # what holds sending now (logged once per episode)
         self._throttle = _THROTTLE_MIN
         self._day_warned = 0.0
+        self._health = Health("sending", "retrying; a refused login every 30 s or less")
         self._spool: Spool | None = None
         if options.spool is not None:
             self._spool = Spool(options.spool)
@@ -821,6 +825,7 @@ class Outbox(EmailSender):
             except TransportError as exc:
                 error = exc
             else:
+                self._sent_again()
                 if later:
                     assert refusal is not None
                     return _Deferred(tuple(later), undelivered, refusal)
@@ -837,11 +842,25 @@ class Outbox(EmailSender):
                 return SendError(f"not sent before close: {error}", server=None)
             if self._stopping.is_set():
                 return _LEFT
-            _log.warning(
-                "sending %s failed (%s); retrying in %.1f s", envelope.message_id, error, backoff
-            )
+            said = self._health.failed(error, time.monotonic())
+            if said is not None:  # (a change of state: once, and once when it works again)
+                _log.log(logging.ERROR if said[0] == "error" else logging.WARNING, "%s: %s",
+                         self, said[1])  # fmt: skip
+            else:
+                _log.debug(
+                    "sending %s failed (%s); retrying in %.1f s", envelope.message_id, error,
+                    backoff,
+                )  # fmt: skip
             self._stopping.wait(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+            # (a login refused, or a secret that cannot be fetched: no login every 2 s)
+            cap = _AUTH_BACKOFF_MAX if isinstance(error, AuthenticationError) else _BACKOFF_MAX
+            backoff = min(backoff * 2, cap)
+
+    def _sent_again(self) -> None:
+        """A submission went through: said once when sending had been failing."""
+        said = self._health.succeeded(time.monotonic())
+        if said is not None:
+            _log.warning("%s: %s", self, said[1])
 
     def _finish(self, item: _Item, error: TransportError | None) -> None:
         if error is None and item.undelivered and item.envelope is not None:

@@ -23,6 +23,7 @@ from emailmw._transport.connections import in_use
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
 
+from ..helpers import deadline_loop
 from .helpers import receive_bodies, transport_extra
 
 CASES = [("native", "oauth2"), ("native", "oauthbearer"), ("curl", "oauth2"),
@@ -269,3 +270,48 @@ def test_doctor_logs_in_with_the_token_and_names_what_to_fix_when_refused(
     config["user"]["token-command"] = "echo not.a.token"
     out = doctor(write_config(tmp_path / "bad.yml", config))
     assert "token-command" in check_line(out, "FAIL", "imap login")
+
+
+@pytest.mark.parametrize("transport", ["native", "curl"])
+def test_a_token_command_that_starts_failing_with_invalid_grant_is_asked_again_slowly(
+    mailserver: MailServer, account: Callable[[], str], tmp_path: Path, transport: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """#58: the grant is revoked while the context runs (its tokens live 3 s): the command
+    now fails with ``invalid_grant``. The receiver and the outbox go on trying to log in,
+    and once the command has failed it is not run again in the next 12 s (the next try a
+    minute later), said in one ERROR. Was: run at every retry, every second or two, by
+    each of them."""
+    address = account()
+    failures, revoked = tmp_path / "failures", tmp_path / "revoked"
+    good = mailserver.token_command(address, 3)
+    command = (f"if [ -e {revoked} ]; then echo run >> {failures}; "
+               "echo 'invalid_grant: Token has been expired or revoked.' >&2; exit 1; "
+               f"else {good}; fi")  # fmt: skip
+    config = mailserver.config(address, transport=transport, auth="oauth2")
+    config["user"]["token-command"] = command
+    caplog.set_level(logging.WARNING, logger="emailmw")
+    ctx = emailmw.Context({"email": config})
+    try:
+        pub = emailmw.Publisher("/revoked", context=ctx, guarantee="memory")
+        revoked.touch()
+        time.sleep(3.5)  # (the token in hand expires: the next login needs a new one)
+        mailserver.kick(address)  # (the receiver logs in again)
+        mailserver.stop_postfix()  # (and the outbox: its connection is gone)
+        mailserver.start_postfix()
+        pub.publish("after")
+
+        def runs() -> int:
+            return len(failures.read_text().splitlines()) if failures.exists() else 0
+
+        more = deadline_loop(90)
+        while more() and runs() == 0:  # (the first login that needs a new token)
+            time.sleep(0.1)
+        assert runs() == 1
+        time.sleep(12)  # (a span of time, counting what happens in it)
+        assert runs() == 1, f"the failing command ran {runs()} times in 12 s"
+        errors = [r.getMessage() for r in caplog.records if "invalid_grant" in r.getMessage()
+                  and r.levelname == "ERROR" and r.name == "emailmw.credentials"]  # fmt: skip
+        assert len(errors) == 1, errors
+    finally:
+        ctx.shutdown()

@@ -311,6 +311,7 @@ class Outbox(EmailSender):
         self._throttle = _THROTTLE_MIN
         self._day_warned = 0.0
         self._health = Health("sending", "retrying; a refused login every 30 s or less")
+        self._deferred = 0  # queued emails deferred for some recipients (see _defer)
         self._spool: Spool | None = None
         if options.spool is not None:
             self._spool = Spool(options.spool)
@@ -468,6 +469,8 @@ class Outbox(EmailSender):
         with the lock)."""
         if not self._queue:
             return None
+        if not self._deferred:  # (the usual case, in O(1): every queued email is due)
+            return 0.0
         now = time.monotonic()
         return max(0.0, min(item.not_before for item in self._queue) - now)
 
@@ -520,9 +523,14 @@ class Outbox(EmailSender):
         says to wait, the batch keeps growing (up to its ``max-messages`` and
         ``max-bytes``): fewer, larger emails. Called with the lock held."""
         now = time.monotonic()
-        first = next(n for n, item in enumerate(self._queue) if item.due(now))
-        head = self._queue[first]
-        del self._queue[first]
+        if self._deferred:
+            first = next(n for n, item in enumerate(self._queue) if item.due(now))
+            head = self._queue[first]
+            del self._queue[first]
+            if head.deferrals:
+                self._deferred -= 1
+        else:
+            head = self._queue.popleft()
         run = self._busy = [head]
         batching = head.batch.enabled and head.envelope is not None
         size = len(head.envelope.raw) if head.envelope is not None else 0
@@ -531,7 +539,7 @@ class Outbox(EmailSender):
         while True:
             while batching and scanned < len(self._queue) and len(run) < head.batch.max_messages:
                 follower = self._queue[scanned]
-                if not follower.due(now) or not follower.joins(head, len(run), size):
+                if follower.deferrals or not follower.joins(head, len(run), size):
                     if follower.same_stream(head):
                         break  # (never ahead of an email of its own stream)
                     scanned += 1
@@ -741,6 +749,7 @@ class Outbox(EmailSender):
         )  # fmt: skip
         with self._cond:
             item.not_before = time.monotonic() + wait
+            self._deferred += 1
             self._queue.append(item)
             if item.guarantee == "memory":
                 self._in_memory += 1  # (the worker counts it out once this run is done)

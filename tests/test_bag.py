@@ -283,3 +283,49 @@ def test_a_recorded_message_is_settled_only_once_it_is_written(tmp_path: Path) -
     assert all(t.released for t in tickets)
     assert writer.close() == 3
     assert [m.data for m in read_bag(tmp_path / "bag")] == ["m0", "m1", "m2"]
+
+
+ACTION_PARTS = [
+    ("/fibonacci/_action/feedback", "example_interfaces/action/Fibonacci_FeedbackMessage"),
+    ("/fibonacci/_action/status", "action_msgs/msg/GoalStatusArray"),
+    ("/fibonacci/_action/send_goal", "example_interfaces/action/Fibonacci_SendGoal_Request"),
+    ("/fibonacci/_action/get_result", "example_interfaces/action/Fibonacci_GetResult_Response"),
+]
+
+
+def test_an_action_s_messages_go_in_a_bag_that_rosbags_and_mcap_read(tmp_path: Path) -> None:
+    """#60: a bag of an action's topics (its feedback, status, goal and result messages):
+    written with the definitions emailmw renders, read back by emailmw, by rosbags from the
+    definitions stored in the bag (as any tool does), and by the mcap reader. Was: the
+    first feedback message crashed the recorder (rosbags' generator of definitions asserts
+    on a type nested from an action: ``AssertionError``), and ``bag export`` likewise."""
+    from mcap.reader import make_reader
+    from rosbags.rosbag2 import Reader
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    writer = BagWriter(tmp_path / "bag")
+    samples = {}
+    for index, (topic, name) in enumerate(ACTION_PARTS):
+        data = _sample(name)
+        if name.endswith("FeedbackMessage"):
+            data["feedback"]["sequence"] = [0, 1, 1, 2, 3]
+        samples[topic] = data
+        writer.write(topic, name, data, _info(10**9 + index, index, name), 10**9 + index)
+    writer.close()
+    back = {m.topic: m for m in read_bag(tmp_path / "bag")}
+    assert {t: back[t].data for t in samples} == samples
+    # rosbags, knowing only what the bag says of its types
+    store = get_typestore(Stores.EMPTY)
+    with Reader(tmp_path / "bag") as reader:
+        for connection in reader.connections:
+            store.register(get_types_from_msg(connection.msgdef.data, connection.msgtype))
+        read = {c.topic: store.deserialize_cdr(raw, c.msgtype)
+                for c, _, raw in reader.messages()}  # fmt: skip
+    assert list(read["/fibonacci/_action/feedback"].feedback.sequence) == [0, 1, 1, 2, 3]
+    assert read["/fibonacci/_action/status"].status_list == []
+    # mcap: every message of the action's topics, each with its schema
+    (path,) = (tmp_path / "bag").glob("*.mcap")
+    with path.open("rb") as stream:
+        found = {(c.topic, s.name) for s, c, _ in make_reader(stream).iter_messages()
+                 if c.topic.startswith("/fibonacci")}  # fmt: skip
+    assert found == set(ACTION_PARTS)

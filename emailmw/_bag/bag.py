@@ -89,7 +89,10 @@ class BagWriter:
         found = self._connections.get((topic, type_name))
         if found is None:
             self.types.register(type_name)
-            found = self._writer.add_connection(topic, type_name, typestore=self.types.store)
+            found = self._writer.add_connection(
+                topic, type_name, msgdef=self.types.msgdef(type_name),
+                rihs01=self.types.store.hash_rihs01(type_name),
+            )  # fmt: skip
             self._connections[(topic, type_name)] = found
         return found
 

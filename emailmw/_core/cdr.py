@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
+from rosbags.interfaces import Nodetype
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
@@ -67,6 +68,18 @@ def _definition(cls: Any) -> tuple[str, list[str]]:
 _EMPTY_FILLER = "structure_needs_at_least_one_member"
 
 
+def _ros_name(name: str) -> str:
+    """A type's name in a ROS 2 message definition: ``pkg/msg/X`` as ``pkg/X``; a part of
+    a service or an action whole (``pkg/action/X_Feedback``)."""
+    parts = name.split("/")
+    return f"{parts[0]}/{parts[2]}" if len(parts) == 3 and parts[1] == "msg" else name
+
+
+def _base_kind(arg: tuple[str, int]) -> str:
+    base, limit = arg
+    return f"string<={limit}" if base == "string" and limit else base
+
+
 class BagTypes:
     """A typestore holding the emailmw types a bag needs, registered on first use, with
     their ROS definitions; converts plain message data to and from CDR. Thread-safe."""
@@ -102,6 +115,48 @@ class BagTypes:
             if found:
                 self.store.register(found)
                 self._known.update(found)
+
+    def msgdef(self, type_name: str) -> str:
+        """The ROS 2 message definition rosbag2 stores with a connection of ``type_name``:
+        its fields, then each nested type's in a ``MSG: name`` section, as rosbags writes
+        them. Rosbags' own generator takes ``pkg/msg`` types only (a message that nests an
+        action's or a service's part, an action's ``FeedbackMessage``, failed its
+        assertion): here a ``pkg/msg/X`` is named ``pkg/X`` and any other by its whole
+        name, as ROS 2 names them."""
+        self.register(type_name)
+        with self._lock:
+            nested: dict[str, str] = {}
+            main = self._deftext(type_name, nested)
+        rule = "=" * 80
+        return "".join([main, *(f"{rule}\nMSG: {_ros_name(k)}\n{v}" for k, v in nested.items())])
+
+    def _deftext(self, name: str, nested: dict[str, str]) -> str:
+        constants, fields = self.store.fielddefs[name]
+        lines = [f"{kind} {cname}={value}" for cname, kind, value in constants]
+        for field_name, desc in fields:
+            if field_name != _EMPTY_FILLER:
+                lines.append(f"{self._field_kind(desc, nested)} {field_name}")
+        lines.append("")
+        return "\n".join(lines)
+
+    def _field_kind(self, desc: Any, nested: dict[str, str]) -> str:
+        node, arg = desc
+        if node == Nodetype.BASE:
+            return _base_kind(arg)
+        if node == Nodetype.NAME:
+            self._nest(arg, nested)
+            return _ros_name(arg)
+        (subnode, subarg), count = arg
+        size = "" if count == 0 else str(count) if node == Nodetype.ARRAY else f"<={count}"
+        if subnode == Nodetype.BASE:
+            return f"{_base_kind(subarg)}[{size}]"
+        self._nest(subarg, nested)
+        return f"{_ros_name(subarg)}[{size}]"
+
+    def _nest(self, name: str, nested: dict[str, str]) -> None:
+        if name not in nested:
+            nested[name] = ""  # (its place, in the order they are met: rosbags' order)
+            nested[name] = self._deftext(name, nested)
 
     def to_cdr(self, type_name: str, data: Any) -> bytes:
         """CDR bytes of ``data`` (a message's plain data) as ``type_name``."""

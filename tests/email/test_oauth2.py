@@ -277,14 +277,14 @@ def test_a_token_command_that_starts_failing_with_invalid_grant_is_asked_again_s
     mailserver: MailServer, account: Callable[[], str], tmp_path: Path, transport: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    """#58: the grant is revoked while the context runs (its tokens live 3 s): the command
+    """#58: the grant is revoked while the context runs (its tokens live 2 s): the command
     now fails with ``invalid_grant``. The receiver and the outbox go on trying to log in,
-    and once the command has failed it is not run again in the next 12 s (the next try a
+    and once the command has failed it is not run again in the next 6 s (the next try a
     minute later), said in one ERROR. Was: run at every retry, every second or two, by
     each of them."""
     address = account()
     failures, revoked = tmp_path / "failures", tmp_path / "revoked"
-    good = mailserver.token_command(address, 3)
+    good = mailserver.token_command(address, 2)
     command = (f"if [ -e {revoked} ]; then echo run >> {failures}; "
                "echo 'invalid_grant: Token has been expired or revoked.' >&2; exit 1; "
                f"else {good}; fi")  # fmt: skip
@@ -295,7 +295,7 @@ def test_a_token_command_that_starts_failing_with_invalid_grant_is_asked_again_s
     try:
         pub = emailmw.Publisher("/revoked", context=ctx, guarantee="memory")
         revoked.touch()
-        time.sleep(3.5)  # (the token in hand expires: the next login needs a new one)
+        time.sleep(2.5)  # (the token in hand expires: the next login needs a new one)
         mailserver.kick(address)  # (the receiver logs in again)
         mailserver.stop_postfix()  # (and the outbox: its connection is gone)
         mailserver.start_postfix()
@@ -308,8 +308,8 @@ def test_a_token_command_that_starts_failing_with_invalid_grant_is_asked_again_s
         while more() and runs() == 0:  # (the first login that needs a new token)
             time.sleep(0.1)
         assert runs() == 1
-        time.sleep(12)  # (a span of time, counting what happens in it)
-        assert runs() == 1, f"the failing command ran {runs()} times in 12 s"
+        time.sleep(6)  # (a span of time, counting what happens in it)
+        assert runs() == 1, f"the failing command ran {runs()} times in 6 s"
         errors = [r.getMessage() for r in caplog.records if "invalid_grant" in r.getMessage()
                   and r.levelname == "ERROR" and r.name == "emailmw.credentials"]  # fmt: skip
         assert len(errors) == 1, errors

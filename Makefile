@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(PY) bench/security.py --json bench/results/security.json
 	$(PY) bench/gateway.py --json bench/results/gateway.json
 	$(PY) bench/delivery_modes.py --json bench/results/delivery_modes.json
+	$(PY) bench/group_fence.py --json bench/results/group_fence.json
 	$(PY) bench/bag.py --json bench/results/bag.json
 	$(PY) bench/batching.py --json bench/results/batching.json
 	$(PY) bench/quota.py --json bench/results/quota.json

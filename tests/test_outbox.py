@@ -317,3 +317,29 @@ def test_a_throttled_recipient_holds_sending_and_only_it_is_sent_again(
     outbox.send(_to(1, "a@x", "b@x"))
     assert sorted(server.accepted) == [("<1@x>", "a@x"), ("<1@x>", "b@x")]
     assert server.transactions == [("a@x", "b@x"), ("b@x",)]
+
+
+def test_a_spooled_email_left_by_a_dead_process_waits_for_a_mailbox_full_for_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spool's leftover (its process died) whose one recipient is full for now: the
+    other gets it once, the full one once it has room, and the spool holds it for that
+    recipient alone meanwhile. (Read from its file, it was not deferred: it went to the
+    spool's failed/ folder, never delivered to the full one.)"""
+    monkeypatch.setattr(outbox_module, "_DEFER_MIN", 0.3)
+    hung = Hung()
+    first = _outbox(hung, tmp_path)
+    first.send(_to(1, "ok@x", "full@x"), guarantee="spool")
+    first._spool.close()  # type: ignore[union-attr]  # (the process dies here)
+    server = Mailboxes({"full@x": [FULL_FOR_NOW]})
+    second = _outbox(server, tmp_path)
+    try:
+        assert second.flush(10)
+        assert sorted(server.accepted) == [("<1@x>", "full@x"), ("<1@x>", "ok@x")]
+        spool = tmp_path / "spool"
+        assert list(spool.glob("*.msg")) == []
+        assert list(spool.glob("failed/*")) == []
+    finally:
+        second.close()
+        first._stopping.set()
+        hung.release.set()

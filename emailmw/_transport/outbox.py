@@ -671,7 +671,8 @@ class Outbox(EmailSender):
             return  # closing: spooled emails stay for the next process
         if isinstance(error, _Deferred):
             for item in live:
-                self._defer(item, error)
+                assert item.envelope is not None  # (a batch is made of emails in memory)
+                self._defer(item, error, item.envelope)
             return
         if (
             isinstance(error, SendError)
@@ -715,22 +716,28 @@ class Outbox(EmailSender):
         if error is _LEFT:
             return  # closing: a spooled email stays for the next process
         if isinstance(error, _Deferred):
-            self._defer(item, error)
+            self._defer(item, error, envelope)
             return
         self._finish(item, error)
 
-    def _defer(self, item: _Item, deferred: _Deferred) -> None:
-        """``item`` was accepted for all but ``deferred.recipients`` (refused for now): it
-        goes back to the queue for those alone, due after a wait that doubles each time
-        (the outbox sends everything else meanwhile: a full mailbox holds nothing up).
-        Past a ``server`` item's deadline it is refused, temporary. A spooled item's file
-        is rewritten for those recipients first (a crash in between repeats, flagged)."""
+    def _defer(self, item: _Item, deferred: _Deferred, envelope: Submission) -> None:
+        """``item`` (sent as ``envelope``: a spool's leftover is read from its file) was
+        accepted for all but ``deferred.recipients`` (refused for now): it goes back to the
+        queue for those alone, due after a wait that doubles each time (the outbox sends
+        everything else meanwhile: a full mailbox holds nothing up). Past a ``server``
+        item's deadline it is refused, temporary. A spooled item's file is rewritten for
+        those recipients first (a crash in between repeats, flagged); closing, it stays in
+        the spool for those recipients alone."""
         item.undelivered.update(deferred.undelivered)
         wait = min(_DEFER_MIN * 2**item.deferrals, _DEFER_MAX)
         item.deferrals += 1
-        envelope = item.envelope
-        if envelope is None or self._stopping.is_set():
-            self._finish(item, deferred.error)
+        item.envelope = dataclasses.replace(envelope, recipients=deferred.recipients)
+        if item.path is not None and self._spool is not None:
+            old, item.path = item.path, self._spool.write(item.envelope)
+            self._spool.sent(old)
+        if self._stopping.is_set():  # (closing: a spooled one stays, for those alone)
+            if item.path is None:
+                self._finish(item, deferred.error)
             return
         if item.deadline is not None and time.monotonic() + wait > item.deadline:
             self._finish(item, SendError(
@@ -738,10 +745,6 @@ class Outbox(EmailSender):
                 server=self._server, temporary=True, recipients=deferred.error.recipients,
             ))  # fmt: skip
             return
-        item.envelope = dataclasses.replace(envelope, recipients=deferred.recipients)
-        if item.path is not None and self._spool is not None:
-            old, item.path = item.path, self._spool.write(item.envelope)
-            self._spool.sent(old)
         _log.warning(
             "%s: %s refused for now, accepted for the others: %s; trying them again in "
             "%.0f s (everything else is sent meanwhile)",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -343,3 +344,28 @@ def test_a_spooled_email_left_by_a_dead_process_waits_for_a_mailbox_full_for_now
         second.close()
         first._stopping.set()
         hung.release.set()
+
+
+def test_curl_reads_each_recipient_s_answer_from_its_trace() -> None:
+    """What libcurl's trace says of each RCPT: a refusal with its words, one with a bare
+    code (the reply's text is optional), an acceptance; a multi-line answer by its last
+    line."""
+    import pycurl
+
+    from emailmw._transport.curl import CurlContext
+
+    seen = SimpleNamespace(_rcpt=None, refused={}, last_reply="", _verbose=False,
+                           size_limit=None)  # fmt: skip
+    out, into = pycurl.INFOTYPE_HEADER_OUT, pycurl.INFOTYPE_HEADER_IN
+    for kind, data in [
+        (out, b"RCPT TO:<full@x>\r\n"), (into, b"552 5.2.2 Mailbox full\r\n"),
+        (out, b"RCPT TO:<bare@x>\r\n"), (into, b"550\r\n"),
+        (out, b"RCPT TO:<ok@x>\r\n"), (into, b"250 2.1.5 Ok\r\n"),
+        (out, b"RCPT TO:<long@x>\r\n"), (into, b"450-4.2.2 first\r\n"),
+        (into, b"450 4.2.2 over quota\r\n"),
+    ]:  # fmt: skip
+        CurlContext._debug(seen, kind, data)  # type: ignore[arg-type]
+    assert seen.refused == {
+        "full@x": (552, "5.2.2 Mailbox full"), "bare@x": (550, ""),
+        "long@x": (450, "4.2.2 over quota"),
+    }  # fmt: skip

@@ -305,7 +305,7 @@ class CurlContext:
             if answer is not None:  # (the last line of the RCPT's answer)
                 code = int(answer.group(1))
                 if code >= 400:
-                    text = answer.group(2)[:300].decode("utf-8", "replace").strip()
+                    text = (answer.group(2) or b"")[:300].decode("utf-8", "replace").strip()
                     self.refused[self._rcpt] = (code, text)
                 self._rcpt = None
         if kind == pycurl.INFOTYPE_HEADER_IN and (found := _EHLO_SIZE.search(data)):

@@ -34,6 +34,7 @@ __all__ = [
     "is_throttle",
     "is_tls_failure",
     "recipients_refused",
+    "refusals_said",
     "smtp_login_errors",
     "smtp_send_errors",
 ]
@@ -161,6 +162,11 @@ def _refused(exc: object, what: str, server: str) -> SendError:
     )
 
 
+def refusals_said(refused: Mapping[str, tuple[int, str]]) -> str:
+    """Refused recipients in the server's words: ``a@x (552 5.2.2 Mailbox full), ...``."""
+    return ", ".join(f"{r} ({code} {text.strip()})" for r, (code, text) in refused.items())
+
+
 def recipients_refused(
     what: str, refused: Mapping[str, tuple[int, str]], server: str, *, accepted_others: bool
 ) -> SendError:
@@ -168,7 +174,7 @@ def recipients_refused(
     recipient with its answer), in its words: temporary when every one of them may take it
     later, throttled when an answer says the sender sends too much (read by its codes,
     :mod:`.replies`)."""
-    said = ", ".join(f"{r} ({code} {text.strip()})" for r, (code, text) in refused.items())
+    said = refusals_said(refused)
     others = " (accepted for the others)" if accepted_others else ""
     return SendError(
         f"{what}: recipients refused: {said}{others}",

@@ -59,6 +59,7 @@ from .._core.packing import build_batch
 from .._core.types import Email
 from .._core.wire import HEADER_RESENT, build, envelope_recipients, new_message_id, prepare_outgoing
 from .base import EmailSender, FailureCallback
+from .errors import refusals_said
 from .ledger import SendLedger, ledger_path
 from .quota import SendBudget
 from .replies import recipient_may_retry
@@ -910,9 +911,9 @@ def _undelivered(
 ) -> SendError:
     """The permanent :class:`SendError` of an email the server accepted for all but
     ``refused``, in its words."""
-    said = ", ".join(f"{r} ({code} {text.strip()})" for r, (code, text) in refused.items())
     return SendError(
-        f"{envelope.message_id} not delivered to {said} (accepted for the others)",
+        f"{envelope.message_id} not delivered to {refusals_said(refused)} (accepted for the "
+        "others)",
         server=server,
         recipients=refused,
     )

@@ -57,7 +57,13 @@ soak: $(STAMP) mailserver
 		tests/test_groups.py tests/test_group_simulation.py tests/email/test_delivery_modes.py \
 		tests/email/test_composition.py tests/email/test_matrix.py $(PYTEST_ARGS)
 
-test: lint typecheck unit
+# ruff and mypy, while Spark's class-data archive is recorded beside them when this
+# installation has none (tests/spark_archive.py: the suite's JVMs start from it), then the tests
+test: $(STAMP) mailserver browser
+	@$(PY) -m tests.spark_archive & warm=$$!; \
+	$(MAKE) --no-print-directory lint typecheck || { kill $$warm; exit 1; }; \
+	wait $$warm; \
+	$(MAKE) --no-print-directory unit
 
 # talker, listener and a service as separate processes over the local mail server
 # (intraprocess, with a line saying why, when no server can be had), then the Spark report

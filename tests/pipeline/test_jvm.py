@@ -131,3 +131,22 @@ def test_a_jvm_that_does_not_finish_the_archive_in_time_is_ended_and_recording_s
     again = jvm.driver_java_options(None) or ""
     assert "ArchiveClassesAtExit" not in again
     assert "SharedArchiveFile" not in again
+
+
+def test_the_suite_records_the_archive_only_where_an_installation_has_none(
+    no_running_jvm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make test`` records the archive before the tests (``tests/spark_archive.py``) only
+    when this installation has none yet; never where recording is switched off."""
+    from tests import spark_archive
+
+    assert spark_archive.archive_missing()
+    final = spark_archive._archive()
+    assert final is not None
+    assert final.parent == no_running_jvm
+    final.write_bytes(b"archive")
+    assert not spark_archive.archive_missing()
+    assert not spark_archive.record()  # nothing to do: no JVM started
+    final.unlink()
+    monkeypatch.setenv("EMAILMW_SPARK_CDS", "off")
+    assert not spark_archive.archive_missing()

@@ -17,11 +17,13 @@ from emailmw._transport.budget import ReceiveBudget
 from emailmw._transport.group.memory import MemoryGroupStore, MemoryMailbox
 from emailmw._transport.group.model import (
     GroupSettings,
+    Head,
     Lease,
     Liveness,
     MemberRecord,
     Plan,
     check_group,
+    order_gaps,
     owner,
     part_key,
     plan,
@@ -973,3 +975,81 @@ def test_a_member_whose_clock_stood_still_hands_out_nothing_another_took_over() 
     assert [i.claim.deliver() for i in held] == [None, None, None]
     assert _rounds(a, frozen, 0.5) == []  # (its claims checked under the lock: none its own)
     assert {i.claim.state() for i in held} == {"lost"}
+
+
+# ---------------------------------------------------------------- a stateful group's order
+
+
+def _head(stream: str, seq: int, count: int = 0) -> Head:
+    return Head("/t", stream=stream, seq=seq, count=count)
+
+
+def test_a_publisher_s_message_waits_while_an_earlier_one_has_not_arrived() -> None:
+    """(#62) What a stateful member must not claim yet: a message whose publisher's
+    earlier one is missing, with what follows it; a batch covers its messages' numbers;
+    a publisher not seen yet, a message without numbers and a repeat wait for nothing."""
+    seen = {"p": 5, "q": 1}
+    assert order_gaps([(1, _head("p", 5)), (2, _head("p", 6))], seen) == frozenset()
+    assert order_gaps([(1, _head("p", 7)), (2, _head("p", 8))], seen) == {1, 2}
+    # the missing one arrived (waiting anywhere among them): nothing waits
+    assert order_gaps([(3, _head("p", 6)), (1, _head("p", 5))], seen) == frozenset()
+    assert order_gaps([(1, _head("p", 5, count=3)), (2, _head("p", 8))], seen) == frozenset()
+    assert order_gaps([(1, _head("p", 5, count=2)), (2, _head("p", 8))], seen) == {2}
+    assert order_gaps([(1, _head("q", 3)), (2, _head("p", 5))], seen) == {1}  # per publisher
+    assert order_gaps([(1, _head("new", 40)), (2, Head("/t"))], seen) == frozenset()
+    assert order_gaps([(1, _head("p", 2))], seen) == frozenset()  # a repeat, or a restart
+
+
+def test_a_stateful_plan_claims_past_a_missing_message_only_once_it_waited_gap_wait() -> None:
+    settings = GroupSettings(prefetch=5, reorder=0.2, gap_wait=10.0)
+    waiting = [(4, 1.0), (7, 1.0), (8, 1.0)]
+    assert plan("stateful", "a", ["a"], {}, waiting, 0, settings, gaps=frozenset({7, 8})) == Plan(
+        [4]
+    )
+    waited = [(4, 11.0), (7, 11.0), (8, 1.0)]
+    assert plan("stateful", "a", ["a"], {}, waited, 0, settings, gaps=frozenset({7, 8})) == Plan(
+        [4, 7]
+    )
+
+
+def _publish(box: MemoryMailbox, seq: int) -> None:
+    box.deliver(
+        Email("/t", f"m{seq}", "a@x", ("g@x",), headers=Headers({
+            "Source-Timestamp": str(1000 + seq), "Publisher-GID": "01.02",
+            "Publisher-Sequence-Number": str(seq),
+        }))
+    )  # fmt: skip
+
+
+def test_a_stateful_group_processes_a_message_delivered_late_before_the_ones_sent_after_it() -> (
+    None
+):
+    """(#62 item 3) A busy server delivers a publisher's message 2 s after the next ones
+    (past the 0.25-s reorder wait): the active member still hands them out in send order."""
+    box, _ = _world()
+    clock = Clock()
+    member = _member(box, clock, GroupSettings(heartbeat=0.25, expiry=1.0), mode="stateful")
+    got = []
+    _publish(box, 0)
+    got += _rounds(member, clock, 1.0)
+    _publish(box, 2)  # (1 is still on its way)
+    _publish(box, 3)
+    got += _rounds(member, clock, 2.0)
+    _publish(box, 1)
+    got += _rounds(member, clock, 2.0)
+    bodies = [incoming.email.body for incoming in got]
+    assert bodies == ["m0", "m1", "m2", "m3"]
+
+
+def test_a_stateful_group_takes_a_message_that_never_comes_as_lost_after_gap_wait() -> None:
+    box, _ = _world()
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, gap_wait=3.0)
+    member = _member(box, clock, settings, mode="stateful")
+    _publish(box, 0)
+    got = _rounds(member, clock, 1.0)
+    _publish(box, 2)
+    got += _rounds(member, clock, 2.0)
+    assert [incoming.email.body for incoming in got] == ["m0"]
+    got += _rounds(member, clock, 2.0)
+    assert [incoming.email.body for incoming in got] == ["m0", "m2"]

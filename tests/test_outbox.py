@@ -369,3 +369,22 @@ def test_curl_reads_each_recipient_s_answer_from_its_trace() -> None:
         "full@x": (552, "5.2.2 Mailbox full"), "bare@x": (550, ""),
         "long@x": (450, "4.2.2 over quota"),
     }  # fmt: skip
+
+
+def test_a_batch_of_one_publisher_s_consecutive_messages_says_where_it_starts() -> None:
+    """What a stateful group member reads of a batch before it claims it (#62): the first
+    message's Publisher-GID and Publisher-Sequence-Number, only when the batch is one
+    publisher's consecutive messages (otherwise it names no place in any stream)."""
+    from emailmw import Headers
+
+    def message(gid: str, seq: int) -> Email:
+        headers = {"Source-Timestamp": str(100 + seq), "Publisher-GID": gid,
+                   "Publisher-Sequence-Number": str(seq)}  # fmt: skip
+        return Email("/t", "x", "a@x.test", ("b@x.test",), headers=Headers(headers))
+
+    shared = outbox_module._shared_headers
+    assert shared([message("g", 4), message("g", 5)]) == [
+        ("Source-Timestamp", "104"), ("Publisher-GID", "g"), ("Publisher-Sequence-Number", "4")
+    ]  # fmt: skip
+    assert shared([message("g", 4), message("g", 6)]) == [("Source-Timestamp", "104")]
+    assert shared([message("g", 4), message("h", 5)]) == [("Source-Timestamp", "104")]

@@ -277,11 +277,22 @@ def _batch_key(email: Email | None) -> tuple[str, str] | None:
 def _shared_headers(emails: list[Email]) -> list[tuple[str, str]]:
     """What a batch email says of its messages in its own header, for a reader that
     claims it by its header alone (a group member, ``docs/delivery-modes.md``): its first
-    message's Source-Timestamp (send order) and the Route-To they share."""
+    message's Source-Timestamp (send order), the Route-To they share, and when they are
+    one publisher's consecutive messages, its Publisher-GID and first
+    Publisher-Sequence-Number (a stateful group waits for a batch sent before it)."""
     out = []
     stamp = emails[0].headers.get("Source-Timestamp") if emails else None
     if stamp is not None:
         out.append(("Source-Timestamp", stamp))
+    gids = {email.headers.get("Publisher-GID") for email in emails}
+    seqs = [email.headers.get("Publisher-Sequence-Number", "") for email in emails]
+    if (
+        len(gids) == 1
+        and (gid := gids.pop()) is not None
+        and all(seq.isdigit() and len(seq) < 20 for seq in seqs)
+        and [int(seq) for seq in seqs] == list(range(int(seqs[0]), int(seqs[0]) + len(seqs)))
+    ):
+        out += [("Publisher-GID", gid), ("Publisher-Sequence-Number", seqs[0])]
     routes = {email.headers.get("Route-To") for email in emails}
     if len(routes) == 1 and (route := routes.pop()) is not None:
         out.append(("Route-To", route))

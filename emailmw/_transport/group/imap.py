@@ -58,7 +58,7 @@ from ..imap import (
     personal_prefix,
     uid_fetch,
 )
-from .model import GroupStore, Head, Holding, MemberRecord
+from .model import GroupStore, Head, Holding, MemberRecord, stream_of
 
 __all__ = ["ImapGroupStore"]
 
@@ -255,7 +255,8 @@ class ImapGroupStore(GroupStore):
                 client,
                 uid_set(list(uids)),
                 "(UID RFC822.SIZE FLAGS BODY.PEEK[HEADER.FIELDS "
-                "(SUBJECT SOURCE-TIMESTAMP ROUTE-TO BATCH-COUNT PART-OF)])",
+                "(SUBJECT SOURCE-TIMESTAMP ROUTE-TO BATCH-COUNT PART-OF PUBLISHER-GID "
+                "PUBLISHER-SEQUENCE-NUMBER)])",
                 b"BODY[HEADER",
             )
             out = {}
@@ -270,6 +271,7 @@ class ImapGroupStore(GroupStore):
                     _number(fields.get("batch-count", "0")),
                     fields.get("part-of", "")[:998],
                     _count(item.get(b"FLAGS", ())),
+                    *stream_of(fields),
                 )
             return out
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..._core.carried import is_batch_head, outer_fields
 from ..._core.types import Email
 from ..._core.wire import build
-from .model import GroupStore, Head, Holding, MemberRecord
+from .model import GroupStore, Head, Holding, MemberRecord, stream_of
 
 __all__ = ["MemoryGroupStore", "MemoryMailbox"]
 
@@ -29,6 +29,7 @@ class _Entry:
     route_to: str = ""
     count: int = 0  # a batch email: the messages it carries
     part_of: str = ""
+    stream: tuple[str, int] = ("", -1)  # Publisher-GID, Publisher-Sequence-Number
 
 
 def _entry_of(raw: bytes, delivered: int = 0) -> _Entry:
@@ -44,6 +45,7 @@ def _entry_of(raw: bytes, delivered: int = 0) -> _Entry:
         route_to=fields.get("route-to", ""),
         count=int(count) if count.isdigit() and len(count) < 7 else 0,
         part_of=fields.get("part-of", ""),
+        stream=stream_of(fields),
     )
 
 
@@ -74,6 +76,7 @@ class MemoryMailbox:
             int(stamp) if stamp.isdigit() and len(stamp) < 20 else 0,
             route_to=email.headers.get("Route-To", ""),
             part_of=email.headers.get("Part-Of", ""),
+            stream=stream_of({k.lower(): v for k, v in email.headers.items()}),
         )
         with self.lock:
             self.append("INBOX", entry)
@@ -140,7 +143,14 @@ class MemoryGroupStore(GroupStore):
             inbox = self._box.folders.get("INBOX", {})
             return {
                 uid: Head(
-                    e.subject, e.stamp, e.route_to, len(e.raw), e.count, e.part_of, e.delivered
+                    e.subject,
+                    e.stamp,
+                    e.route_to,
+                    len(e.raw),
+                    e.count,
+                    e.part_of,
+                    e.delivered,
+                    *e.stream,
                 )
                 for uid in uids
                 if (e := inbox.get(uid)) is not None

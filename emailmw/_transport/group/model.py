@@ -64,7 +64,9 @@ __all__ = [
     "MemberRecord",
     "Plan",
     "check_group",
+    "order_gaps",
     "owner",
+    "stream_of",
     "plan",
 ]
 
@@ -96,10 +98,14 @@ class GroupSettings:
     ``reorder``: how long a stateful group's active member lets a message wait in the inbox
     before claiming it, so that messages sent before it and delivered up to that much later
     are processed first (mail servers deliver in parallel: arrival order is not send
-    order). ``max_deliveries``: how many applications a message is handed to, at most, when
-    each one's callback raises (a negative acknowledgement: it is offered again, to another
-    member where there is one), before it is quarantined with the exception's one-line
-    summary (JetStream's MaxDeliver, Kafka's dead-letter topic)."""
+    order); ``gap_wait``: how long it waits, beyond that, for a publisher's earlier message
+    that has not arrived when a later one of the same publisher has (its
+    ``Publisher-Sequence-Number`` says one is missing: a busy server delivers it seconds
+    late), before it takes the earlier one as lost. ``max_deliveries``: how many
+    applications a message is handed to, at most, when each one's callback raises (a
+    negative acknowledgement: it is offered again, to another member where there is one),
+    before it is quarantined with the exception's one-line summary (JetStream's MaxDeliver,
+    Kafka's dead-letter topic)."""
 
     heartbeat: float = 0.2
     expiry: float = 0.8
@@ -108,6 +114,7 @@ class GroupSettings:
     prefetch: int = 10
     steal_after: float = 0.25
     reorder: float = 0.25
+    gap_wait: float = 30.0
     max_deliveries: int = 5
 
     def __post_init__(self) -> None:
@@ -148,6 +155,13 @@ class Head:
     count: int = 0
     part_of: str = ""  # a part of a message sent as several emails: the whole's Message-ID
     delivered: int = 0  # how many applications got it before (offered again: DeliveryN)
+    stream: str = ""  # its publisher (Publisher-GID; a batch's: of all its messages), or ''
+    seq: int = -1  # its Publisher-Sequence-Number (a batch's: its first message's), or -1
+
+    @property
+    def covers(self) -> int:
+        """How many of its publisher's sequence numbers it carries, from ``seq`` on."""
+        return max(1, self.count)
 
     def share_key(self, uid: int) -> int:
         """What decides the member whose share it is (:func:`owner`): its UID (a message
@@ -293,6 +307,41 @@ def owner(uid: int, alive: Sequence[str]) -> str:
     return alive[uid % len(alive)]
 
 
+def stream_of(fields: Mapping[str, str]) -> tuple[str, int]:
+    """A head's publisher and sequence number (:attr:`Head.stream`, :attr:`Head.seq`) from
+    its fields by lower-case name: ``('', -1)`` when either is absent or broken."""
+    gid = fields.get("publisher-gid", "").strip()
+    seq = fields.get("publisher-sequence-number", "").strip()
+    if not gid or len(gid) > 100 or not seq.isdigit() or len(seq) > 19:
+        return "", -1
+    return gid, int(seq)
+
+
+def order_gaps(waiting: Sequence[tuple[int, Head]], expected: Mapping[str, int]) -> frozenset[int]:
+    """The waiting UIDs (in the order they are to be processed) that a stateful group
+    must not claim yet: an earlier message of the same publisher has not arrived.
+    ``expected``: the next sequence number of each publisher after what the member
+    claimed or handed out (a publisher it has not seen yet: nothing is missing). A message
+    counts as arrived once it waits, whatever its place among the waiting; one with no
+    sequence number (a service call, a C++ peer's message, a part) is never held."""
+    nexts = dict(expected)
+    present: dict[str, list[tuple[int, int, int]]] = {}
+    for uid, head in waiting:
+        if head.stream and head.seq >= 0 and not head.part_of:
+            present.setdefault(head.stream, []).append((head.seq, head.covers, uid))
+    held: set[int] = set()
+    for stream, found in present.items():
+        if stream not in nexts:
+            continue
+        following = nexts[stream]
+        for seq, covers, _ in sorted(found):
+            if seq > following:  # one before it is missing: it and what follows wait
+                held.update(u for s, _, u in found if s >= seq)
+                break
+            following = max(following, seq + covers)
+    return frozenset(held)
+
+
 def plan(
     mode: str,
     me: str,
@@ -307,6 +356,7 @@ def plan(
     whole: frozenset[int] = frozenset(),
     dead_keys: Mapping[str, Mapping[int, int]] | None = None,
     joiners: Mapping[int, str] | None = None,
+    gaps: frozenset[int] = frozenset(),
 ) -> Plan:
     """What member ``me`` claims and takes this round. ``alive``: the live members in
     order (``me`` among them); ``dead_claims``: the claims of each dead member, the dead in
@@ -321,7 +371,9 @@ def plan(
     message goes; ``joiners``: the share keys of messages some live member holds parts of
     already, and that member: the rest of such a message's parts are its, whoever's share
     the key is now (the members changed since it claimed the first: a message is never
-    split across members).
+    split across members); ``gaps``: (stateful) UIDs an earlier message of whose publisher
+    has not arrived (:func:`order_gaps`): claimed, with what follows them, only once they
+    waited ``gap_wait``.
     Claims and takes together never exceed the room left (but for one batch email that is
     larger than the room: it is claimed whole, by one member): a full member takes on
     nothing."""
@@ -345,7 +397,7 @@ def plan(
             return Plan([], take)  # what the dead held goes before anything newer
         ready = []
         for uid, waited in waiting:  # in send order: stop at the first still settling
-            if waited < settings.reorder:
+            if waited < settings.reorder or (uid in gaps and waited < settings.gap_wait):
                 break
             ready.append(uid)
         return Plan(_within(ready, room, weight, whole), take)

@@ -27,8 +27,10 @@ from .model import (
     Liveness,
     MemberRecord,
     check_group,
+    order_gaps,
     part_key,
     plan,
+    stream_of,
 )
 
 __all__ = ["GroupReceiver", "Unpack", "Wants"]
@@ -177,6 +179,10 @@ class GroupReceiver(EmailReceiver):
         self._weights: dict[int, int] = {}
         self._keys: dict[int, int] = {}
         self._parts: set[int] = set()
+        # (stateful) the waiting UIDs' heads, and each publisher's next sequence number
+        # after what this member claimed or handed out while active (see order_gaps)
+        self._heads: dict[int, Head] = {}
+        self._next_seq: dict[str, int] = {}
         # since when it holds parts of a message not whole yet; when it last looked whether
         # another member holds the rest (a message split across members: see _split)
         self._joining_since: float | None = None
@@ -612,6 +618,7 @@ class GroupReceiver(EmailReceiver):
         self._lose(keys, why)
         self._lease.end()
         self._in_lapse = False
+        self._next_seq.clear()  # (another member went on meanwhile)
         self.member = _new_member()
         self._joined = False
         self._record = None
@@ -645,6 +652,8 @@ class GroupReceiver(EmailReceiver):
         # what it may hold: the receive budget full, no room at all (back-pressure)
         limit = self._limit if self._budget is None or self._budget.has_room() else held
         standby = self._mode == "stateful" and (not self._alive or self._alive[0] != self.member)
+        if standby:
+            self._next_seq.clear()  # (what it knew of the order is the active member's now)
         full = held >= limit and not joining  # (the rest of a message it joins: claimed)
         if not lapsed and not self._dead and (full or standby or not healthy):
             # nothing to claim or take: no IMAP command, unless claims wait for room (or
@@ -659,7 +668,8 @@ class GroupReceiver(EmailReceiver):
         waiting = [(u, now - t) for u, (t, _) in sorted(self._waiting.items(), key=self._order)]
         work = plan(self._mode, self.member, self._alive if healthy else [], dead_claims,
                     waiting, held, self.settings, limit, self._weights, self._keys,
-                    frozenset(self._parts), dead_keys, joiners)  # fmt: skip
+                    frozenset(self._parts), dead_keys, joiners,
+                    self._gaps(waiting))  # fmt: skip
         # only this member puts claims in its folder: with nothing claimed or taken now, and
         # nothing left behind, there is nothing new to hand out (no IMAP command); parts
         # of a message held a while: whether another member holds the rest (see _split)
@@ -765,6 +775,8 @@ class GroupReceiver(EmailReceiver):
             for uid, head in heads.items():
                 if self._wants(head):
                     self._waiting[uid] = (now, head.stamp)
+                    if self._mode == "stateful" and head.stream:
+                        self._heads[uid] = head
                     self._keys[uid] = head.share_key(uid)
                     if head.count:
                         self._weights[uid] = head.count
@@ -775,6 +787,20 @@ class GroupReceiver(EmailReceiver):
         self._weights = {u: n for u, n in self._weights.items() if u in present}
         self._keys = {u: k for u, k in self._keys.items() if u in present}
         self._parts &= present
+        self._heads = {u: h for u, h in self._heads.items() if u in present}
+
+    def _gaps(self, waiting: Sequence[tuple[int, float]]) -> frozenset[int]:
+        """(stateful) The waiting UIDs a publisher's earlier message is missing before."""
+        if self._mode != "stateful" or not self._next_seq:
+            return frozenset()
+        heads = [(uid, head) for uid, _ in waiting if (head := self._heads.get(uid))]
+        return order_gaps(heads, self._next_seq)
+
+    def _followed(self, stream: str, seq: int, covers: int = 1) -> None:
+        """(stateful) Messages ``seq`` to ``seq + covers - 1`` of publisher ``stream`` are
+        this member's now (claimed, or handed out): what it waits for comes after."""
+        if self._mode == "stateful" and stream and seq >= 0:
+            self._next_seq[stream] = max(self._next_seq.get(stream, 0), seq + covers)
 
     def _under_lock(
         self,
@@ -832,7 +858,8 @@ class GroupReceiver(EmailReceiver):
                 self._split(store, alive)
             work = plan(self._mode, self.member, alive, dead_claims, waiting, held,
                         self.settings, limit, self._weights, self._keys,
-                        frozenset(self._parts), dead_keys, joiners)  # fmt: skip
+                        frozenset(self._parts), dead_keys, joiners,
+                        self._gaps(waiting))  # fmt: skip
             if work.take or work.claim:  # (before: a round failing after them must not
                 self._unfetched = True  # leave them in its folder, never handed out)
             for member, uids in work.take.items():
@@ -845,6 +872,9 @@ class GroupReceiver(EmailReceiver):
             if work.claim:
                 store.claim(work.claim, self.member)
                 self.counts["claimed"] += len(work.claim)
+                for uid in work.claim:
+                    if (head := self._heads.get(uid)) is not None:
+                        self._followed(head.stream, head.seq, head.covers)
             left = []
             for gone in dead:  # a dead member whose claims are all taken is forgotten
                 taken = work.take.get(gone.member)
@@ -984,6 +1014,10 @@ class GroupReceiver(EmailReceiver):
                 returned=held.redelivered,  # (taken over, or offered again)
             )
             out.append((held.redelivered, incoming))
+            if self._mode == "stateful":  # (a batch's messages, a joined message, a take)
+                fields = {k.lower(): v for k, v in item.email.headers.items()
+                          if k.lower().startswith("publisher-")}  # fmt: skip
+                self._followed(*stream_of(fields))
         if self._mode == "stateful":  # a batch goes out in send order, the taken ones first
             out.sort(key=lambda pair: (not pair[0], _stamp(pair[1].email)))
         return [incoming for _, incoming in out]

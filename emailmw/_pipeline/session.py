@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
@@ -18,7 +20,13 @@ from .._core.errors import ConfigError
 from .._core.log import get_logger
 from .jvm import driver_java_options, executor_java_options
 
-__all__ = ["SHORT_JOB_MESSAGES", "build_session", "require_executors"]
+__all__ = [
+    "SHORT_JOB_MESSAGES",
+    "ExecutorWatch",
+    "build_session",
+    "executors_verdict",
+    "require_executors",
+]
 
 # below this many messages (the rough count made before landing) the JVMs JIT-compile with
 # C1 only (see jvm.py). Measured on two cores: 200k Maildir messages 15-16 s with C1, 19 s
@@ -38,6 +46,9 @@ def _relay(stream: IO[bytes], debug: bool) -> None:
     (:data:`JVM_SAID`) and logged at debug level only."""
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", "replace").rstrip("\n")
+        if EXECUTORS.feed(line) and not debug:
+            _log.debug("jvm: %s", line)
+            continue  # (the scheduler's own lines: never what a failed start said)
         JVM_SAID.append(line)
         if debug:
             print(line, file=sys.stderr, flush=True)
@@ -57,6 +68,7 @@ def _launch(master: str, settings: dict[str, str], debug: bool) -> None:
     for key, value in settings.items():
         conf.set(key, value)
     JVM_SAID.clear()
+    EXECUTORS.reset()
     # (a pipe of this process's, read from the start: the JVM must never block on a full
     # one, and what a JVM that fails to start said is read to its end)
     read_end, write_end = os.pipe()
@@ -143,19 +155,140 @@ def build_session(
     return session
 
 
-def require_executors(session: SparkSession, master: str, timeout: float = 7.0) -> None:
+_GRANTED: Final = re.compile(r"Granted executor ID (\S+) on hostPort (\S+)")
+_UPDATED: Final = re.compile(r"Executor updated: (\S+) is now (\w+)(?: \((.*)\))?$")
+_CONNECTED: Final = "Connected to Spark cluster with app ID"
+#: the two scheduler loggers' INFO lines as log4j2.properties lays them out
+_SCHEDULER_INFO: Final = re.compile(
+    r"^\[spark\] INFO (StandaloneSchedulerBackend|StandaloneAppClient\$ClientEndpoint): "
+)
+#: states of a standalone executor that has ended (Spark's ExecutorState.isFinished)
+_ENDED: Final = frozenset({"KILLED", "FAILED", "LOST", "EXITED"})
+
+
+@dataclass
+class ExecutorWatch:
+    """What the driver's standalone scheduler said about this application's executors:
+    the master's grants and the workers' reports of each executor's state. Fed the driver
+    JVM's lines (``log4j2.properties`` sends the two scheduler loggers' INFO lines to the
+    relay); thread-safe (one lock), the state read with :meth:`snapshot`.
+
+    A grant is the master's decision that a worker has room for an executor of this job:
+    it comes as the application registers, whatever the load. Whether the executor then
+    reaches the driver takes a JVM start on the worker, which a busy machine makes slow;
+    so only the absence of a grant says "no room", never a slow start."""
+
+    connected: bool = False
+    granted: int = 0
+    ended: int = 0
+    last_end: str = ""
+    where: str = ""
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.connected, self.granted, self.ended = False, 0, 0
+            self.last_end = self.where = ""
+
+    def feed(self, line: str) -> bool:
+        """Take one line of the driver JVM's (any layout); whether it was one of the
+        scheduler's INFO lines as ``log4j2.properties`` lays them out (never what a failed
+        start said)."""
+        with self._lock:
+            if _CONNECTED in line:
+                self.connected = True
+            elif granted := _GRANTED.search(line):
+                self.granted += 1
+                self.where = granted.group(2)
+            elif (updated := _UPDATED.search(line)) and updated.group(2) in _ENDED:
+                self.ended += 1
+                reason = updated.group(3)
+                self.last_end = updated.group(2) + (f" ({reason})" if reason else "")
+        return _SCHEDULER_INFO.match(line) is not None
+
+    def snapshot(self) -> tuple[bool, int, int, str, str]:
+        """``(connected, granted, ended, last_end, where)``, read at once."""
+        with self._lock:
+            return self.connected, self.granted, self.ended, self.last_end, self.where
+
+
+#: the driver JVM's scheduler lines, read by :func:`_relay` (one driver JVM a process)
+EXECUTORS: Final = ExecutorWatch()
+
+
+def executors_verdict(
+    snapshot: tuple[bool, int, int, str, str],
+    registered: int,
+    waited: float,
+    since_change: float,
+    *,
+    grant_wait: float,
+    start_wait: float,
+) -> str | None:
+    """Whether to go on waiting for an executor (``None``: go on, or go ahead once
+    ``registered`` > 0) or what the master did, in words that follow "the Spark master at
+    URL". Pure.
+
+    ``waited``: seconds since the driver registered with the master; ``since_change``:
+    seconds since the last grant or end. No grant within ``grant_wait`` of registering
+    (the master grants at once when a worker has room): no worker with free cores. Every
+    executor granted has ended and none granted again within ``grant_wait``: the workers
+    cannot run one. Granted and running, but not registered with the driver within
+    ``start_wait`` (a JVM start, however slow the machine): it cannot reach the driver.
+    Without the scheduler's lines (a log configuration of the user's own), nothing is known
+    but registration, which gets ``start_wait``."""
+    connected, granted, ended, last_end, where = snapshot
+    none = ("gave this job no executor within {:.0f} s: start a worker with free cores "
+            "(or one that can reach this machine), or use --master local[*]")  # fmt: skip
+    if registered > 0:
+        return None
+    if not connected:
+        return none.format(start_wait) if waited > start_wait else None
+    if granted == 0:
+        return none.format(grant_wait) if waited > grant_wait else None
+    if ended >= granted:
+        if since_change > grant_wait:
+            return (f"granted this job executors that ended ({last_end}): see the workers' "
+                    "logs, or use --master local[*]")  # fmt: skip
+        return None
+    if since_change > start_wait:
+        return (f"gave this job an executor on {where} that did not reach this driver within "
+                f"{start_wait:.0f} s: let the worker reach this machine (spark.driver.host), "
+                "or use --master local[*]")  # fmt: skip
+    return None
+
+
+def require_executors(
+    session: SparkSession,
+    master: str,
+    *,
+    grant_wait: float = 7.0,
+    start_wait: float = 300.0,
+    watch: ExecutorWatch = EXECUTORS,
+) -> None:
     """Raise :class:`~emailmw.ConfigError` (one line) unless the cluster gives this job an
-    executor within ``timeout`` seconds: a standalone master without a worker with free
-    cores would otherwise leave every job waiting for ever."""
+    executor: a standalone master without a worker with free cores would otherwise leave
+    every job waiting for ever. Decided by :func:`executors_verdict` from what the master
+    said: an executor granted is waited for while its worker starts it (a JVM start, which
+    a busy machine makes slow), only the lack of a grant is said within seconds."""
     tracker = session.sparkContext._jsc.sc().statusTracker()
-    deadline = time.monotonic() + timeout
-    while len(tracker.getExecutorInfos()) < 2:  # the driver is one of them
-        if time.monotonic() > deadline:
+    started = changed = time.monotonic()
+    seen = watch.snapshot()
+    while True:
+        now = time.monotonic()
+        snapshot = watch.snapshot()
+        if snapshot[1:3] != seen[1:3]:
+            seen, changed = snapshot, now
+        registered = len(tracker.getExecutorInfos()) - 1  # the driver is one of them
+        problem = executors_verdict(
+            snapshot, registered, now - started, now - changed,
+            grant_wait=grant_wait, start_wait=start_wait,
+        )  # fmt: skip
+        if problem is not None:
             session.stop()
-            raise ConfigError(
-                f"the Spark master at {master} gave this job no executor within "
-                f"{timeout:.0f} s: start a worker with free cores (or one that can reach "
-                "this machine), or use --master local[*]",
-                source="--master",
-            )
+            raise ConfigError(f"the Spark master at {master} {problem}", source="--master")
+        if registered > 0:
+            return
         time.sleep(0.1)

@@ -5,6 +5,12 @@
 ``start()`` returns once the master reports every worker alive (its ``/json`` page), or
 raises :class:`SparkClusterError` with the logs' tails; ``stop()`` ends the processes. A
 context manager. Ports are free ones, taken at start.
+
+With ``slow_starts``, an application can have its executors start late, as on a busy
+machine: its ``--conf spark.executorEnv.EMAILMW_EXECUTOR_DELAY=S`` makes each of them wait
+``S`` seconds before its JVM starts (the workers run executors with a ``java`` that sleeps
+first when that variable is set: the application's ``spark.executorEnv`` reaches the
+process a worker starts).
 """
 
 from __future__ import annotations
@@ -30,6 +36,13 @@ class SparkClusterError(RuntimeError):
     pass
 
 
+def _real_java_home() -> Path:
+    java = shutil.which("java")
+    if java is None:
+        raise SparkClusterError("no java on PATH: install a JDK (17 or newer) or set JAVA_HOME")
+    return Path(java).resolve().parent.parent
+
+
 def _spark_class() -> Path:
     import pyspark
 
@@ -48,6 +61,7 @@ class SparkCluster:
     cores: int = 1
     memory: str = "1g"
     ready_timeout: float = 90.0
+    slow_starts: bool = False
     master_port: int = 0
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
     _ui_port: int = 0
@@ -65,7 +79,27 @@ class SparkCluster:
             PYSPARK_PYTHON=sys.executable,
             PYSPARK_DRIVER_PYTHON=sys.executable,
         )
+        if self.slow_starts:
+            env["JAVA_HOME"] = str(self._slow_java_home())
         return env
+
+    def _slow_java_home(self) -> Path:
+        """A Java home whose ``bin/java`` sleeps ``$EMAILMW_EXECUTOR_DELAY`` seconds (when
+        set) before it runs the real one; the rest is the real Java home's."""
+        real = Path(os.environ.get("JAVA_HOME") or _real_java_home())
+        home = self.work / "slow-java"
+        (home / "bin").mkdir(parents=True, exist_ok=True)
+        for entry in real.iterdir():
+            if entry.name != "bin" and not (home / entry.name).exists():
+                (home / entry.name).symlink_to(entry)
+        java = home / "bin" / "java"
+        java.write_text(
+            "#!/bin/sh\n"
+            'if [ -n "$EMAILMW_EXECUTOR_DELAY" ]; then sleep "$EMAILMW_EXECUTOR_DELAY"; fi\n'
+            f'exec {real / "bin" / "java"} "$@"\n'
+        )
+        java.chmod(0o755)
+        return home
 
     def _spawn(self, name: str, *args: str) -> None:
         log = (self.work / f"{name}.log").open("wb")

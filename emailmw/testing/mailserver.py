@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
+import grp
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -75,6 +78,8 @@ _DOVECOT_CAPABILITIES: Final = (
 _PORTS = ("smtp_port", "smtps_port", "imap_port", "imaps_port")
 #: the IMAP servers :class:`MailServer` runs (``imap_server``)
 IMAP_SERVERS: Final = ("dovecot", "cyrus", "courier")
+#: taken by every server of this machine while it makes or reads its mail user
+USER_LOCK: Final = Path("/run/lock/emailmw-mail-user.lock")
 #: the refusals of :meth:`MailServer.refused_address`, by their reply code
 _REFUSED: Final = {
     "552": "552 5.2.2 Mailbox full: quota exceeded",
@@ -668,22 +673,7 @@ class MailServer:
     def _prepare(self) -> None:
         state = self.state_dir
         env = _env()
-        if subprocess.run(
-            ["getent", "passwd", self.vmail_user], capture_output=True, check=False
-        ).returncode:
-            self._run(
-                "useradd",
-                "--system",
-                "--user-group",
-                "--home-dir",
-                "/nonexistent",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                self.vmail_user,
-            )
-        uid = int(self._run("id", "-u", self.vmail_user).stdout)
-        gid = int(self._run("id", "-g", self.vmail_user).stdout)
+        uid, gid = self._vmail_ids()
         for d in ("", "tls", "dovecot", "postfix", "postfix/conf", "postfix/spool"):
             (state / d).mkdir(parents=True, exist_ok=True)
             os.chmod(state / d, 0o755)
@@ -695,7 +685,7 @@ class MailServer:
         maillog.touch()
         os.chmod(maillog, 0o600)
         shutil.chown(maillog, "postfix", "postfix")
-        self._mkdir(state / "mail", 0o770, self.vmail_user, self.vmail_user)
+        self._mkdir(state / "mail", 0o770, uid, gid)
         self._mkdir(state / "dovecot/lib", 0o750, "root", "dovecot")
         self._make_certificates()
         self._make_oauth2_key()
@@ -870,10 +860,31 @@ class MailServer:
         return (signing + b"." + b64(r.to_bytes(32, "big") + s.to_bytes(32, "big"))).decode()
 
     @staticmethod
-    def _mkdir(path: Path, mode: int, user: str, group: str) -> None:
+    def _mkdir(path: Path, mode: int, user: str | int, group: str | int) -> None:
         path.mkdir(parents=True, exist_ok=True)
         os.chmod(path, mode)
         shutil.chown(path, user, group)
+
+    def _vmail_ids(self) -> tuple[int, int]:
+        """The mail user's uid and gid, the user made first where it is missing: under a
+        lock every server of this machine takes (:data:`USER_LOCK`), so servers started at
+        once (pytest-xdist's workers on a fresh machine) never read it half made. useradd
+        writes /etc/passwd before /etc/group: a server that found the user and read its ids
+        while another's useradd ran gave Dovecot one gid and its mail folder another, and
+        every SELECT failed ([SERVERBUG], "we're not in group 995")."""
+        USER_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        with USER_LOCK.open("a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            try:
+                entry = pwd.getpwnam(self.vmail_user)
+            except KeyError:
+                self._run(
+                    "useradd", "--system", "--user-group", "--home-dir", "/nonexistent",
+                    "--no-create-home", "--shell", "/usr/sbin/nologin", self.vmail_user,
+                )  # fmt: skip
+                entry = pwd.getpwnam(self.vmail_user)
+            grp.getgrgid(entry.pw_gid)  # (its group is there: made before the lock is let go)
+            return entry.pw_uid, entry.pw_gid
 
     def _make_certificates(self) -> None:
         tls = self.state_dir / "tls"

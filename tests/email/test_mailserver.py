@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,3 +99,43 @@ def test_postfix_starts_again_after_a_cleanup_process_died_mid_write() -> None:
     finally:
         server.stop()
         shutil.rmtree(state, ignore_errors=True)
+
+
+_START_AND_SELECT = """
+import ssl, sys, tempfile, time
+from pathlib import Path
+import imapclient
+from emailmw.testing.mailserver import MailServer
+server = MailServer(state_dir=Path(tempfile.mkdtemp(prefix="emailmw-user-", dir="/tmp")),
+                    vmail_user=sys.argv[1], pool_size=2)
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # (all four at one moment)
+with server:
+    client = imapclient.IMAPClient(
+        "127.0.0.1", port=server.imaps_port, ssl=True,
+        ssl_context=ssl.create_default_context(cafile=str(server.ca_file)))
+    client.login(server.fresh_account(), "secret")
+    print(client.select_folder("INBOX")[b"UIDVALIDITY"])
+"""
+
+
+def test_servers_started_at_once_on_a_fresh_machine_all_serve_their_mailboxes(
+    mailserver: MailServer,
+) -> None:
+    """Four servers started at the same moment by four processes (the suite's workers on a
+    fresh machine), none finding the mail user they run as: each makes or waits for it,
+    and every mailbox opens (was: a server that read the user while another made it chowned
+    its mail folder to another gid than Dovecot's, and every SELECT was [SERVERBUG]; the
+    others' useradd failed with 'already exists'; 2 of 4 servers in one of 6 tries)."""
+    del mailserver  # (started first: it checks that servers can run here)
+    user = f"emt{uuid.uuid4().hex[:8]}"
+    try:
+        command = [sys.executable, "-c", _START_AND_SELECT, user, str(time.time() + 5)]
+        runs = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        results = [run.communicate(timeout=180) for run in runs]
+        assert [run.returncode for run in runs] == [0] * 4, [err[-600:] for _, err in results]
+    finally:
+        subprocess.run(["userdel", user], capture_output=True, check=False)
+        subprocess.run(["groupdel", user], capture_output=True, check=False)

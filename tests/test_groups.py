@@ -998,6 +998,10 @@ def test_a_publisher_s_message_waits_while_an_earlier_one_has_not_arrived() -> N
     assert order_gaps([(1, _head("q", 3)), (2, _head("p", 5))], seen) == {1}  # per publisher
     assert order_gaps([(1, _head("new", 40)), (2, Head("/t"))], seen) == frozenset()
     assert order_gaps([(1, _head("p", 2))], seen) == frozenset()  # a repeat, or a restart
+    # a publisher not seen yet: a gap among its waiting messages shows all the same
+    assert order_gaps([(1, _head("new", 40)), (2, _head("new", 42))], seen) == {2}
+    assert order_gaps([(2, _head("new", 42)), (3, _head("new", 41))], seen) == frozenset()
+    assert order_gaps([(2, _head("new", 43)), (1, _head("new", 40))], {}) == {2}
 
 
 def test_a_stateful_plan_claims_past_a_missing_message_only_once_it_waited_gap_wait() -> None:
@@ -1039,6 +1043,22 @@ def test_a_stateful_group_processes_a_message_delivered_late_before_the_ones_sen
     got += _rounds(member, clock, 2.0)
     bodies = [incoming.email.body for incoming in got]
     assert bodies == ["m0", "m1", "m2", "m3"]
+
+
+def test_a_stateful_member_that_starts_while_a_message_is_late_waits_for_it() -> None:
+    """(#62 item 3) A member that has not seen the publisher yet starts with 0, 2 and 3
+    waiting and 1 still on its way: the gap among them shows, it hands out 0 and waits
+    (was: 0, 2, 3, then 1)."""
+    box, _ = _world()
+    clock = Clock()
+    for seq in (0, 2, 3):
+        _publish(box, seq)
+    member = _member(box, clock, GroupSettings(heartbeat=0.25, expiry=1.0), mode="stateful")
+    got = _rounds(member, clock, 2.0)
+    assert [incoming.email.body for incoming in got] == ["m0"]
+    _publish(box, 1)
+    got += _rounds(member, clock, 2.0)
+    assert [incoming.email.body for incoming in got] == ["m0", "m1", "m2", "m3"]
 
 
 def test_a_stateful_group_takes_a_message_that_never_comes_as_lost_after_gap_wait() -> None:

@@ -4,6 +4,7 @@ members killed with SIGKILL (``docs/delivery-modes.md``)."""
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 import threading
@@ -12,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import imapclient
 import pytest
 
 import emailmw
 from emailmw._core.config import load_options
 from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing import DeliveryModeConformance, GroupWorld
-from emailmw.testing._modes import wait_for
+from emailmw.testing._modes import Taker, wait_for
 from emailmw.testing.mailserver import MailServer
 from tests.email.helpers import ROOT, Peer, inject, write_config
 
@@ -559,3 +561,50 @@ def test_a_claim_given_back_is_in_the_inbox_flagged_as_come_back(mailserver: Mai
         assert store.holding("m1")[again].taken
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("transport", ["native", "curl"])
+def test_a_stateful_group_processes_a_message_its_server_delivers_late_in_send_order(
+    mailserver: MailServer, transport: str
+) -> None:
+    """(#62 item 3) A busy server delivers a publisher's second message after the ones
+    sent after it, here seconds late (the test keeps it out of the inbox, then puts it
+    back: a new UID, after the others). The active member, which has not seen this
+    publisher before, sees the gap among what waits, processes the first and waits for
+    the late one: all ten in send order (was: the second one last)."""
+    group, sender = mailserver.fresh_account(), mailserver.fresh_account()
+    with emailmw.Context({"email": mailserver.config(sender, to=group)}) as publishing:
+        publisher = emailmw.Publisher("/orders", context=publishing)
+        for i in range(10):
+            publisher.publish(str(i))
+        assert publishing.flush(30)
+    context = ssl.create_default_context(cafile=str(mailserver.ca_file))
+    with imapclient.IMAPClient(mailserver.host, port=mailserver.imaps_port,
+                               ssl_context=context) as imap:  # fmt: skip
+        imap.login(group, mailserver.password)
+        imap.select_folder("INBOX")
+        assert wait_for(lambda: len(imap.search("ALL")) == 10)
+        numbers = {
+            uid: int(item[b"BODY[HEADER.FIELDS (PUBLISHER-SEQUENCE-NUMBER)]"].split(b":")[1])
+            for uid, item in imap.fetch(
+                imap.search("ALL"), ["BODY.PEEK[HEADER.FIELDS (PUBLISHER-SEQUENCE-NUMBER)]"]
+            ).items()
+        }
+        second = sorted(numbers, key=numbers.__getitem__)[1]
+        imap.create_folder("Late")
+        imap.move([second], "Late")  # on its way still
+        got: list[tuple[str, Any, str]] = []
+        member = emailmw.Context({"email": mailserver.config(group, transport=transport)})
+        try:
+            taker = Taker(
+                emailmw.Subscription("/orders", context=member, mode="stateful", group="g"), got
+            )
+            # (the old rule claimed 2 to 9 in the round that claimed 0: processed now)
+            assert wait_for(lambda: len(got) >= 1, 60)
+            imap.select_folder("Late")
+            imap.move(imap.search("ALL"), "INBOX")  # delivered at last
+            assert wait_for(lambda: len(got) >= 10, 60), [b for b, _, _ in got]
+            taker.stop()
+        finally:
+            member.shutdown()
+    assert [b for b, _, _ in got] == [str(i) for i in range(10)]

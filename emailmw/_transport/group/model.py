@@ -321,20 +321,22 @@ def order_gaps(waiting: Sequence[tuple[int, Head]], expected: Mapping[str, int])
     """The waiting UIDs (in the order they are to be processed) that a stateful group
     must not claim yet: an earlier message of the same publisher has not arrived.
     ``expected``: the next sequence number of each publisher after what the member
-    claimed or handed out (a publisher it has not seen yet: nothing is missing). A message
-    counts as arrived once it waits, whatever its place among the waiting; one with no
-    sequence number (a service call, a C++ peer's message, a part) is never held."""
-    nexts = dict(expected)
+    claimed or handed out; for a publisher it has not seen yet, its lowest number waiting
+    (so a gap among the waiting shows: 0 and 2 there, 1 not, holds 2; a message missing
+    before the lowest waiting one cannot be told from one processed before this member
+    was active). A message counts as arrived once it waits, whatever its place among the
+    waiting; the parts of a message sent as several emails are held and let go as one
+    (they carry its number); one with no sequence number (a service call, a C++ peer's
+    message) is never held."""
     present: dict[str, list[tuple[int, int, int]]] = {}
     for uid, head in waiting:
-        if head.stream and head.seq >= 0 and not head.part_of:
+        if head.stream and head.seq >= 0:
             present.setdefault(head.stream, []).append((head.seq, head.covers, uid))
     held: set[int] = set()
     for stream, found in present.items():
-        if stream not in nexts:
-            continue
-        following = nexts[stream]
-        for seq, covers, _ in sorted(found):
+        found.sort()
+        following = expected.get(stream, found[0][0])
+        for seq, covers, _ in found:
             if seq > following:  # one before it is missing: it and what follows wait
                 held.update(u for s, _, u in found if s >= seq)
                 break

@@ -791,7 +791,7 @@ class GroupReceiver(EmailReceiver):
 
     def _gaps(self, waiting: Sequence[tuple[int, float]]) -> frozenset[int]:
         """(stateful) The waiting UIDs a publisher's earlier message is missing before."""
-        if self._mode != "stateful" or not self._next_seq:
+        if self._mode != "stateful":
             return frozenset()
         heads = [(uid, head) for uid, _ in waiting if (head := self._heads.get(uid))]
         return order_gaps(heads, self._next_seq)

@@ -72,6 +72,7 @@ __all__ = [
     "make_reply",
     "new_message_id",
     "parse",
+    "publisher_sequence",
     "parse_head",
     "parse_header_block",
     "split_message",
@@ -713,3 +714,15 @@ def parse(raw: bytes, *, max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Email:
     """
     head, payload, cte, charset = _parse_head(raw)
     return Email(head[0], _decode_body(payload, cte, charset, max_size), *head[1:])
+
+
+def publisher_sequence(gid: str | None, seq: str | None) -> tuple[str, int]:
+    """A published message's publisher and sequence number from its ``Publisher-GID`` and
+    ``Publisher-Sequence-Number`` values: ``('', -1)`` when either is absent or not what a
+    publisher writes (a GID of at most 100 characters; a number of at most 19 digits). The
+    one rule of the readers that order or batch by publisher (a stateful group, the
+    outbox's batch header). Pure."""
+    gid, seq = (gid or "").strip(), (seq or "").strip()
+    if not gid or len(gid) > 100 or not seq.isdigit() or len(seq) > 19:
+        return "", -1
+    return gid, int(seq)

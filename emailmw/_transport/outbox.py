@@ -57,7 +57,16 @@ from .._core.health import Health
 from .._core.log import get_logger
 from .._core.packing import build_batch
 from .._core.types import Email
-from .._core.wire import HEADER_RESENT, build, envelope_recipients, new_message_id, prepare_outgoing
+from .._core.wire import (
+    HEADER_PUBLISHER_GID,
+    HEADER_PUBLISHER_SEQUENCE_NUMBER,
+    HEADER_RESENT,
+    build,
+    envelope_recipients,
+    new_message_id,
+    prepare_outgoing,
+    publisher_sequence,
+)
 from .base import EmailSender, FailureCallback
 from .errors import refusals_said
 from .ledger import SendLedger, ledger_path
@@ -284,15 +293,15 @@ def _shared_headers(emails: list[Email]) -> list[tuple[str, str]]:
     stamp = emails[0].headers.get("Source-Timestamp") if emails else None
     if stamp is not None:
         out.append(("Source-Timestamp", stamp))
-    gids = {email.headers.get("Publisher-GID") for email in emails}
-    seqs = [email.headers.get("Publisher-Sequence-Number", "") for email in emails]
+    streams = [publisher_sequence(email.headers.get(HEADER_PUBLISHER_GID),
+                                  email.headers.get(HEADER_PUBLISHER_SEQUENCE_NUMBER))
+               for email in emails]  # fmt: skip
     if (
-        len(gids) == 1
-        and (gid := gids.pop()) is not None
-        and all(seq.isdigit() and len(seq) < 20 for seq in seqs)
-        and [int(seq) for seq in seqs] == list(range(int(seqs[0]), int(seqs[0]) + len(seqs)))
+        streams
+        and (gid := streams[0][0])
+        and all(stream == (gid, streams[0][1] + n) for n, stream in enumerate(streams))
     ):
-        out += [("Publisher-GID", gid), ("Publisher-Sequence-Number", seqs[0])]
+        out += [(HEADER_PUBLISHER_GID, gid), (HEADER_PUBLISHER_SEQUENCE_NUMBER, str(streams[0][1]))]
     routes = {email.headers.get("Route-To") for email in emails}
     if len(routes) == 1 and (route := routes.pop()) is not None:
         out.append(("Route-To", route))

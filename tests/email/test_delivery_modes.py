@@ -15,6 +15,7 @@ from typing import Any
 
 import imapclient
 import pytest
+import yaml
 
 import emailmw
 from emailmw._core.config import load_options
@@ -22,7 +23,7 @@ from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing import DeliveryModeConformance, GroupWorld
 from emailmw.testing._modes import Taker, wait_for
 from emailmw.testing.mailserver import MailServer
-from tests.email.helpers import ROOT, Peer, inject, write_config
+from tests.email.helpers import ROOT, Peer, inject, transport_extra, write_config
 
 
 def _world(mailserver: MailServer, transport: str) -> Iterator[GroupWorld]:
@@ -268,15 +269,22 @@ def _publisher(context: emailmw.Context, typed: bool) -> Any:
     return lambda i: publisher.publish(std_msgs.msg.String(data=f"n: {i}"))
 
 
+@pytest.mark.parametrize("transport", ["native", "curl"])
 @pytest.mark.parametrize("mode", ["stateless", "stateful"])
 def test_a_paused_member_repeats_nothing_others_took_over_unflagged(
-    group_setup: dict[str, Any], peers: list[Peer], mode: str
+    group_setup: dict[str, Any], peers: list[Peer], mode: str, transport: str
 ) -> None:
     """SIGSTOP a member that holds claims (queued, and one its application is working on)
     for several expiries, then SIGCONT: the others took its claims over and processed
     them; resumed, it hands out none of what it held (its lease lapsed: checked, lost)
     and joins again under a new name. Every message is processed, and every later copy
-    is flagged (stateful: no second active member replaying old messages)."""
+    is flagged (stateful: no second active member replaying old messages). Both
+    transports (#62 item 2)."""
+    group_setup["config"] = write_config(
+        group_setup["config"],
+        {**yaml.safe_load(group_setup["config"].read_text())["email"], "transport": transport,
+         **transport_extra(transport)},
+    )  # fmt: skip
     # alone first, so that it holds claims whatever the others' pace (with all three in
     # the group at once, the two fast members could steal its whole share first); slow
     # (0.3 s a message), and fed more once the others are in, so that it holds claims

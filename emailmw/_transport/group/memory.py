@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 
 from ..._core.carried import is_batch_head, outer_fields
 from ..._core.types import Email
-from ..._core.wire import build
+from ..._core.wire import (
+    HEADER_PUBLISHER_GID,
+    HEADER_PUBLISHER_SEQUENCE_NUMBER,
+    build,
+    publisher_sequence,
+)
 from .model import GroupStore, Head, Holding, MemberRecord, stream_of
 
 __all__ = ["MemoryGroupStore", "MemoryMailbox"]
@@ -76,7 +81,10 @@ class MemoryMailbox:
             int(stamp) if stamp.isdigit() and len(stamp) < 20 else 0,
             route_to=email.headers.get("Route-To", ""),
             part_of=email.headers.get("Part-Of", ""),
-            stream=stream_of({k.lower(): v for k, v in email.headers.items()}),
+            stream=publisher_sequence(
+                email.headers.get(HEADER_PUBLISHER_GID),
+                email.headers.get(HEADER_PUBLISHER_SEQUENCE_NUMBER),
+            ),
         )
         with self.lock:
             self.append("INBOX", entry)

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ..._core.errors import InvalidArgumentError
+from ..._core.wire import publisher_sequence
 
 __all__ = [
     "MODES",
@@ -309,12 +310,9 @@ def owner(uid: int, alive: Sequence[str]) -> str:
 
 def stream_of(fields: Mapping[str, str]) -> tuple[str, int]:
     """A head's publisher and sequence number (:attr:`Head.stream`, :attr:`Head.seq`) from
-    its fields by lower-case name: ``('', -1)`` when either is absent or broken."""
-    gid = fields.get("publisher-gid", "").strip()
-    seq = fields.get("publisher-sequence-number", "").strip()
-    if not gid or len(gid) > 100 or not seq.isdigit() or len(seq) > 19:
-        return "", -1
-    return gid, int(seq)
+    its fields by lower-case name, as :func:`~emailmw._core.wire.publisher_sequence` reads
+    them: ``('', -1)`` when either is absent or broken."""
+    return publisher_sequence(fields.get("publisher-gid"), fields.get("publisher-sequence-number"))
 
 
 def order_gaps(waiting: Sequence[tuple[int, Head]], expected: Mapping[str, int]) -> frozenset[int]:

@@ -17,6 +17,11 @@ from ..._core.carried import Carried
 from ..._core.errors import ClosedError, ConfigError
 from ..._core.log import get_logger
 from ..._core.types import Email
+from ..._core.wire import (
+    HEADER_PUBLISHER_GID,
+    HEADER_PUBLISHER_SEQUENCE_NUMBER,
+    publisher_sequence,
+)
 from ..base import ClaimState, Done, EmailReceiver, IncomingEmail, Settle
 from ..budget import ReceiveBudget
 from .model import (
@@ -30,7 +35,6 @@ from .model import (
     order_gaps,
     part_key,
     plan,
-    stream_of,
 )
 
 __all__ = ["GroupReceiver", "Unpack", "Wants"]
@@ -1015,9 +1019,10 @@ class GroupReceiver(EmailReceiver):
             )
             out.append((held.redelivered, incoming))
             if self._mode == "stateful":  # (a batch's messages, a joined message, a take)
-                fields = {k.lower(): v for k, v in item.email.headers.items()
-                          if k.lower().startswith("publisher-")}  # fmt: skip
-                self._followed(*stream_of(fields))
+                headers = item.email.headers
+                gid, seq = (headers.get(HEADER_PUBLISHER_GID),
+                            headers.get(HEADER_PUBLISHER_SEQUENCE_NUMBER))  # fmt: skip
+                self._followed(*publisher_sequence(gid, seq))
         if self._mode == "stateful":  # a batch goes out in send order, the taken ones first
             out.sort(key=lambda pair: (not pair[0], _stamp(pair[1].email)))
         return [incoming for _, incoming in out]

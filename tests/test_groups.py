@@ -795,6 +795,39 @@ def test_a_member_hung_on_one_message_recovers_by_itself_once_it_is_done() -> No
     assert sorted(app.done) == [f"m{i}" for i in range(4)]
 
 
+@pytest.mark.parametrize("says_progress", [True, False])
+def test_a_callback_longer_than_ack_timeout_that_says_it_works_keeps_its_message(
+    caplog: pytest.LogCaptureFixture, says_progress: bool
+) -> None:
+    """#56 (AckProgress): an application that works 6 s on a message, with an ack-timeout
+    of 2 s, and says every second that it is still working (``Subscription.in_progress``):
+    its member stays healthy, nobody else gets the message, and what is queued behind it
+    waits for it. Without saying so the member is judged hung and the other member
+    processes the message again."""
+    box, _ = _world(*["/t"] * 3)
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=600.0, ack_timeout=2.0)
+    slow = App(_member(box, clock, settings), lambda: 6.0)
+    other = App(_member(box, clock, settings), lambda: 0.1)
+    with caplog.at_level("WARNING", logger="emailmw.groups"):
+        for _ in range(int(8.0 / 0.05)):
+            if says_progress and round(clock.now / 0.05) % 20 == 0:
+                slow.member.progress()
+            slow.step(clock.now)
+            other.step(clock.now)
+            clock.now += 0.05
+    hung = [r for r in caplog.records if "ack-timeout" in r.getMessage()]
+    firsts = [(name, count) for name, count in slow.processed + other.processed]
+    if says_progress:
+        assert not hung
+        assert slow.member.counts["rejoined"] == 0
+        assert len(slow.processed) == 1
+        assert all(count == 1 for _, count in firsts), firsts  # nothing processed twice
+    else:
+        assert hung
+        assert any(count > 1 for _, count in firsts), firsts  # another member had it again
+
+
 def test_a_member_whose_application_takes_nothing_gives_its_claims_back() -> None:
     """A member whose application takes nothing for ack-timeout (nothing of it in a
     callback) hands its claims back to the group at once: another member processes them

@@ -371,6 +371,16 @@ class Subscription(_Entity, Waitable):
         """This subscription's member name in its group (None in topic mode)."""
         return None if self._consumer is None else self._consumer.member
 
+    def in_progress(self) -> None:
+        """Say that the application is still working on what it took from this
+        subscription: in a delivery group, the member's ``ack_timeout`` counts again from
+        now for those messages (a callback that takes longer than ``ack_timeout`` calls it
+        now and then, and its member is not judged hung, nor its messages given to another
+        member: ``docs/delivery-modes.md``). In topic mode nothing waits on time: nothing to
+        do. Thread-safe."""
+        if self._consumer is not None:
+            self._consumer.receiver.progress()
+
     @property
     def group_receiver(self) -> GroupReceiver | None:
         """The group member's receiver (its ``counts``, what it holds, whether it joined:

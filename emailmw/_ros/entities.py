@@ -176,6 +176,13 @@ class NodeSubscription(Executable, Generic[T]):
         if qos.durability is DurabilityPolicy.TRANSIENT_LOCAL:
             self._replay_history(node.context)
 
+    def in_progress(self) -> None:
+        """Say that the callback is still working on its message (emailmw's; rclpy has
+        none): in a delivery group, the member's ``ack_timeout`` counts again from now, so a
+        callback longer than ``ack_timeout`` that calls it now and then keeps its message
+        (``docs/delivery-modes.md``). Thread-safe."""
+        self._core.in_progress()
+
     @property
     def is_cft_enabled(self) -> bool:
         """Whether a content filter is set (rclpy's)."""

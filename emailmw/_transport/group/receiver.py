@@ -311,6 +311,21 @@ class GroupReceiver(EmailReceiver):
             self.counts["delivered"] += 1
         return count
 
+    def progress(self) -> int:
+        """The application is still working on the messages it took (JetStream's
+        AckProgress, a callback longer than ``ack_timeout``): their ``ack_timeout`` counts
+        again from now, and so does the wait of what is queued behind them; a working
+        member is never judged hung. How many messages the application holds. Thread-safe
+        (any thread, a callback's included)."""
+        now = self._clock()
+        with self._lock:
+            holding = [h for h in self._held.values() if h.with_application]
+            for held in holding:
+                held.taken_at = max(held.taken_at, now)
+            if holding:
+                self._last_take = max(self._last_take, now)
+        return len(holding)
+
     def _took(self, held: _Held) -> None:
         """An application took one of ``held``'s messages now (call with the lock)."""
         held.taken += 1

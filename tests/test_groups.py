@@ -828,6 +828,40 @@ def test_a_callback_longer_than_ack_timeout_that_says_it_works_keeps_its_message
         assert any(count > 1 for _, count in firsts), firsts  # another member had it again
 
 
+def _batch(count: int) -> bytes:
+    """A batch email of ``count`` messages of topic ``/t`` (``m0`` ...)."""
+    from emailmw._core.packing import build_batch
+    from emailmw._core.wire import build
+
+    raws = [build(Email("/t", f"m{i}", "a@x", ("g@x",),
+                        headers=Headers({"Source-Timestamp": str(i + 1)})))
+            for i in range(count)]  # fmt: skip
+    return build_batch(raws, from_="a@x", to=["g@x"], message_id="<batch@x>", timestamp_ns=1,
+                       subjects=["/t"], headers=[("Source-Timestamp", "1")])  # fmt: skip
+
+
+def test_a_batch_s_messages_no_application_had_come_unflagged_after_a_takeover() -> None:
+    """#56: a batch email of five messages; the first member's application takes two, then
+    the member dies holding it. The member that takes it over hands out those two flagged
+    (count 2) and the other three as first deliveries (count 1, not redelivered): the
+    record says how many of a batch's messages applications got (was: all five flagged,
+    the email's count for every message)."""
+    box = MemoryMailbox()
+    box.deliver_raw(_batch(5))
+    clock = Clock()
+    settings = GroupSettings(heartbeat=0.25, expiry=1.0, steal_after=0.0)
+    dying = _member(box, clock, settings)
+    handed = _rounds(dying, clock, 0.5)
+    assert len(handed) == 5  # (one batch email, its messages handed out)
+    assert [i.claim.deliver() for i in handed[:2]] == [1, 1]  # its application took two
+    taker = _member(box, clock, settings)
+    got = _rounds(taker, clock, 3.0)  # (the first member: dead, no round any more)
+    counts = {i.email.body: i.claim.deliver() for i in got}
+    assert counts == {"m0": 2, "m1": 2, "m2": 1, "m3": 1, "m4": 1}
+    assert [i.redelivered for i in got] == [True, True, False, False, False]
+    assert all(i.returned for i in got)  # (back through the group: a repeat, no replay)
+
+
 def test_a_member_whose_application_takes_nothing_gives_its_claims_back() -> None:
     """A member whose application takes nothing for ack-timeout (nothing of it in a
     callback) hands its claims back to the group at once: another member processes them
@@ -913,12 +947,12 @@ class _MarkFails(MemoryGroupStore):
         super().__init__(box, "g")
         self.clock, self.until, self.failed = clock, until, 0
 
-    def mark(self, member: str, uid: int, delivered: int) -> bool:
+    def mark(self, member: str, uid: int, delivered: int, given: int = 0) -> bool:
         entry = self._box.folders[self._claims(member)][uid]
         if self.clock.now < self.until and b"Part: 3/3" in entry.raw:
             self.failed += 1
             raise ReceiveError("mark: connection lost (test)")
-        return super().mark(member, uid, delivered)
+        return super().mark(member, uid, delivered, given)
 
 
 def test_a_message_of_parts_whose_delivery_record_failed_before_a_pause_is_delivered(

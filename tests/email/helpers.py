@@ -216,3 +216,30 @@ def unflagged_repeats(lines: list[dict[str, Any]]) -> dict[tuple[int, int], list
     return {
         key: found for key, found in copies.items() if sum(not x["redelivered"] for x in found) > 1
     }
+
+
+def check_batch_delivery_record(server: MailServer) -> None:
+    """A group store on ``server`` keeps a batch email's record of how many of its messages
+    applications got (#56): it grows, reads back exactly (earlier bits gone), and moves
+    with the claim to the member that takes it over."""
+    from emailmw._core.config import load_options
+    from emailmw._transport.group.imap import ImapGroupStore
+
+    store = ImapGroupStore(load_options({"email": server.config(server.fresh_account())}), "crew")
+    try:
+        store.offer(b"Subject: emailmw batch of 20: /t\r\nSource-Timestamp: 1\r\n\r\nx\r\n", 0)
+        (uid,) = store.inbox()
+        store.join("a")
+        store.join("b")
+        store.claim([uid], "a")
+        (claim,) = store.claimed("a")
+        seen = []
+        for given in (1, 2, 3, 4, 7, 8, 20):
+            assert store.mark("a", claim, 1, given)
+            seen.append(store.holding("a")[claim].given)
+        assert seen == [1, 2, 3, 4, 7, 8, 20]
+        store.take([claim], "a", "b")
+        (held,) = store.holding("b").values()
+        assert (held.delivered, held.given, held.taken) == (1, 20, True)
+    finally:
+        store.close()

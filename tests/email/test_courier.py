@@ -21,6 +21,7 @@ from emailmw.testing import (
 from emailmw.testing.mailserver import MailServer
 
 from .helpers import (
+    check_batch_delivery_record,
     count_in_maildir,
     inject,
     other_imap_server,
@@ -140,3 +141,9 @@ def test_poison_mail_stops_no_receiver_on_courier(courier: MailServer, transport
         ctx.shutdown()  # settles and applies the last moves
     assert count_in_maildir(courier, address, "Quarantine", b"Publisher-GID: 1") == len(POISON)
     assert count_in_maildir(courier, address, "INBOX", b"Subject:") == 0
+
+
+def test_a_batch_s_delivery_record_grows_reads_back_and_moves_with_its_claim(
+    courier: MailServer,
+) -> None:
+    check_batch_delivery_record(courier)

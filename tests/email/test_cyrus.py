@@ -19,7 +19,7 @@ from emailmw.testing import (
 )
 from emailmw.testing.mailserver import MailServer
 
-from .helpers import other_imap_server
+from .helpers import check_batch_delivery_record, other_imap_server
 from .test_conformance import MAIL_TRANSPORTS, _pair
 from .test_delivery_modes import _world
 
@@ -66,3 +66,9 @@ def test_the_claim_lock_is_released_however_often_it_is_taken_in_a_second(
             assert not store.locked()
     finally:
         store.close()
+
+
+def test_a_batch_s_delivery_record_grows_reads_back_and_moves_with_its_claim(
+    cyrus: MailServer,
+) -> None:
+    check_batch_delivery_record(cyrus)

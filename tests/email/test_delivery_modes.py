@@ -23,7 +23,14 @@ from emailmw._transport.group.imap import ImapGroupStore
 from emailmw.testing import DeliveryModeConformance, GroupWorld
 from emailmw.testing._modes import Taker, wait_for
 from emailmw.testing.mailserver import MailServer
-from tests.email.helpers import ROOT, Peer, inject, transport_extra, write_config
+from tests.email.helpers import (
+    ROOT,
+    Peer,
+    check_batch_delivery_record,
+    inject,
+    transport_extra,
+    write_config,
+)
 
 
 def _world(mailserver: MailServer, transport: str) -> Iterator[GroupWorld]:
@@ -616,3 +623,9 @@ def test_a_stateful_group_processes_a_message_its_server_delivers_late_in_send_o
         finally:
             member.shutdown()
     assert [b for b, _, _ in got] == [str(i) for i in range(10)]
+
+
+def test_a_batch_s_delivery_record_grows_reads_back_and_moves_with_its_claim(
+    mailserver: MailServer,
+) -> None:
+    check_batch_delivery_record(mailserver)

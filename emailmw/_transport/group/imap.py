@@ -80,6 +80,25 @@ def _count(flags: Sequence[bytes]) -> int:
     return max(found, default=0)
 
 
+#: a batch email's record of how many of its messages (from the first) applications got:
+#: the number's bits as keywords ``$Given0`` ... ``$Given13`` (a batch carries at most
+#: 10,000 messages), so that a claims folder needs 14 keyword names at most, whatever its
+#: batches (Cyrus allows 128 per mailbox)
+_GIVEN: Final = "$Given"
+_GIVEN_BITS: Final = 14
+_GIVEN_FLAG: Final = re.compile(rb"^\$Given(\d{1,2})$", re.IGNORECASE)
+
+
+def _given(flags: Sequence[bytes]) -> int:
+    """A batch email's record of how many of its messages applications got (0: none)."""
+    bits = {int(m.group(1)) for f in flags if (m := _GIVEN_FLAG.match(f))}
+    return sum(1 << bit for bit in bits if bit < _GIVEN_BITS)
+
+
+def _given_flags(given: int) -> list[str]:
+    return [f"{_GIVEN}{bit}" for bit in range(_GIVEN_BITS) if given >> bit & 1]
+
+
 class ImapGroupStore(GroupStore):
     """The folders of group ``group`` in the account of ``options``."""
 
@@ -410,6 +429,7 @@ class ImapGroupStore(GroupStore):
                     _has(item.get(b"FLAGS", ()), _TAKEN),
                     _number(fields.get("batch-count", "0")),
                     bool(fields.get("part-of")),
+                    _given(item.get(b"FLAGS", ())),
                 )
                 for uid, item in found.items()
                 for fields in (_fields(item),)
@@ -433,17 +453,24 @@ class ImapGroupStore(GroupStore):
 
         return self._run("fetching claims", work)
 
-    def mark(self, member: str, uid: int, delivered: int) -> bool:
-        flag = f"Delivery{delivered}"
+    def mark(self, member: str, uid: int, delivered: int, given: int = 0) -> bool:
+        flags = [f"Delivery{delivered}", *_given_flags(given)]
 
         def work(client: imapclient.IMAPClient) -> bool:
             self._view(client, self._claims(member))  # a STORE ignores UIDs not seen yet
-            client.add_flags([uid], [flag], silent=True)
+            client.add_flags([uid], flags, silent=True)
             # still there with it once the moves of other sessions are heard of: a move
             # that took it before the STORE leaves nothing here, one after takes the flag
             client.noop()
             found = uid_fetch(client, str(uid), "(UID FLAGS)", b"FLAGS").get(uid)
-            return found is not None and _count(found.get(b"FLAGS", ())) >= delivered
+            if found is None or _count(found.get(b"FLAGS", ())) < delivered:
+                return False
+            # the bits of an earlier, smaller record go (until then it reads larger: a
+            # message flagged that no application had, never the other way round)
+            if given and _given(found.get(b"FLAGS", ())) != given:
+                stale = set(_given_flags(_given(found.get(b"FLAGS", ())))) - set(flags)
+                client.remove_flags([uid], sorted(stale), silent=True)
+            return True
 
         return self._run("recording a delivery", work)
 

@@ -35,6 +35,7 @@ class _Entry:
     count: int = 0  # a batch email: the messages it carries
     part_of: str = ""
     stream: tuple[str, int] = ("", -1)  # Publisher-GID, Publisher-Sequence-Number
+    given: int = 0  # a batch email: how many of its messages applications got
 
 
 def _entry_of(raw: bytes, delivered: int = 0) -> _Entry:
@@ -206,7 +207,7 @@ class MemoryGroupStore(GroupStore):
         with self._box.lock:
             folder = self._box.folders.get(self._claims(member), {})
             return {
-                u: Holding(len(e.raw), e.delivered, e.taken, e.count, bool(e.part_of))
+                u: Holding(len(e.raw), e.delivered, e.taken, e.count, bool(e.part_of), e.given)
                 for u, e in folder.items()
             }
 
@@ -218,12 +219,13 @@ class MemoryGroupStore(GroupStore):
             folder = self._box.folders.get(self._claims(member), {})
             return {uid: folder[uid].raw for uid in uids if uid in folder}
 
-    def mark(self, member: str, uid: int, delivered: int) -> bool:
+    def mark(self, member: str, uid: int, delivered: int, given: int = 0) -> bool:
         with self._box.lock:
             entry = self._box.folders.get(self._claims(member), {}).get(uid)
             if entry is None:
                 return False
             entry.delivered = max(entry.delivered, delivered)
+            entry.given = max(entry.given, given)
             return True
 
     def settle(self, member: str, uids: Sequence[int], folder: str | None) -> None:

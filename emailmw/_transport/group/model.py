@@ -197,14 +197,16 @@ def part_key(part_of: str) -> int:
 class Holding:
     """One message in a member's claims folder: its size, how many applications got it so
     far (the ``DeliveryN`` keyword, 0 for none), whether it was taken over from a member
-    that failed (``$Taken``), for a batch email how many messages it carries, and whether
-    it is a part of a message sent as several emails."""
+    that failed (``$Taken``), for a batch email how many messages it carries and how many
+    of them (from the first) applications got, and whether it is a part of a message sent
+    as several emails."""
 
     size: int
     delivered: int = 0
     taken: bool = False
     count: int = 0  # a batch email: the messages it carries (0: one, the email itself)
     part: bool = False
+    given: int = 0  # a batch email: how many of its messages, from the first, applications got
 
 
 class Liveness:
@@ -551,10 +553,12 @@ class GroupStore(abc.ABC):
         """The raw bytes of ``member``'s claims ``uids`` (those still there)."""
 
     @abc.abstractmethod
-    def mark(self, member: str, uid: int, delivered: int) -> bool:
-        """Record that ``delivered`` applications got ``member``'s claim ``uid``: True when
-        the record is on the claim, still in ``member``'s claims folder (a member that takes
-        it over later sees it), False when the claim is gone (taken over already): the
+    def mark(self, member: str, uid: int, delivered: int, given: int = 0) -> bool:
+        """Record that ``delivered`` applications got ``member``'s claim ``uid`` and, for a
+        batch email, that its first ``given`` messages went to applications (0: nothing to
+        record; the record keeps the largest): True when the record is on the claim, still
+        in ``member``'s claims folder (a member that takes it over later sees it, as
+        :attr:`Holding.given`), False when the claim is gone (taken over already): the
         fence that holds whatever the member's clock says (a pause, a suspended machine)."""
 
     @abc.abstractmethod

@@ -64,6 +64,10 @@ class _Held:
     settling: bool = False
     redelivered: bool = False
     count: int = 0  # a batch email: how many messages it carries (0: one)
+    # (a batch email) how many of its messages, from the first, applications got before this
+    # member fetched it (the store's record); and how many the store records now
+    before: int = 0
+    recorded: int = 0
     open: int = 1  # messages not settled yet
     waiting: deque[Carried] = field(default_factory=deque)  # not handed out yet
     done: dict[int, str] = field(default_factory=dict)  # settled parts: index -> outcome
@@ -86,19 +90,21 @@ class _Held:
 
 
 class _GroupClaim:
-    """The :class:`~emailmw._transport.base.Claim` of one handed-out message."""
+    """The :class:`~emailmw._transport.base.Claim` of one handed-out message (``index``:
+    which message of a batch email; None for an email that is one message)."""
 
-    __slots__ = ("_key", "_receiver")
+    __slots__ = ("_index", "_key", "_receiver")
 
-    def __init__(self, receiver: GroupReceiver, key: tuple[str, int]) -> None:
+    def __init__(self, receiver: GroupReceiver, key: tuple[str, int], index: int | None) -> None:
         self._receiver = receiver
         self._key = key
+        self._index = index
 
     def state(self) -> ClaimState:
         return self._receiver._claim_state(self._key)
 
     def deliver(self) -> int | None:
-        return self._receiver._deliver(self._key)
+        return self._receiver._deliver(self._key, self._index)
 
 
 class GroupReceiver(EmailReceiver):
@@ -269,24 +275,35 @@ class GroupReceiver(EmailReceiver):
         self._wake.set()  # the round checks its claims under the lock
         return "wait"
 
-    def _deliver(self, key: tuple[str, int]) -> int | None:
-        """Record that the application gets claim ``key`` now (see :class:`Lease`): its
-        delivery count, or None when it may not have it now."""
+    def _deliver(self, key: tuple[str, int], index: int | None = None) -> int | None:
+        """Record that the application gets claim ``key`` (``index``: that message of a
+        batch email) now (see :class:`Lease`): its delivery count, or None when it may not
+        have it now.
+
+        A batch email's messages go out one by one, in order, and the record says how many
+        of them applications got (``given``, a prefix): a message past what was recorded
+        before this member had it comes with count 1, unflagged, whatever happened to the
+        ones before it (was: the email's count for all, 54 of 100 flagged after a member
+        was killed that no application had). The record reaches the store before the
+        application gets the message, as a single email's does."""
         with self._lock:
             held = self._held.get(key)
         if held is None or not self._lease.valid(self._clock()):
             self._wake.set()
             return None
-        if held.given_at is not None:  # a batch's later message: recorded with its first
+        batch = index is not None and held.count > 0
+        first = held.given_at is None
+        given = max(held.recorded, index + 1) if batch and index is not None else 0
+        count = held.delivered + 1 if first else held.delivered
+        if not first and given <= held.recorded:  # (recorded already: a message before)
             with self._lock:
                 self._took(held)
-            return held.delivered
-        count = held.delivered + 1
+            return self._message_count(held, index)
         try:
             with self._settle_lock:
                 if self._closed:
                     return None
-                landed = self._settle_store.mark(key[0], key[1], count)
+                landed = self._settle_store.mark(key[0], key[1], count, given)
         except Exception as exc:  # noqa: BLE001 - the round checks the claims again
             _log.debug("group %s: recording a delivery failed (%s)", self.group, exc)
             self._lease.lapse()
@@ -306,10 +323,20 @@ class GroupReceiver(EmailReceiver):
         with self._lock:
             if key not in self._held:
                 return None
-            held.delivered, held.given_at = count, self._clock()
+            held.recorded = max(held.recorded, given)
+            if first:
+                held.delivered, held.given_at = count, self._clock()
             self._took(held)
             self.counts["delivered"] += 1
-        return count
+        return self._message_count(held, index)
+
+    @staticmethod
+    def _message_count(held: _Held, index: int | None) -> int:
+        """The delivery count of ``held``'s message ``index`` (a batch's: 1 for one no
+        application had before this member; the email's count for the others)."""
+        if index is None or not held.count or index < held.before:
+            return held.delivered
+        return 1
 
     def progress(self) -> int:
         """The application is still working on the messages it took (JetStream's
@@ -1023,12 +1050,14 @@ class GroupReceiver(EmailReceiver):
                 continue
             # (redelivered as the store's delivery count says: a claim taken over from a
             # member that never handed it out is no repeat; the fence's count decides)
+            index = item.index if held.count else None
+            had = held.delivered > 0 and (index is None or index < held.before)
             incoming = IncomingEmail(
                 item.email,
-                redelivered=held.delivered > 0,
-                delivery_count=held.delivered + 1,
+                redelivered=had,
+                delivery_count=held.delivered + 1 if had else 1,
                 settle=settle,
-                claim=_GroupClaim(self, key),
+                claim=_GroupClaim(self, key, index),
                 in_batch=held.count > 0,
                 returned=held.redelivered,  # (taken over, or offered again)
             )
@@ -1090,10 +1119,14 @@ class GroupReceiver(EmailReceiver):
             carried = self._unpack(raw, uid)
             del raw
             batch = carried[0].count > 0
+            # (what applications got of a batch before: as recorded; a count without a
+            # record, from before records were kept, counts for every message)
+            before = (item.given or len(carried)) if batch and item.delivered else 0
             held = _Held(
                 item.size, item.delivered, fetched_at,
                 redelivered=item.taken or item.delivered > 0,
                 count=len(carried) if batch else 0, open=len(carried),
+                before=before, recorded=before,
             )  # fmt: skip
             first = carried[0].email
             if not batch and first is not None:

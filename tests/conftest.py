@@ -51,6 +51,8 @@ SLOW_FIRST: Final = (
     "tests/email/test_examples.py",
     "tests/test_examples.py",
     "tests/pipeline/test_cluster.py",
+    "tests/pipeline/test_pipeline.py",  # (those that start JVMs of their own: the others
+    # are in the Spark worker's lane)
     "tests/email/test_matrix.py",
     "tests/email/test_delivery_modes.py",
     "tests/email/test_courier.py",
@@ -58,13 +60,13 @@ SLOW_FIRST: Final = (
     "tests/email/test_cyrus.py",
     "tests/email/test_cli_ros2.py",
 )
-#: the pytest-xdist group of the tests that run Spark in their own process: one worker runs
-#: them all, on one JVM (each worker would start its own, and Spark's work is the CPU's:
-#: two JVMs at once on two cores take as long as one after the other, and more memory)
+#: the pytest-xdist group of the tests that run Spark in their own process (the ``spark``
+#: fixture's session): one worker runs them all, on one JVM (each worker would start its
+#: own, and Spark's work is the CPU's: two JVMs at once on two cores take as long as one
+#: after the other, and more memory). Tests that start JVMs of their own (a cluster,
+#: ``emailmw analyze`` processes) or none are not in it: they would only make the longest
+#: lane of the run longer (three command-line tests made it 130 s longer).
 SPARK: Final = "spark"
-#: Spark tests that start JVMs of their own only (a cluster, ``emailmw analyze`` processes):
-#: not in the Spark worker's lane, which they would only make longer
-OWN_JVMS: Final = ("tests/pipeline/test_cluster.py",)
 
 
 def _rank(item: pytest.Item) -> int:
@@ -80,27 +82,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     brought it in: ``pytest -m "not mailserver"`` runs the tier that needs nothing.
 
     For a parallel run (pytest-xdist, ``--dist loadgroup``): the tests that run Spark in
-    their process (``tests/pipeline``, and any marked ``xdist_group("spark")``) go to one
-    worker, started first; the tests of any other module that has a module-scoped fixture
-    (a server of its own) run on one worker, which sets the fixture up once; then the
-    slowest tests first (:data:`SLOW_FIRST`)."""
-    grouped: dict[str, bool] = {}
+    their process (those that use the ``spark`` fixture, and any marked
+    ``xdist_group("spark")``) go to one worker, started first; the tests of a module that
+    use a module-scoped fixture of it (a server of its own) run on one worker, which sets
+    the fixture up once (its other tests run anywhere); then the slowest tests first
+    (:data:`SLOW_FIRST`)."""
     for item in items:
         if "mailserver" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.mailserver)
-        if item.nodeid.startswith("tests/pipeline/") and not item.nodeid.startswith(OWN_JVMS):
+        if "spark" in getattr(item, "fixturenames", ()):  # (directly, or through another)
             item.add_marker(pytest.mark.xdist_group(SPARK))
         if any(True for _ in item.iter_markers("xdist_group")):
             continue
         module = getattr(item, "module", None)
-        if module is None:
-            continue
-        if module.__name__ not in grouped:
-            source = Path(module.__file__ or "").read_text(encoding="utf-8")
-            grouped[module.__name__] = 'scope="module"' in source
-        if grouped[module.__name__]:
+        if module is not None and _uses_a_module_fixture(item, module):
             item.add_marker(pytest.mark.xdist_group(module.__name__))
     items.sort(key=_rank)
+
+
+def _uses_a_module_fixture(item: pytest.Item, module: Any) -> bool:
+    """Whether ``item`` uses (directly or through another) a fixture set up once a module
+    or a class (as its closest definition says)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:  # (another pytest: every test of a module with one, as before)
+        source = Path(module.__file__ or "").read_text(encoding="utf-8")
+        return 'scope="module"' in source
+    return any(
+        defs and defs[-1].scope in ("module", "class", "package")
+        for defs in info.name2fixturedefs.values()
+    )
 
 
 class _GroupsHold:

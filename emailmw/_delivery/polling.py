@@ -335,7 +335,9 @@ def _route_of_joined(email: Email, first: Route, parts: list[IncomingEmail]) -> 
 
 def _joined(email: Email, parts: list[IncomingEmail]) -> IncomingEmail:
     """One IncomingEmail for a message joined from ``parts``: settling it settles each
-    part the same way (``then`` once the last one's is done)."""
+    part the same way (``then`` once the last one's is done), and handing it to an
+    application records that for each part (with a state file: a restart flags it; was:
+    recorded for none, so a message of parts an application had came again unflagged)."""
 
     def settle(outcome: str, then: Done | None, reason: str = "") -> None:
         for index, part in enumerate(parts):
@@ -349,11 +351,16 @@ def _joined(email: Email, parts: list[IncomingEmail]) -> IncomingEmail:
             else:
                 part.leave()
 
+    def give() -> None:  # (an application gets it: each part's receiver records it)
+        for part in parts:
+            part.give()
+
     claims = [p.claim for p in parts if p.claim is not None]
     return IncomingEmail(
         email,
         redelivered=any(p.redelivered for p in parts),
         settle=settle,
+        give=give,
         delivery_count=max(p.delivery_count for p in parts),
         claim=_JoinedClaim(claims) if claims else None,
         arrival_ns=max((p.arrival_ns or 0 for p in parts), default=None) or None,

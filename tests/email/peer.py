@@ -191,6 +191,8 @@ def _node_sub(ctx: emailmw.Context, args: argparse.Namespace) -> None:
                              "delivery_count": info.delivery_count}))  # fmt: skip
             raise RuntimeError(f"failed on message {info.sequence_number}")
         _print(msg.data, info, subscription[0]._core.member)
+        if args.hold:
+            threading.Event().wait()  # the application is stuck on it
 
     subscription.append(
         node.create_subscription(

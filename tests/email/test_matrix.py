@@ -8,16 +8,18 @@ security {off, enforce, enforce+encryption}; delivery {plain, stateful group, st
 group}; on-receive {keep, seen, delete, move}; state file {no, yes}; fault {none, SIGKILL
 receiver, SIGKILL publisher with spool, poison, callback raises}; path {direct, through a
 gateway between two mail servers}; login {password, OAuth2 (XOAUTH2, a token-command)}.
-``make test`` runs every pair of values (``allpairspy``: 21 combinations, each its own
-processes); ``EMAILMW_MATRIX=full`` every triple. A delivery group reads with
-``on-receive: keep`` (it moves what it processed itself): combinations that pair a group
-with another action are not made. The gateway path carries floctrl messages (a routed
-face: what gateways relay), encrypted nowhere (encryption names ROS topics) and
-uncompressed (floctrl has no compression).
+``make test`` runs every valid pair of values (:func:`covering`, a greedy covering array:
+``tests/test_matrix_rows.py`` checks it covers every valid pair and triple) and the fixed
+rows (:data:`FIXED`), each its own processes; ``EMAILMW_MATRIX=full`` every valid triple. A
+delivery group reads with ``on-receive: keep`` (it moves what it processed itself):
+combinations that pair a group with another action are not made. The gateway path carries
+floctrl messages (a routed face: what gateways relay), encrypted nowhere (encryption names
+ROS topics) and uncompressed (floctrl has no compression).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -28,7 +30,6 @@ from typing import Any
 
 import imapclient
 import pytest
-from allpairspy import AllPairs
 
 import emailmw
 from emailmw import Keystore
@@ -58,17 +59,75 @@ BODY = {"small": 0, "split": 300_000, "split+zstd": 300_000}  # (three parts of 
 MAX_RSS_MB = 400  # a subscriber's peak resident memory, whatever the combination
 
 
-def _valid(values: list[str]) -> bool:
-    chosen = dict(zip(FACTORS, values, strict=False))
+#: combinations run whatever the strength, before the generated ones: one that lost mail
+#: in a full run (#57: six legitimate messages quarantined, one left in a claims folder,
+#: five in the gateway's INBOX)
+FIXED: list[dict[str, str]] = [
+    {"transport": "native", "batching": "on", "size": "split+zstd",
+     "security": "enforce+encryption", "delivery": "stateful", "on_receive": "keep",
+     "state_file": "yes", "fault": "poison", "path": "gateway", "auth": "oauth2"},
+]  # fmt: skip
+
+
+def valid(chosen: dict[str, str]) -> bool:
+    """Whether the values ``chosen`` (of some factors) can be in one combination: a
+    delivery group reads with ``on-receive: keep``."""
     group = chosen.get("delivery") in ("stateful", "stateless")
     return not (group and chosen.get("on_receive", "keep") != "keep")
 
 
+def needed(strength: int) -> set[tuple[tuple[str, str], ...]]:
+    """Every valid choice of values of ``strength`` factors: what the rows must cover."""
+    found = set()
+    for names in itertools.combinations(FACTORS, strength):
+        for values in itertools.product(*(FACTORS[name] for name in names)):
+            chosen = dict(zip(names, values, strict=True))
+            if valid(chosen):
+                found.add(tuple(chosen.items()))
+    return found
+
+
+def covering(strength: int, fixed: list[dict[str, str]] = FIXED) -> list[dict[str, str]]:
+    """Rows (``fixed`` first) that cover every valid choice of values of ``strength``
+    factors (:func:`needed`), each row valid: a greedy covering array, the same every run
+    (allpairspy, given the constraint as a filter, dropped 42 of the 342 valid pairs).
+    Pairs: 26 rows, where the constraint asks 25 at least (each fault with each group mode,
+    which reads with ``keep``: 10 rows; plain delivery's 15 faults with the other actions)."""
+    left = needed(strength) - {t for row in fixed for t in _tuples(row, strength)}
+    rows = [dict(row) for row in fixed]
+    while left:
+        row = dict(min(left))  # (the first uncovered: every row covers something new)
+        for name, values in FACTORS.items():
+            if name in row:
+                continue
+            scores = [(_gain(row, name, value, left), -n, value)
+                      for n, value in enumerate(values) if valid({**row, name: value})]  # fmt: skip
+            row[name] = max(scores)[2]
+        rows.append({name: row[name] for name in FACTORS})
+        left -= set(_tuples(row, strength))
+    return rows
+
+
+def _tuples(row: dict[str, str], strength: int) -> list[tuple[tuple[str, str], ...]]:
+    return [tuple((name, row[name]) for name in names)
+            for names in itertools.combinations(FACTORS, strength)]  # fmt: skip
+
+
+def _gain(row: dict[str, str], name: str, value: str, left: set[Any]) -> int:
+    """How many uncovered choices ``name=value`` completes with what ``row`` holds."""
+    chosen = {**row, name: value}
+    count = 0
+    for wanted in left:
+        names = [n for n, _ in wanted]
+        if name in names and all(n in chosen and chosen[n] == v for n, v in wanted):
+            count += 1
+    return count
+
+
 def combinations() -> list[dict[str, str]]:
-    """Every pair of values (``EMAILMW_MATRIX=full``: every triple), valid ones only."""
-    strength = 3 if os.environ.get("EMAILMW_MATRIX", "") == "full" else 2
-    rows = AllPairs(list(FACTORS.values()), filter_func=_valid, n=strength)
-    return [dict(zip(FACTORS, row, strict=True)) for row in rows]
+    """Every valid pair of values (``EMAILMW_MATRIX=full``: every triple), and
+    :data:`FIXED`."""
+    return covering(3 if os.environ.get("EMAILMW_MATRIX", "") == "full" else 2)
 
 
 def _id(combo: dict[str, str]) -> str:
@@ -277,11 +336,13 @@ def _run(world: World, peers: list[Peer], fault: str) -> None:
     subs: list[Peer] = []
     specs = [world.spec("sub", name=f"s{k}") for k in range(members)]
 
+    # (peers wait for their own "ready" line, and a peer that dies is said at once: the
+    # deadline is for one that hangs, so a busy machine's start-ups always fit in it)
     def start_sub(spec: Path) -> Peer:
         peer = Peer("sub", spec, "", module="tests.email.matrix_peer")
         peers.append(peer)
         subs.append(peer)
-        peer.wait_ready(60)
+        peer.wait_ready(300)
         return peer
 
     for spec in specs:
@@ -289,7 +350,7 @@ def _run(world: World, peers: list[Peer], fault: str) -> None:
     pub_spec = world.spec("pub")
     pub = Peer("pub", pub_spec, "", module="tests.email.matrix_peer")
     peers.append(pub)
-    pub.wait_ready(90)
+    pub.wait_ready(300)
     poison = _inject_poison(world) if fault == "poison" else 0
 
     def processed() -> list[dict[str, Any]]:
@@ -304,7 +365,7 @@ def _run(world: World, peers: list[Peer], fault: str) -> None:
         again = Peer("pub", pub_spec, "", "--from", str(last + 1), "--run", "1",
                      module="tests.email.matrix_peer")  # fmt: skip
         peers.append(again)
-        again.wait_ready(90)
+        again.wait_ready(300)
     if fault == "kill-receiver":
         more = deadline_loop(90)
         while more() and len({x["i"] for x in processed()}) < COUNT // 3:

@@ -367,6 +367,44 @@ def test_a_subscriber_killed_with_messages_handed_out_but_not_taken_loses_none(
     assert len([m for m in rest if m["redelivered"]]) <= 1
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_message_of_parts_an_application_had_comes_flagged_after_a_kill(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    email_context: MakeContext,
+    peers: list[Peer],
+    tmp_path: Path,
+    transport: str,
+) -> None:
+    """A subscriber with a state file whose callback took a message sent as parts (and
+    never returns) is SIGKILLed; restarted, it gets the message again flagged
+    ``redelivered``: that an application had the joined message is recorded for each of its
+    parts. Was: nothing recorded (the matrix's 'repeated unflagged' with parts, a receiver
+    killed and a state file: a repeat no flag said)."""
+    sender, receiver = account(), account()
+    config = write_config(
+        tmp_path / "sub.yml",
+        mailserver.config(receiver, transport=transport, **{"state-file": str(tmp_path / "s.json")},
+                          **transport_extra(transport)),
+    )  # fmt: skip
+    stuck = Peer("sub", config, "/big", "--node", "--hold")
+    peers.append(stuck)
+    stuck.wait_ready()
+    parted = email_context(sender, to=receiver, **{"max-email-bytes": 262144})
+    talker = emailmw.Node("talker", context=parted)
+    typed = talker.create_publisher(emailmw.std_msgs.msg.String, "/big", 10)
+    typed.publish(emailmw.std_msgs.msg.String(data="x" * 600_000))  # (three parts)
+    (first,) = stuck.messages(1, timeout=90)
+    assert (first["length"], first["redelivered"]) == (600_000, False)
+    stuck.kill()
+    again = Peer("sub", config, "/big", "--node")
+    peers.append(again)
+    again.wait_ready()
+    (second,) = again.messages(1, timeout=90)
+    assert (second["seq"], second["length"]) == (first["seq"], 600_000)
+    assert second["redelivered"]
+
+
 # ----------------------------------------------------------------------------- 5. crash: publisher
 
 

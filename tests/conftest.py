@@ -14,7 +14,7 @@ from typing import Any, Final
 import pytest
 
 import emailmw
-from emailmw.testing.mailserver import MailServer, unavailable
+from emailmw.testing.mailserver import MailServer, federate, unavailable
 
 
 @pytest.fixture
@@ -177,6 +177,20 @@ def _independent_server(domain: str, base: MailServer) -> Iterator[MailServer]:
     server = MailServer(state_dir=state, domain=domain, pool_size=100)
     del base  # started after the run's first server, which checks that servers can run
     server.start(fresh=True)
+    yield server
+    server.stop()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def federated_mailserver(mailserver: MailServer) -> Iterator[MailServer]:
+    """Another site: a server for domain ``site-b.test`` that exchanges mail with the run's
+    server as two providers do (:func:`~emailmw.testing.mailserver.federate`: each delivers
+    the other's domain to its MX port, over SMTP on loopback)."""
+    state = Path(tempfile.mkdtemp(prefix="emailmw-siteb-", dir="/tmp"))
+    server = MailServer(state_dir=state, domain="site-b.test", pool_size=100)
+    server.start(fresh=True)
+    federate(mailserver, server)
     yield server
     server.stop()
     shutil.rmtree(state, ignore_errors=True)

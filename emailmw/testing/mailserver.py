@@ -15,6 +15,11 @@ clients verify it with :attr:`MailServer.ca_file`.
 Accounts ``alice``, ``bob``, ``robot`` and ``u0001`` ... ``u1000`` at ``example.test``, password
 ``secret``. :meth:`MailServer.fresh_account` hands out accounts nobody used since the start.
 
+Several servers stand for sites of different providers: each has its own domain, and
+:func:`federate` makes them deliver to each other's domains over SMTP on loopback (each
+server's MX port; every server on the way adds its ``Received``), as mail between providers
+goes.
+
 Needs root (the daemons' masters do) and the Debian packages, which :func:`ensure_installed`
 installs. Command line::
 
@@ -59,6 +64,7 @@ __all__ = [
     "MailServer",
     "MailServerError",
     "ensure_installed",
+    "federate",
     "free_ports",
     "main",
     "unavailable",
@@ -75,7 +81,7 @@ _DOVECOT_CAPABILITIES: Final = (
     "WITHIN CONTEXT=SEARCH LIST-STATUS BINARY MOVE SNIPPET=FUZZY PREVIEW=FUZZY PREVIEW "
     "STATUS=SIZE SAVEDATE LITERAL+ NOTIFY SPECIAL-USE"
 )
-_PORTS = ("smtp_port", "smtps_port", "imap_port", "imaps_port")
+_PORTS = ("smtp_port", "smtps_port", "imap_port", "imaps_port", "mx_port")
 #: the IMAP servers :class:`MailServer` runs (``imap_server``)
 IMAP_SERVERS: Final = ("dovecot", "cyrus", "courier")
 #: taken by every server of this machine while it makes or reads its mail user
@@ -182,6 +188,9 @@ class MailServer:
     smtps_port: int = 0
     imap_port: int = 0
     imaps_port: int = 0
+    #: where other sites' servers deliver mail for this one's domain (:meth:`federate`): an
+    #: SMTP port without AUTH that takes mail for this domain only, as a provider's MX does
+    mx_port: int = 0
     domain: str = "example.test"
     password: str = field(default="secret", repr=False)
     pool_size: int = 1000
@@ -216,7 +225,7 @@ class MailServer:
             raise MailServerError("state_dir must be absolute and at most 60 characters")
         self._pool = (f"u{i:04d}" for i in range(1, self.pool_size + 1))
         self._chosen = tuple(name for name in _PORTS if not getattr(self, name))
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
             recorded = json.loads((self.state_dir / "ports.json").read_text())
             for name in self._chosen:
                 setattr(self, name, int(recorded[name]))
@@ -467,6 +476,8 @@ class MailServer:
         if fresh:
             shutil.rmtree(self.state_dir / "mail", ignore_errors=True)
             shutil.rmtree(self.state_dir / "postfix" / "spool", ignore_errors=True)
+            # (the sites of an earlier run: their ports are others now; federate again)
+            (self.state_dir / "postfix/conf/transport").unlink(missing_ok=True)
         for attempt in range(3):
             # a chosen port another process took between the choice and the bind: choose again
             for name, port in zip(self._chosen, free_ports(len(self._chosen)), strict=True):
@@ -565,6 +576,27 @@ class MailServer:
         if pid and not wait_gone(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
+
+    def federate(self, *others: MailServer) -> None:
+        """Mail for the domains of ``others`` goes from this server to theirs, over SMTP
+        on loopback to each one's :attr:`mx_port`, as between providers (each server on the
+        way adds its ``Received``; STARTTLS where offered, as MTAs do). Call it on each side
+        for mail both ways (:func:`federate` does). Takes effect at once (a reload)."""
+        known = {line.split()[0]: line for line in self._transport_lines()}
+        for other in others:
+            if other.domain == self.domain:
+                raise MailServerError(f"{other.domain} is this server's own domain")
+            known[other.domain] = f"{other.domain} smtp:[{other.host}]:{other.mx_port}"
+        (self.state_dir / "postfix/conf/transport").write_text(
+            "".join(line + "\n" for line in known.values())
+        )
+        if self.running():
+            self._run("postfix", "-c", str(self._pf_conf), "reload")
+
+    def _transport_lines(self) -> list[str]:
+        path = self.state_dir / "postfix/conf/transport"
+        text = path.read_text() if path.exists() else ""
+        return [line for line in text.splitlines() if line.strip()]
 
     def refused_address(self, address: str, answer: str = "552") -> str:
         """An address of ``address``'s account to which Postfix answers every ``RCPT TO``
@@ -702,6 +734,9 @@ class MailServer:
         (state / "postfix/conf/refused").write_text(  # (refused_address)
             "".join(f"/\\+full{code}@/ {text}\n" for code, text in _REFUSED.items())
         )
+        sites = state / "postfix/conf/transport"  # (other sites' domains: federate)
+        if not sites.exists():
+            sites.touch()
 
         dh = "/usr/share/dovecot/dh.pem"
         lmtp = f"{state}/dovecot/run/lmtp"
@@ -724,6 +759,7 @@ class MailServer:
             "domain": self.domain,
             "smtp_port": self.smtp_port,
             "smtps_port": self.smtps_port,
+            "mx_port": self.mx_port,
             "imap_port": imap_ports[0],
             "imaps_port": imap_ports[1],
             "virtual_transport": transport,
@@ -966,6 +1002,13 @@ class MailServer:
             os.chmod(tls / name, mode)
 
 
+def federate(*servers: MailServer) -> None:
+    """Each of ``servers`` delivers mail for the others' domains to them (sites of
+    different providers that mail each other: :meth:`MailServer.federate`)."""
+    for server in servers:
+        server.federate(*(other for other in servers if other is not server))
+
+
 def _write_private(path: Path, data: bytes) -> None:
     """Write ``path``, readable by its owner only (made so before anything is written, an
     existing file's mode too): a key, or a configuration holding a password."""
@@ -1033,7 +1076,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"[mailserver] READY smtp={server.host}:{server.smtp_port} "
                 f"smtps={server.host}:{server.smtps_port} imap={server.host}:{server.imap_port} "
-                f"imaps={server.host}:{server.imaps_port} CA={server.ca_file}"
+                f"imaps={server.host}:{server.imaps_port} mx={server.host}:{server.mx_port} "
+                f"CA={server.ca_file}"
             )
         elif args.command == "stop":
             server.stop()

@@ -26,7 +26,7 @@ from .._core.interfaces import interface_names
 from .._core.names import is_hidden
 from .._delivery.graph import Graph, read_graph
 from .._transport.factory import make_receiver
-from .quick import ask, config_file, daemon_socket
+from .quick import ask, config_file, daemon_socket, private_directory
 
 __all__ = ["GRAPH_BUDGET_S", "install", "names_of"]
 
@@ -66,10 +66,10 @@ def _from_daemon(parsed_args: argparse.Namespace, kind: str, node: str = "") -> 
     memory), or None when none answers within the budget."""
     given = getattr(parsed_args, "config", None)
     config = config_file(["--config", given] if given else [])
-    if config is None:
-        return None
+    if config is None or not private_directory((path := daemon_socket(config)).parent):
+        return None  # (no daemon, or a directory whose socket could be anyone's)
     try:
-        answer = ask(daemon_socket(config), {"control": "names", "kind": kind, "node": node},
+        answer = ask(path, {"control": "names", "kind": kind, "node": node},
                      timeout=GRAPH_BUDGET_S)  # fmt: skip
     except (OSError, ValueError):
         return None

@@ -32,7 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from .common import CommandError, Commands, account_context, share_context, verbs
-from .quick import ask, config_file, daemon_socket, private_directory
+from .quick import (
+    ask,
+    config_file,
+    daemon_socket,
+    make_private_directory,
+    open_private,
+    private_directory,
+)
 
 __all__ = ["register"]
 
@@ -68,28 +75,55 @@ def _where(args: argparse.Namespace) -> tuple[Path, Path]:
     return config, daemon_socket(config)
 
 
+def _checked(path: Path) -> int:
+    """The daemon's directory, made where missing and checked before anything in it is
+    opened, created or trusted (:func:`~.quick.make_private_directory`): its descriptor."""
+    try:
+        return make_private_directory(path.parent)
+    except PermissionError as exc:
+        raise CommandError(str(exc)) from None
+
+
 def _ping(path: Path) -> dict[str, Any] | None:
+    """The daemon's answer to a ping, None when none answers (or its directory is not
+    private: a socket there could be anyone's)."""
+    if not private_directory(path.parent):
+        return None
     try:
         return ask(path, {"control": "ping"}, timeout=10)
     except (OSError, ValueError):
         return None
 
 
+def _trusted(path: Path) -> Path:
+    """``path`` when its directory may be trusted, or missing (no daemon); else one line."""
+    if path.parent.exists() and not private_directory(path.parent):
+        _checked(path)  # (raises, saying why)
+    return path
+
+
 def start(args: argparse.Namespace) -> int:
     config, path = _where(args)
-    if _ping(path) is not None:
-        print("The daemon is already running")
-        return 0
-    log = path.with_suffix(".log")
-    for directory in (path.parent.parent, path.parent):
-        directory.mkdir(exist_ok=True, mode=0o700)
-    with open(log, "ab") as out:
-        os.chmod(log, 0o600)
+    directory = _checked(path)
+    try:
+        if _ping(path) is not None:
+            print("The daemon is already running")
+            return 0
+        log = path.with_suffix(".log")
+        try:
+            out = open_private(directory, log.name)
+        except (PermissionError, OSError) as exc:  # (a link there: O_NOFOLLOW refused it)
+            raise CommandError(f"{log} cannot be the daemon's log ({exc}): remove it") from None
+    finally:
+        os.close(directory)
+    try:
         subprocess.Popen(
             [sys.executable, "-m", "emailmw", "--config", str(config), "daemon", "serve",
              "--timeout", str(args.timeout)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
         )  # fmt: skip
+    finally:
+        os.close(out)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if _ping(path) is not None:
@@ -101,7 +135,7 @@ def start(args: argparse.Namespace) -> int:
 
 def stop(args: argparse.Namespace) -> int:
     _, path = _where(args)
-    if _ping(path) is None:
+    if _ping(_trusted(path)) is None:
         print("The daemon is not running")
         return 0
     with contextlib.suppress(OSError, ValueError):
@@ -112,7 +146,7 @@ def stop(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     _, path = _where(args)
-    answer = _ping(path)
+    answer = _ping(_trusted(path))
     if answer is None:
         print("The daemon is not running")
         return 0
@@ -125,13 +159,7 @@ def serve(args: argparse.Namespace) -> int:
     from . import main  # (the whole command line, run here on the shared context)
 
     config, path = _where(args)
-    for directory in (path.parent.parent, path.parent):
-        directory.mkdir(exist_ok=True, mode=0o700)
-    if not private_directory(path.parent):
-        raise CommandError(
-            f"{path.parent} (or the directory holding it) is not only this user's: the "
-            "daemon's socket would be open to others; remove it, or set XDG_RUNTIME_DIR"
-        )
+    os.close(_checked(path))
     if _ping(path) is not None:
         raise CommandError("a daemon of this configuration runs already")
     path.unlink(missing_ok=True)  # (a killed daemon's socket)

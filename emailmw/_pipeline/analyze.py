@@ -17,6 +17,7 @@ import re
 import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -470,6 +471,19 @@ class _EarlyPlots:
         return dict(self._drawn)
 
 
+def _check_writable(out: Path, given: Path) -> None:
+    """One line before anything is read when ``out`` takes no file (was: the archive landed
+    first, for minutes, and the first write failed). By trying, as permissions alone do
+    not say it for root or a read-only mount."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".emailmw-write-check-", dir=out)
+    except OSError as exc:
+        raise ConfigError(f"cannot write in it ({exc.strerror or exc}): choose a directory "
+                          "you can write", source=f"--out {given}") from None  # fmt: skip
+    os.close(fd)
+    os.unlink(probe)
+
+
 def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     """Run the whole job; returns the summary figures."""
     started = time.monotonic()
@@ -478,6 +492,10 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:  # a file on the way, or at the end
         raise ConfigError("not a directory", source=f"--out {request.out}") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot make it ({exc.strerror or exc}): choose a directory you "
+                          "can write", source=f"--out {request.out}") from None  # fmt: skip
+    _check_writable(out, request.out)
     _preflight(request.master)
     archives, earlier = _classify(request)
     if archives and not earlier and all(_holds_no_mail(a) for a in archives):
@@ -511,7 +529,12 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
 
     # the driver's share of the landing, while the JVM starts: the archives listed into
     # units of work (cheap: no email is read); the executors parse them
-    units = list_units(archives)
+    skipped: list[str] = []
+    units = list_units(archives, skipped)
+    if skipped:
+        first = os.fsencode(skipped[0]).decode("utf-8", "backslashreplace")
+        _say(f"left out {len(skipped)} file(s) whose names are not UTF-8 (not emailmw's: "
+             f"rename them to land them), the first: {first}")  # fmt: skip
     states = mbox_states(archives, units)
     landing = out / "_landing"
     # a source this output landed before: only what it gained since is landed

@@ -444,7 +444,7 @@ MAILDIR_UNIT_FILES: Final = 20_000
 MBOX_UNIT_BYTES: Final = 32 << 20
 
 
-def _maildir_units(source: Source) -> Iterator[dict[str, Any]]:
+def _maildir_units(source: Source, skipped: list[str]) -> Iterator[dict[str, Any]]:
     groups: list[dict[str, Any]] = []
     size = 0
     for maildir, mailbox in maildirs(source.path):
@@ -460,6 +460,9 @@ def _maildir_units(source: Source) -> Iterator[dict[str, Any]]:
             with scanned as entries:
                 while read := list(itertools.islice(entries, MAILDIR_UNIT_FILES - size)):
                     names = [entry.name for entry in read if entry.is_file()]
+                    if not all(map(_utf8, names)):  # (not landed: a column holds text)
+                        skipped += [os.path.join(directory, n) for n in names if not _utf8(n)]
+                        names = [name for name in names if _utf8(name)]
                     if not names:
                         continue
                     groups.append({"directory": directory, "mailbox": mailbox, "names": names})
@@ -471,7 +474,17 @@ def _maildir_units(source: Source) -> Iterator[dict[str, Any]]:
         yield {"kind": "maildir", "groups": groups}
 
 
-def _mbox_units(source: Source) -> Iterator[dict[str, Any]]:
+def _utf8(name: str) -> bool:
+    """Whether a file name is UTF-8 (``os`` gives other bytes as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _mbox_units(source: Source, skipped: list[str]) -> Iterator[dict[str, Any]]:
+    del skipped  # (an mbox's messages have no names)
     pieces = max(1, -(-source.path.stat().st_size // MBOX_UNIT_BYTES))
     for start, end in _mbox_ranges(source.path, pieces):
         yield {
@@ -483,18 +496,20 @@ def _mbox_units(source: Source) -> Iterator[dict[str, Any]]:
         }
 
 
-def list_units(sources: Iterable[Source]) -> pa.Table:
+def list_units(sources: Iterable[Source], skipped: list[str] | None = None) -> pa.Table:
     """The units of work that land ``sources`` (UNIT_SCHEMA): the driver's share of the
     landing, a directory walk (``os.scandir``: 0.2 s at 200k files) and a few searches for
-    mbox message boundaries; no email is read."""
+    mbox message boundaries; no email is read. A Maildir file whose name is not UTF-8 is
+    left out, its path added to ``skipped`` (was: the whole run ended in a traceback)."""
     rows: list[dict[str, Any]] = []
     listed: set[str] = set()
+    left_out: list[str] = [] if skipped is None else skipped
     for source in sources:
         if source.digest in listed:
             continue  # a source named twice (or by another path to it) lands once
         listed.add(source.digest)
         make = _maildir_units if source.kind == "maildir" else _mbox_units
-        for unit in make(source):
+        for unit in make(source, left_out):
             rows.append({"src": source.digest, "source": source.label, **unit})
     return pa.Table.from_pylist(rows, schema=UNIT_SCHEMA)
 

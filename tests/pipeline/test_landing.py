@@ -266,6 +266,24 @@ def test_a_source_named_twice_is_listed_once(tmp_path: Path) -> None:
     assert twice.num_rows == once.num_rows == 1
 
 
+def test_a_maildir_file_whose_name_is_not_utf8_is_left_out_and_named(tmp_path: Path) -> None:
+    """(#61) One file whose name is not UTF-8 (``os`` gives its bytes as lone surrogates)
+    among others: left out of the units and named for the terminal's line; was a
+    ``UnicodeEncodeError`` traceback from the listing, nothing said which file."""
+    import os
+
+    raw = build(publish_email("/t", "x", recipients=R, gid=Gid(1), sequence_number=0,
+                              timestamp_ns=1))  # fmt: skip
+    root = _maildir(tmp_path / "md", {"good:2,S": raw})
+    bad = os.fsdecode(b"bad\xff\xfename:2,S")
+    (root / "cur" / bad).write_bytes(raw)
+    skipped: list[str] = []
+    units = list_units([Source("maildir", root, "md")], skipped)
+    names = [n for unit in units.to_pylist() for g in unit["groups"] for n in g["names"]]
+    assert names == ["good:2,S"]
+    assert skipped == [str(root / "cur" / bad)]
+
+
 def _maildir(root: Path, files: dict[str, bytes]) -> Path:
     for sub in ("cur", "new", "tmp"):
         (root / sub).mkdir(parents=True, exist_ok=True)

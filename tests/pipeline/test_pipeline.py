@@ -681,6 +681,8 @@ def test_bad_input_is_one_line_said_within_seconds(tmp_path: Path) -> None:
     mbox = generate(topics=1, services=0).write_mbox(tmp_path / "a.mbox")
     out = str(tmp_path / "out")
     _one_line(_analyze_cli("/etc/passwd", "--out", out), "not an mbox file")
+    # an --out nobody may write in (root neither): said before the archive is read
+    _one_line(_analyze_cli(str(mbox), "--out", "/sys/kernel"), "--out /sys/kernel: cannot write")
     _one_line(_analyze_cli(str(mbox), "--out", out, "--master", "spork://x"), "not a Spark master")
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))

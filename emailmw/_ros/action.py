@@ -61,6 +61,8 @@ _TERMINAL: Final = frozenset(
     {GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED}
 )
 _ACTION_INFIX: Final = "/_action/"
+#: how many ended goals' feedback callbacks a client keeps for feedback arriving late
+ENDED_KEPT: Final = 64
 
 
 class GoalResponse(enum.Enum):
@@ -637,9 +639,10 @@ class ActionClient(_ActionEnd[ServiceClient, Subscription]):
         self._feedback_callbacks: dict[bytes, Callable[[Any], Any]] = {}
         self._heard: dict[bytes, float] = {}  # active goal -> when its server last spoke
         self._quiet: set[bytes] = set()  # active goals silent past server_timeout (said)
-        # goals whose result came: their feedback callbacks go once the feedback read
-        # before it is handed over (it is read in the executor, the result on arrival)
-        self._ended: set[bytes] = set()
+        # goals whose result came, oldest first: their feedback callbacks stay for the last
+        # ENDED_KEPT of them (mail between servers can overtake: feedback published before
+        # the result may arrive after it, and is still the goal's)
+        self._ended: dict[bytes, None] = {}
         self._end(prefix, ServiceClient, Subscription)
 
     def graph_entries(self) -> dict[str, list[tuple[str, str]]]:
@@ -664,11 +667,6 @@ class ActionClient(_ActionEnd[ServiceClient, Subscription]):
         got = self._feedback.get_message_with_info()
         if got is not None:
             work += self._on_feedback(got[0])
-        elif self._ended:
-            with self._lock:
-                for key in self._ended:
-                    self._feedback_callbacks.pop(key, None)
-                self._ended.clear()
         self._check_lost(now)
         return work
 
@@ -773,7 +771,9 @@ class ActionClient(_ActionEnd[ServiceClient, Subscription]):
     ) -> Future[ClientGoalHandle]:
         """Send ``goal``; the future completes with its :class:`ClientGoalHandle` once the
         server answered (``accepted`` says whether it took it). ``feedback_callback``
-        gets each ``FeedbackMessage`` of the goal, in the executor."""
+        gets each ``FeedbackMessage`` of the goal, in the executor, also one that arrives
+        after the goal's result (mail can overtake mail; kept for the last
+        64 goals that ended)."""
         kind = self.action_type
         if not isinstance(goal, kind.Goal):
             raise ArgumentTypeError(f"{kind.name} goal expected, got {goal!r}")
@@ -837,7 +837,11 @@ class ActionClient(_ActionEnd[ServiceClient, Subscription]):
             handle.update_status(response.status)
             with self._lock:
                 self._heard.pop(key, None)
-                self._ended.add(key)
+                self._ended[key] = None
+                while len(self._ended) > ENDED_KEPT:
+                    oldest = next(iter(self._ended))
+                    del self._ended[oldest]
+                    self._feedback_callbacks.pop(oldest, None)
             executor = self._node.executor
             if executor is not None:
                 executor.wake()

@@ -395,8 +395,11 @@ def plan(
                 take[member] = part
                 room -= len([u for u in part if u not in parts])
             left = left or len(part) < len(uids)
-        if left:
-            return Plan([], take)  # what the dead held goes before anything newer
+        if left or take:
+            # what the dead held goes before anything newer, and is read before anything
+            # newer is claimed: its messages say where each publisher is (was: claimed in
+            # the same round, a message past one still missing went first)
+            return Plan([], take)
         ready = []
         for uid, waited in waiting:  # in send order: stop at the first still settling
             if waited < settings.reorder or (uid in gaps and waited < settings.gap_wait):

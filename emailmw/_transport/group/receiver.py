@@ -698,8 +698,11 @@ class GroupReceiver(EmailReceiver):
         # what it may hold: the receive budget full, no room at all (back-pressure)
         limit = self._limit if self._budget is None or self._budget.has_room() else held
         standby = self._mode == "stateful" and (not self._alive or self._alive[0] != self.member)
-        if standby:
-            self._next_seq.clear()  # (what it knew of the order is the active member's now)
+        if standby and self._alive:
+            # (what it knew of the order is the active member's now; was: also cleared
+            # while it saw no live member at all, a members read that failed: back first, it
+            # had forgotten where each publisher was, and claimed past a missing message)
+            self._next_seq.clear()
         full = held >= limit and not joining  # (the rest of a message it joins: claimed)
         if not lapsed and not self._dead and (full or standby or not healthy):
             # nothing to claim or take: no IMAP command, unless claims wait for room (or
@@ -902,6 +905,8 @@ class GroupReceiver(EmailReceiver):
             dead_keys, joiners = self._part_keys(store, dead_claims, alive)
             if self._split_wanted:
                 self._split(store, alive)
+            if self._mode == "stateful" and self._unfetched:
+                waiting = []  # (what it took is read first: it says where each publisher is)
             work = plan(self._mode, self.member, alive, dead_claims, waiting, held,
                         self.settings, limit, self._weights, self._keys,
                         frozenset(self._parts), dead_keys, joiners,
@@ -960,10 +965,21 @@ class GroupReceiver(EmailReceiver):
         with self._lock:
             gone = [k for k in self._held if k[0] != self.member or k[1] not in listed]
         self._lose(gone, "taken over while its lease had lapsed")
+        if self._mode == "stateful" and (gone or self._others_hold()):
+            # another member was active meanwhile (it took these claims, or holds claims of
+            # its own): it stays so; this one steps back, at the end of the order (was: it
+            # went on as a second active member, handing out a message while an earlier one
+            # of its publisher was with the other: out of order)
+            self._new_membership("another member became active while its lease had lapsed")
+            return
         last = self._last_beat
         self._lease.start(last[0] if last is not None else self._clock())
         self._in_lapse = False
         self._changed()
+
+    def _others_hold(self) -> bool:
+        """(stateful, under the claim lock) Whether another live member holds claims."""
+        return any(self._store.claimed(member) for member in self._alive if member != self.member)
 
     def _watch_lock(self, now: float, healthy: bool, work: bool) -> None:
         """The first live member, with ``work`` waiting in the group (inbox mail, a dead

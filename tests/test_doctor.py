@@ -343,3 +343,27 @@ def test_folder_roles_features_profile_and_the_day_s_sending(tmp_path: Path) -> 
     check = _doctor.judge_sending(limited, now)
     assert check is not None
     assert check.status is Status.WARN
+
+
+def test_doctor_says_what_the_provider_profile_filled_in(tmp_path: Path) -> None:
+    # (#58: a profile's servers, login and limits were invisible: an Outlook.com account
+    # with provider: outlook had Exchange Online's limits and nothing said so)
+    path = tmp_path / "email.yml"
+    path.touch(mode=0o600)
+    path.write_text(
+        "email:\n  provider: gmail\n  user:\n    username: ann@gmail.com\n"
+        "    password: Pw-91c7-secret\n  limits: {emails-per-day: 200}\n"
+        "  recipients: {to: ann@gmail.com}\n  on-receive: delete\n"
+    )
+
+    def offline(_: emailmw.Options) -> ServerProbe:
+        raise RuntimeError("not reached in this test")
+
+    checks, _ = _doctor.run(str(path), smtp=offline, imap=offline)
+    (profile,) = [c for c in checks if c.name == "provider"]
+    assert profile.status is Status.PASS
+    assert profile.message == (
+        "gmail: the servers are the profile's; it filled in "
+        "user.url-smtp smtps://smtp.gmail.com:465, user.url-imap imaps://imap.gmail.com:993, "
+        "limits.recipients-per-email 100, limits.max-connections 15, on-receive move:\\Trash"
+    )

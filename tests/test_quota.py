@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -162,6 +163,37 @@ def test_the_outbox_paces_and_batches_grow_instead(closing: Callable[[Outbox], O
     assert carried >= 40
 
 
+def test_pacing_is_said_once_while_it_lasts_not_once_an_email(
+    closing: Callable[[Outbox], Outbox], caplog: pytest.LogCaptureFixture
+) -> None:
+    """(#58: the pacing line came once per email) 300 a minute, a burst of 30: 40 emails
+    sent one after the other, the last 10 each waiting its slot, are one pacing episode:
+    one line."""
+    submitter = Recording()
+    outbox = closing(_outbox(submitter, limits={"emails-per-minute": 300}))
+    with caplog.at_level(logging.INFO, logger="emailmw"):
+        for i in range(40):
+            outbox.send(_email(i))  # (the server guarantee: accepted before the next)
+    assert len(submitter.envelopes) == 40
+    lines = [r.getMessage() for r in caplog.records if "sending paced by" in r.getMessage()]
+    assert len(lines) == 1, lines
+
+
+def test_a_throttled_sender_without_limits_is_told_which_to_set(
+    closing: Callable[[Outbox], Outbox], caplog: pytest.LogCaptureFixture
+) -> None:
+    too_much = SendError("421 4.7.0 Try again later", temporary=True, throttled=True)
+    for limits, suggested in (({}, True), ({"emails-per-day": 500}, False)):
+        caplog.clear()
+        submitter = Recording(too_much)
+        outbox = closing(_outbox(submitter, limits=limits))
+        with caplog.at_level(logging.WARNING, logger="emailmw"):
+            outbox.send(_email(0), guarantee="memory")
+            assert outbox.flush(10)
+        (line,) = [r.getMessage() for r in caplog.records if "throttles" in r.getMessage()]
+        assert ("set email.limits (emails-per-minute, emails-per-day)" in line) == suggested
+
+
 def test_a_throttling_answer_holds_sending_and_loses_nothing(
     closing: Callable[[Outbox], Outbox],
 ) -> None:
@@ -215,7 +247,7 @@ def test_a_provider_profile_fills_in_what_is_left_out_and_every_value_overrides(
     assert gmail.limits == SendLimits(
         emails_per_day=500, recipients_per_email=100, max_connections=15
     )
-    mine = load_options({"email": {"provider": "outlook", **recipients,
+    mine = load_options({"email": {"provider": "exchange-online", **recipients,
                                    "limits": {"emails-per-minute": 10},
                                    "user": {"username": "r@contoso.com", "auth": "oauthbearer",
                                             "token-command": "t",
@@ -226,7 +258,15 @@ def test_a_provider_profile_fills_in_what_is_left_out_and_every_value_overrides(
         "imaps://imap.contoso.com:993",
     )
     assert str(mine.user.smtp) == "smtp://smtp.office365.com:587"
-    assert mine.limits == SendLimits(emails_per_minute=10, recipients_per_email=500)
+    assert mine.limits == SendLimits(
+        emails_per_minute=10, emails_per_day=10000, recipients_per_email=500
+    )
+    # Outlook.com, a personal account: its own submission server, a personal account's limits
+    personal = load_options({"email": {"provider": "outlook", **recipients, "user": {
+        "username": "r@outlook.com", "token-command": "t"}}})  # fmt: skip
+    assert personal.user is not None
+    assert str(personal.user.smtp) == "smtp://smtp-mail.outlook.com:587"
+    assert personal.limits == SendLimits(emails_per_day=300, recipients_per_email=100)
     with pytest.raises(ConfigError, match=r"key 'email\.provider': expected one of gmail"):
         load_options({"email": {"provider": "hotmail", **recipients}})
 

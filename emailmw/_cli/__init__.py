@@ -37,6 +37,7 @@ COMMANDS: Final = {
     "launch": "start the nodes of a YAML or XML launch file",
     "daemon": "the graph daemon that answers the command line quickly",
     "doctor": "check the configuration, servers, TLS, login, clock, keys and graph",
+    "config": "the loaded configuration: show",
     "analyze": "traffic analytics of mail archives (Spark)",
     "security": "keystores and identities (docs/security.md)",
     "gateway": "relay routed messages between hubs (docs/addressing.md)",

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["PROVIDERS", "Provider", "with_profile"]
+__all__ = ["PROVIDERS", "Provider", "filled_in", "with_profile"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,14 +43,27 @@ PROVIDERS: Final[dict[str, Provider]] = {
     for p in (
         _gmail("gmail", 500),
         _gmail("gmail-workspace", 2000),
+        # Outlook.com (a personal Microsoft account: outlook.com, hotmail.com, live.com)
+        # and Exchange Online (Microsoft 365 work or school accounts) share the IMAP server
+        # and the login, not the submission server nor the limits
         Provider(
             "outlook",
+            {
+                "url-smtp": "smtp://smtp-mail.outlook.com:587",
+                "url-imap": "imaps://outlook.office365.com:993",
+                "auth": "oauth2",
+            },
+            {"emails-per-day": 300, "recipients-per-email": 100},
+            "OAuth2 (XOAUTH2): Microsoft turned basic authentication off",
+        ),
+        Provider(
+            "exchange-online",
             {
                 "url-smtp": "smtp://smtp.office365.com:587",
                 "url-imap": "imaps://outlook.office365.com:993",
                 "auth": "oauth2",
             },
-            {"emails-per-minute": 30, "recipients-per-email": 500},
+            {"emails-per-minute": 30, "emails-per-day": 10000, "recipients-per-email": 500},
             "OAuth2 (XOAUTH2): Microsoft turned basic authentication off",
         ),
         Provider(
@@ -93,4 +106,20 @@ def with_profile(email: Mapping[str, Any], provider: Provider) -> dict[str, Any]
         given = email.get(key)
         if defaults and (given is None or isinstance(given, Mapping)):
             out[key] = {**defaults, **(given or {})}
+    return out
+
+
+def filled_in(email: Mapping[str, Any], provider: Provider) -> list[tuple[str, Any]]:
+    """What ``provider`` sets in the ``email:`` mapping ``email`` (as the file gives it,
+    before :func:`with_profile`): each key the file leaves out, as ``(key, value)`` with
+    its full name (``user.url-smtp``, ``limits.emails-per-day``, ``on-receive``)."""
+    out: list[tuple[str, Any]] = []
+    for key, defaults in (("user", provider.user), ("limits", provider.limits)):
+        given = email.get(key)
+        if given is not None and not isinstance(given, Mapping):
+            continue  # (a value of another kind: the configuration's own error)
+        out += [(f"{key}.{name}", value) for name, value in defaults.items()
+                if name not in (given or {})]  # fmt: skip
+    if provider.delete is not None and email.get("on-receive") == "delete":
+        out.append(("on-receive", provider.delete))
     return out

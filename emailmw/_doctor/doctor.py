@@ -19,15 +19,15 @@ import platform
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, cast
 
-from .._core.config import Options, find_config_file, load_options
+from .._core.config import Options, find_config_file, load_options, read_yaml
 from .._core.errors import EmailMWError
 from .._core.log import redact
-from .._core.providers import PROVIDERS
+from .._core.providers import PROVIDERS, filled_in
 from .._core.qos import (
     DurabilityPolicy,
     QoSCompatibility,
@@ -263,12 +263,21 @@ def judge_roles(probe: ServerProbe, options: Options) -> list[Check]:
     return out
 
 
-def judge_profile(options: Options) -> Check | None:
+def judge_profile(options: Options, given: Mapping[str, Any] | None = None) -> Check | None:
     """With ``provider:``, whether the servers are the provider's (else its limits and
-    quirks are another provider's)."""
+    quirks are another provider's), and what the profile filled in of ``given`` (the
+    ``email:`` mapping as the file gives it): servers, login, limits, folder roles."""
     provider = PROVIDERS.get(options.provider or "")
     if provider is None or options.user is None or not provider.user:
         return None
+    filled = filled_in(given, provider) if given is not None else []
+    said = (
+        "; it filled in " + ", ".join(f"{key} {value}" for key, value in filled)
+        if filled
+        else "; it filled in nothing (the file gives every value)"
+        if given is not None
+        else ""
+    )
     wrong = []
     for key, url in (("url-smtp", options.user.smtp), ("url-imap", options.user.imap)):
         expected = provider.user.get(key, "")
@@ -279,9 +288,21 @@ def judge_profile(options: Options) -> Check | None:
         return _warn(
             "provider",
             f"provider {provider.name}, but {'; '.join(wrong)}: its limits and quirks are "
-            f"{provider.name}'s; remove provider: or fix the URL",
+            f"{provider.name}'s; remove provider: or fix the URL{said}",
         )
-    return _pass("provider", f"{provider.name}: the servers are the profile's")
+    return _pass("provider", f"{provider.name}: the servers are the profile's{said}")
+
+
+def _email_mapping(path: Path) -> Mapping[str, Any] | None:
+    """The ``email:`` mapping of the configuration file as it is written (read again: the
+    options hold it with the profile merged in); None if it cannot be had."""
+    try:
+        data = read_yaml(path)
+    except EmailMWError:
+        return None
+    if isinstance(data, Mapping) and isinstance(data.get("email"), Mapping):
+        return cast("Mapping[str, Any]", data["email"])
+    return data if isinstance(data, Mapping) else None
 
 
 def judge_sending(options: Options, now: float) -> Check | None:
@@ -560,7 +581,7 @@ def run(
     except EmailMWError as exc:
         return [_fail("config", str(exc))], None
     checks = [_config_check(options, path)]
-    profile = judge_profile(options)
+    profile = judge_profile(options, _email_mapping(path))
     if profile is not None:
         checks.append(profile)
     if _mode(path) & 0o077 and options.user is not None:

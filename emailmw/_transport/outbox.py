@@ -81,6 +81,9 @@ _BACKOFF_MAX: Final = 2.0
 _AUTH_BACKOFF_MAX: Final = 30.0
 #: after a server's answer that the account sends too much (421, 4.7.x, 5.4.5): all sending
 #: waits, from this long, doubling up to the maximum
+#: how long sending goes without a hold of the budget before a pacing episode is over
+#: (the next hold is said again: one line an episode, not one an email)
+_PACING_OVER_S: Final = 60.0
 _THROTTLE_MIN: Final = 1.0
 _THROTTLE_MAX: Final = 300.0
 #: what an attempt returns when the outbox closes before the email was sent (it stays in
@@ -329,6 +332,7 @@ class Outbox(EmailSender):
         self._budget = SendBudget(options.limits)
         self._ledger = self._open_ledger(options)
         self._held_by = ""  # what holds sending now (logged once per episode)
+        self._held_at = 0.0  # (when it last held: an episode ends after _PACING_OVER_S)
         self._throttle = _THROTTLE_MIN
         self._day_warned = 0.0
         self._health = Health("sending", "retrying; a refused login every 30 s or less")
@@ -580,7 +584,8 @@ class Outbox(EmailSender):
                 self._note_hold()
                 self._cond.wait(hold)
                 continue
-            self._held_by = ""  # (the episode is over: the next hold is said again)
+            if self._held_by and time.monotonic() - self._held_at > _PACING_OVER_S:
+                self._held_by = ""  # (the episode is over: the next hold is said again)
             full = len(run) >= head.batch.max_messages
             remaining = until - time.monotonic()
             if not batching or head.idle or full or remaining <= 0 or self._closed:
@@ -643,9 +648,11 @@ class Outbox(EmailSender):
     def _note_hold(self) -> None:
         """One log line when the budget starts holding sending (not one per email)."""
         now = time.monotonic()
+        self._held_at = now
         holder = self._budget.holder(now)
-        if holder != self._held_by:
-            self._held_by = holder
+        which = holder.partition(" (")[0]  # (the limit, not how much of it is used)
+        if which != self._held_by:
+            self._held_by = which
             _log.info("%s: sending paced by %s; batches gather what waits", self, holder)
         left = self._budget.day_left_s(now)
         if left is not None and left < 3600 and now - self._day_warned > 3600:
@@ -836,9 +843,14 @@ class Outbox(EmailSender):
                 error: TransportError = exc
                 if exc.throttled:
                     self._budget.throttled(time.monotonic(), self._throttle)
+                    limits = self._options.limits
+                    unpaced = limits.emails_per_minute is None and limits.emails_per_day is None
                     _log.warning(
-                        "%s: the server throttles sending (%s): holding all sending %.0f s",
+                        "%s: the server throttles sending (%s): holding all sending %.0f s%s",
                         self, exc, self._throttle,
+                        "; set email.limits (emails-per-minute, emails-per-day) to what the "
+                        "provider allows, or a provider: profile, so that sending is paced "
+                        "instead of throttled (docs/providers.md)" if unpaced else "",
                     )  # fmt: skip
                     wait = self._throttle
                     self._throttle = min(self._throttle * 2, _THROTTLE_MAX)

@@ -465,14 +465,15 @@ class ServiceClient(_Entity, Waitable):
     else any identity the permissions grant to serve it (as in SROS2). A response from
     another identity, or unsigned, is dropped and counted like a forgery.
 
-    ``only_recipients``: accept a response only from an account the request was sent to
-    (its signed ``From`` one of the request's To, Cc and Bcc addresses, its signature
-    verified): an identity with the serve grant that answers from another account is
-    dropped like a forgery. Off by default, as in SROS2 (any identity with the serve grant
-    may answer), because a server may answer from an account other than the one the
-    request was addressed to (an alias, or several accounts serving one service). It
-    narrows who may answer to the accounts the request was for; it cannot tell two
-    identities apart that sign as the same account (``servers`` pins identities).
+    ``only_recipients``: accept a response only from the identity bound to an account the
+    request was sent to: its signature verified, its signer bound to its ``From`` account
+    (``accounts`` in the permissions file) and that account one of the request's To, Cc
+    and Bcc addresses. Another identity with the serve grant is dropped like a forgery,
+    whether it answers from its own account or writes the server's in ``From``. Raises
+    :class:`~emailmw.ConfigError` when the permissions file binds no identity to a
+    recipient account. Off by default, as in SROS2 (any identity with the serve grant may
+    answer), because a server may answer from an account other than the one the request
+    was addressed to (an alias, or several accounts serving one service).
 
     A response to :meth:`send_request` counts as taken when :meth:`get_response` returns
     it (with a ``state-file``, a restarted process gets it again until then); one to
@@ -517,8 +518,19 @@ class ServiceClient(_Entity, Waitable):
         self._recipients = ctx.options.recipients
         # the accounts a response may come from (only_recipients), as bare addresses
         self._answering: frozenset[str] | None = (
-            frozenset(address_of(a) for a in self._recipients.all) if only_recipients else None
+            frozenset(address_of(a).lower() for a in self._recipients.all)
+            if only_recipients
+            else None
         )
+        self._permissions = ctx.security.permissions
+        if self._answering is not None and (
+            self._permissions is None or not self._permissions.bound_to(self._answering)
+        ):
+            raise ConfigError(
+                f"{self!r}: only_recipients= needs the permissions file to bind the identity "
+                f"that answers to its account: add accounts: [{min(self._answering)}] to "
+                "that identity (docs/security.md, Permissions)"
+            )
         self._guarantee = ctx.check_guarantee(None)
         ctx.register_client(self.gid.value, self)
 
@@ -544,10 +556,7 @@ class ServiceClient(_Entity, Waitable):
             entry is not None
             and email.in_reply_to == entry[1][0]
             and (self._servers is None or info.identity in self._servers)
-            and (
-                self._answering is None
-                or (info.identity is not None and address_of(email.from_) in self._answering)
-            )
+            and (self._answering is None or self._answered_by_recipient(email, info))
         )
         if entry is None or not wanted:
             with self._lock:
@@ -574,6 +583,19 @@ class ServiceClient(_Entity, Waitable):
         future.set_result((email.body, info))
         ticket.release()  # taken by its future (or abandoned meanwhile): settled
         self._notify()
+
+    def _answered_by_recipient(self, email: Email, info: ServiceInfo) -> bool:
+        """(``only_recipients``) The response is signed by an identity bound to its
+        ``From`` account (``accounts`` in the permissions file), one the request went to.
+        (Was: ``From`` alone, which the signer writes: another identity with the serve
+        grant could write the server's account there and answer first.)"""
+        sender = address_of(email.from_).lower()
+        return (
+            info.identity is not None
+            and sender in (self._answering or ())
+            and self._permissions is not None
+            and self._permissions.answers_from(info.identity, sender)
+        )
 
     def _is_ready(self) -> bool:
         return any(f.done() for f in self._waiting.values())

@@ -16,6 +16,13 @@ A YAML file in the spirit of SROS2's permissions (grants per identity, default d
         floctrl: {as: ["/plant/line1"], to: ["/plant/*"], topics: [status]}
       gw:
         relay: ["/stem/far", "/ymp/**"]
+      adder:
+        serve: [/add_two_ints]
+        accounts: [adder@lab.example]
+
+``accounts`` names the mail accounts (addresses) the identity answers from: a client with
+``only_recipients`` accepts a response only from an identity bound to the account the
+request went to (:meth:`Permissions.answers_from`).
 
 ``relay`` names ``/FACE/HUB``: the routed mail (of that face, to that hub) the identity may
 relay as a hub or gateway (every relay a message names in ``Route-Via`` needs it, checked
@@ -102,6 +109,19 @@ class Permissions:
         patterns = self.grants.get(identity, {}).get(action, ())
         return any(name_matches(pattern, name) for pattern in patterns)
 
+    def answers_from(self, identity: str, address: str) -> bool:
+        """True when ``identity`` is bound to the account ``address`` (its ``accounts``,
+        compared as bare lower-case addresses)."""
+        accounts = self.grants.get(identity, {}).get("accounts", ())
+        return address.strip().lower() in {a.lower() for a in accounts}
+
+    def bound_to(self, addresses: frozenset[str]) -> bool:
+        """True when some identity is bound to one of ``addresses`` (bare, lower-case)."""
+        return any(
+            a.lower() in addresses for grants in self.grants.values()
+            for a in grants.get("accounts", ())
+        )  # fmt: skip
+
     @classmethod
     def from_mapping(cls, data: Any, source: str = "<dict>") -> Permissions:
         """Validate a parsed permissions document; :class:`ConfigError` naming file and key."""
@@ -141,8 +161,11 @@ class Permissions:
                             listed_patterns, source, f"{key}.{name}", plain=sub in declared.plain
                         )
                     continue
+                if action == "accounts":
+                    grants[identity][action] = _accounts(patterns, source, f"{key}.{action}")
+                    continue
                 if action not in ACTIONS:
-                    expected = ", ".join((*ACTIONS, *face_names()))
+                    expected = ", ".join((*ACTIONS, "accounts", *face_names()))
                     raise ConfigError(f"unknown action (expected one of: {expected})",
                                       source=source, key=f"{key}.{action}")  # fmt: skip
                 grants[identity][action] = _patterns(patterns, source, f"{key}.{action}")
@@ -167,6 +190,24 @@ def _patterns(patterns: Any, source: str, key: str, *, plain: bool = False) -> t
             raise ConfigError(f"expected {what}, got {pattern!r}", source=source,
                               key=f"{key}[{index}]")  # fmt: skip
     return tuple(items)
+
+
+def _accounts(addresses: Any, source: str, key: str) -> tuple[str, ...]:
+    """An identity's ``accounts``: bare addresses (``name@domain``)."""
+    items = [] if addresses is None else addresses
+    if isinstance(items, str):
+        items = [items]
+    if not isinstance(items, list):
+        raise ConfigError("expected a list of addresses", source=source, key=key)
+    for index, address in enumerate(items):
+        if (
+            not isinstance(address, str)
+            or address.count("@") != 1
+            or any(c in address for c in " <>\r\n\x00\t,")
+        ):
+            raise ConfigError(f"expected an address (name@domain), got {address!r}",
+                              source=source, key=f"{key}[{index}]")  # fmt: skip
+    return tuple(a.strip() for a in items)
 
 
 def load_permissions(path: str | Path) -> Permissions:

@@ -87,7 +87,7 @@ Made = Callable[..., emailmw.Context]
 @pytest.fixture
 def made(email_context: MakeContext, keystore: Keystore) -> Made:
     def make(address: str, identity: str, transport: str = "native", **extra: Any) -> Any:
-        more = {k: extra.pop(k) for k in ("encrypt",) if k in extra}
+        more = {k: extra.pop(k) for k in ("encrypt", "permissions") if k in extra}
         return email_context(address, transport=transport, **transport_extra(transport),
                              **secure(keystore, identity, **more), **extra)  # fmt: skip
 
@@ -521,21 +521,26 @@ def test_a_receiver_down_longer_than_the_window_loses_nothing_and_still_refuses_
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("accepts", ["servers", "only_recipients"])
+@pytest.mark.parametrize("accepts", ["servers", "only_recipients", "only_recipients_from"])
 def test_a_client_takes_responses_only_from_the_servers_it_accepts(
     mailserver: MailServer,
     account: Callable[[], str],
     made: Made,
+    keystore: Keystore,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     transport: str,
     accepts: str,
 ) -> None:
     """robot may serve /add (on its own account), but the client accepts arm only
-    (``servers``), or the account it sent the request to only (``only_recipients``): its
-    forged answer to the client's pending call is dropped; the real one returns."""
+    (``servers``), or the identity bound to the account it sent the request to only
+    (``only_recipients``, the client's permissions file saying which account each serves
+    from): robot's forged answer to the client's pending call is dropped, also when robot
+    writes the server's account in ``From:`` (``only_recipients_from``: was accepted, the
+    pin compared the From the signer chose); the real one returns."""
     from .test_security_server import _read_request
 
-    client_box, server_box = account(), account()
+    client_box, server_box, robot_box = account(), account(), account()
     release = threading.Event()
 
     def add(request: str) -> str:
@@ -543,7 +548,14 @@ def test_a_client_takes_responses_only_from_the_servers_it_accepts(
         return str(sum(map(int, request.split())))
 
     emailmw.ServiceServer("/add", add, context=made(server_box, "arm", to=client_box))
-    client_ctx = made(client_box, "talker", transport, to=server_box)
+    bound = tmp_path / "permissions.yaml"
+    robot_grants = "  robot: {publish: [/secret], serve: [/add]"
+    bound.write_text(
+        PERMISSIONS.replace(
+            "    serve: [/add]\n", f"    serve: [/add]\n    accounts: [{server_box}]\n", 1
+        ).replace(robot_grants, f"{robot_grants}, accounts: [{robot_box}]")
+    )
+    client_ctx = made(client_box, "talker", transport, to=server_box, permissions=str(bound))
     option: dict[str, Any] = {"servers": ["arm"]} if accepts == "servers" else {
         "only_recipients": True}  # fmt: skip
     client = emailmw.ServiceClient("/add", context=client_ctx, **option)
@@ -551,8 +563,9 @@ def test_a_client_takes_responses_only_from_the_servers_it_accepts(
     caller = threading.Thread(target=lambda: answer.append(client.call("2 3", 60)))
     caller.start()
     request = _read_request(mailserver, server_box)
-    robot = made(account(), "robot", to=client_box)
-    forged = Email("/add", "666", to=(client_box,), in_reply_to=request["message-id"],
+    robot = made(robot_box, "robot", to=client_box)
+    sender = {"from_": server_box} if accepts == "only_recipients_from" else {}
+    forged = Email("/add", "666", to=(client_box,), **sender, in_reply_to=request["message-id"],
                    references=(request["message-id"],), headers={
                        "Source-Timestamp": str(time.time_ns()),
                        "Client-GID": request["client-gid"],

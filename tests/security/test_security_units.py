@@ -208,6 +208,37 @@ def test_a_permissions_file_with_a_mistake_names_file_and_key(tmp_path: Path) ->
     assert perms.allows("talker", "publish", "/_emailmw/graph")
 
 
+def test_an_identity_is_bound_to_the_accounts_it_answers_from(tmp_path: Path) -> None:
+    path = tmp_path / "permissions.yaml"
+    path.write_text("identities:\n  robot:\n    accounts: [robot@lab, 'a b@lab']\n")
+    with pytest.raises(ConfigError, match=r"identities.robot.accounts\[1\]'.*an address"):
+        load_permissions(path)
+    path.write_text("identities:\n  robot:\n    serve: [/add]\n    accounts: Robot@Lab\n")
+    perms = load_permissions(path)
+    assert perms.answers_from("robot", "robot@lab")
+    assert not perms.answers_from("robot", "arm@lab")
+    assert not perms.answers_from("talker", "robot@lab")
+    assert perms.bound_to(frozenset({"robot@lab"}))
+    assert not perms.bound_to(frozenset({"arm@lab"}))
+
+
+def test_only_recipients_without_an_identity_bound_to_the_account_is_one_line(
+    keystore: Keystore, tmp_path: Path
+) -> None:
+    path = tmp_path / "permissions.yaml"
+    path.write_text("identities:\n  talker:\n    call: [/add]\n  robot: {serve: [/add]}\n")
+    security = {"keystore": str(keystore.path), "identity": "talker", "permissions": str(path)}
+    config = {"email": {"recipients": {"to": "robot@lab"}, "security": security}}
+    with (
+        emailmw.Context(config) as ctx,
+        pytest.raises(ConfigError, match=r"add accounts: \[robot@lab\] to that identity"),
+    ):
+        emailmw.ServiceClient("/add", context=ctx, only_recipients=True)
+    path.write_text(path.read_text().replace("[/add]}", "[/add], accounts: [robot@lab]}"))
+    with emailmw.Context(config) as ctx:
+        emailmw.ServiceClient("/add", context=ctx, only_recipients=True)
+
+
 # ------------------------------------------------------------------------------ encryption
 
 

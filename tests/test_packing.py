@@ -457,8 +457,22 @@ def test_reassembly_holds_completes_refuses_and_gives_up() -> None:
     assert waiting.offer(PartOf("<m@x>", 3, 3), "ann", "c", now=2) == ("held", [])
     assert waiting.offer(PartOf("<m@x>", 1, 3), "ann", "a", now=3) == ("complete", ["a", "b", "c"])
     assert waiting.expired(now=10.5) == []
-    assert waiting.expired(now=11) == [("<m@x>", 3, [1], ["forged"])]
+    assert waiting.expired(now=11) == [("<m@x>", 3, [1], ["forged"], False)]
     assert len(waiting) == 0
+
+
+def test_parts_of_a_message_another_signer_sent_whole_are_foreign_when_given_up() -> None:
+    # (#59: another signer's parts naming a message it did not send stayed in INBOX)
+    waiting: Reassembly[str] = Reassembly(timeout=10)
+    waiting.offer(PartOf("<m@x>", 2, 2), "eve", "forged", now=0)
+    waiting.offer(PartOf("<m@x>", 1, 2), "ann", "a", now=0)
+    waiting.offer(PartOf("<n@x>", 1, 2), "ann", "lost on the way", now=0)
+    assert waiting.offer(PartOf("<m@x>", 2, 2), "ann", "b", now=1)[0] == "complete"
+    waiting.joined("<m@x>", "ann")  # (its body the one its parts name)
+    assert sorted(waiting.expired(now=10)) == [
+        ("<m@x>", 2, [2], ["forged"], True),  # eve's: foreign
+        ("<n@x>", 2, [1], ["lost on the way"], False),  # ann's own, a part missing
+    ]
 
 
 def test_a_compressed_body_comes_back() -> None:

@@ -306,11 +306,17 @@ class Reassembly(Generic[T]):
     (the caller reports it and leaves its parts where they are). A part offered twice
     (the same number) is returned as a duplicate. Parts of one message must agree on its
     total and come from one ``origin`` (the identity that signed them): a part that does
-    not is refused. Not thread-safe (one polling thread)."""
+    not is refused. A message given up whose ID another origin's message had, joined
+    (:meth:`joined`), is ``foreign`` in :meth:`expired`: parts naming a message their
+    signer did not send. Not thread-safe (one polling thread)."""
+
+    #: how many joined messages' origins it remembers
+    JOINED_KEPT: Final = 4096
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._waiting: dict[tuple[str, str], tuple[float, int, dict[int, T]]] = {}
+        self._joined: dict[str, set[str]] = {}  # Message-ID -> origins joined, oldest first
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -342,13 +348,22 @@ class Reassembly(Generic[T]):
         if found is not None:
             found[2][part.number] = item
 
-    def expired(self, now: float) -> list[tuple[str, int, list[int], list[T]]]:
-        """Messages given up: (Message-ID, total, the numbers that came, their items)."""
+    def joined(self, message_id: str, origin: str) -> None:
+        """``origin``'s message ``message_id`` was joined whole (its body the one its
+        parts name): parts of that ID from other origins that never complete are foreign."""
+        self._joined.setdefault(message_id, set()).add(origin)
+        while len(self._joined) > self.JOINED_KEPT:
+            del self._joined[next(iter(self._joined))]
+
+    def expired(self, now: float) -> list[tuple[str, int, list[int], list[T], bool]]:
+        """Messages given up: (Message-ID, total, the numbers that came, their items,
+        whether they are foreign: another origin's message of that ID was joined)."""
         out = []
         for key, (started, total, held) in list(self._waiting.items()):
             if now - started >= self.timeout:
                 del self._waiting[key]
-                out.append((key[0], total, sorted(held), [held[n] for n in sorted(held)]))
+                foreign = bool(self._joined.get(key[0], set()) - {key[1]})
+                out.append((key[0], total, sorted(held), [held[n] for n in sorted(held)], foreign))
         return out
 
 

@@ -678,21 +678,28 @@ class PollingManager:
             pieces = files.pieces(part.message_id, origin, numbers)
             digest = PieceDigest(items[0][0].headers.get(PART_DIGEST_HEADER))
             encoding = joined.headers.get(BODY_ENCODING_HEADER)
+            mismatch = False
             try:
                 if encoding is None:
                     body = grow(digest.feed(pieces))
                 else:
                     body = decompress_pieces(digest.feed(pieces), encoding, self._max_size)
                 if not digest.matches():  # parts of the signer's other message, or altered
+                    mismatch = True
                     raise MalformedEmailError(
                         f"its {len(parts)} parts do not make the body their Part-Digest names"
                     )
+                self._reassembly.joined(part.message_id, origin)
                 if encoding is None:
                     return joined.replace(body=body), route, _joined(joined, parts)
             except (MalformedEmailError, UnicodeDecodeError) as exc:
                 _log.warning("message %s not delivered: %s", joined.message_id, exc)
+                security = self._security
+                signed = getattr(info, "identity", None) is not None
+                if security is not None and signed and mismatch:
+                    security.refused_later(len(parts), "part-digest")
                 for each in parts:
-                    each.quarantine()
+                    each.quarantine(security.quarantined if security is not None else None)
                 return None
             except EmailMWError as exc:  # a package this process lacks: another may read it
                 self._missing(encoding or "", joined, exc)
@@ -733,7 +740,7 @@ class PollingManager:
         """Messages whose parts did not all come within ``part-timeout``: said, and their
         parts left where they are (never deleted; a restart with a state file does not
         hand them out again, the mailbox keeps them)."""
-        for message_id, total, numbers, items in self._reassembly.expired(now):
+        for message_id, total, numbers, items, foreign in self._reassembly.expired(now):
             gone = all(
                 incoming.claim is not None and incoming.claim.state() == "lost"
                 for _, _, incoming in items
@@ -741,6 +748,9 @@ class PollingManager:
             if gone:  # (a group member's parts, now another member's: it joins them)
                 _log.debug("parts %s of message %s went to another member of the group",
                            ",".join(map(str, numbers)), message_id)  # fmt: skip
+            elif foreign:  # (was: left in the mailbox like a message missing a part)
+                self._refuse_foreign(message_id, total, numbers, items)
+                continue
             else:
                 _log.warning(
                     "message %s incomplete after part-timeout: parts %s of %d came; they "
@@ -751,6 +761,30 @@ class PollingManager:
                 origin = getattr(info, "identity", None) or email.from_
                 self._part_files.drop(message_id, origin, range(1, total + 1))
                 incoming.leave()
+
+    def _refuse_foreign(
+        self,
+        message_id: str,
+        total: int,
+        numbers: list[int],
+        items: list[tuple[Email, Route, IncomingEmail]],
+    ) -> None:
+        """Parts of ``message_id`` from a signer whose message it is not (another signer's
+        message of that ID was joined whole), incomplete at ``part-timeout``: quarantined."""
+        origin = items[0][0].from_
+        info = getattr(items[0][1], "info", None)
+        signer = getattr(info, "identity", None)
+        _log.warning(
+            "parts %s of %d of message %s from %s never completed, and another signer's "
+            "message of that Message-ID came whole: quarantined",
+            ",".join(map(str, numbers)), total, message_id, signer or origin,
+        )  # fmt: skip
+        security = self._security
+        if security is not None and signer is not None:
+            security.refused_later(len(items), "foreign-part")
+        for _, _, incoming in items:
+            self._part_files.drop(message_id, signer or origin, range(1, total + 1))
+            incoming.quarantine(security.quarantined if security is not None else None)
 
     def _on_done(self, email: Email, route: Route) -> Callable[[int], None] | None:
         """What settling ``email`` must also do: acknowledge it to its publisher when it

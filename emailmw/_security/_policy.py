@@ -360,6 +360,14 @@ class Security:
         with self._counts_lock:
             self.counts[status] += 1
 
+    def refused_later(self, count: int, status: str) -> None:
+        """``count`` emails counted ``verified`` (each part of a message: its signature
+        held) are refused after all, as ``status``: a message of parts whose joined body is
+        not the one its ``Part-Digest`` names. (Was: counted verified, and quarantined.)"""
+        with self._counts_lock:
+            self.counts["verified"] -= min(count, self.counts["verified"])
+            self.counts[status] += count
+
     def quarantined(self) -> None:
         """One refused email is in the quarantine folder now (counted once it is: a move
         that fails is tried again, and counted when it works)."""

@@ -404,15 +404,16 @@ def test_a_part_sent_first_by_another_grant_holder_takes_no_slot(
 ) -> None:
     """robot may publish /secret too. Having seen part 1 of talker's split message, it
     sends its own part 2 first, with the real part 2's Message-ID and Part-Of: the part
-    counts only for robot's message (never complete: given up at part-timeout), the
-    real part 2 is no replay, and talker's message arrives whole; part IDs are random."""
+    counts only for robot's message (never complete: given up at part-timeout, and
+    quarantined as a part of a message another signer sent whole), the real part 2 is no
+    replay, and talker's message arrives whole; part IDs are random."""
     from emailmw._core.packing import split_email
     from emailmw._core.protocol import Recipients, publish_email
     from emailmw._core.types import Gid
     from emailmw._core.wire import build, new_message_id
 
     inbox = account()
-    listener = made(inbox, "arm", transport, **{"part-timeout": 2})
+    listener = made(inbox, "arm", transport, **{"part-timeout": 5})
     sub = emailmw.Subscription("/secret", context=listener)
     talker, robot = made(account(), "talker", to=inbox), made(account(), "robot", to=inbox)
     body = "".join(f"line {i:05d} of talker's message\n" for i in range(300))
@@ -433,8 +434,13 @@ def test_a_part_sent_first_by_another_grant_holder_takes_no_slot(
         for email in [parts[0], forged, *parts[1:]]:
             inject(mailserver, inbox, build(email))
         assert emailmw.wait_for_message(sub, 60) == body
-        assert wait_for(lambda: any(f"parts 2 of {len(parts)} came" in r.getMessage()
-                                    for r in caplog.records), 30)  # fmt: skip
+        assert wait_for(lambda: any(
+            f"parts 2 of {len(parts)} of message" in r.getMessage()
+            and "another signer's message of that Message-ID came whole: quarantined"
+            in r.getMessage() for r in caplog.records), 30)  # fmt: skip
+    assert wait_for(lambda: listener.security.counts["quarantined"] == 1, 30)
+    assert listener.security.counts["foreign-part"] == 1
+    assert listener.security.counts["verified"] == len(parts)
     assert sub.get_message() is None
     assert not any("replayed" in r.getMessage() for r in caplog.records)
 

@@ -839,3 +839,29 @@ def test_a_signed_message_back_through_its_group_is_a_repeat_an_outside_copy_a_r
     assert len(sink.bodies) == 2
     assert outcomes == ["quarantine"]
     sec.close()
+
+
+def test_parts_that_do_not_make_the_body_their_digest_names_are_refused_not_verified(
+    keystore: Keystore,
+) -> None:
+    # (#59: each part's signature held, so they counted as verified, though quarantined)
+    from emailmw._core.packing import split_email
+
+    config = {"email": {"security": {"keystore": str(keystore.path), "identity": "talker"}}}
+    with emailmw.Context(config) as ctx:
+        sub = emailmw.Subscription("/chatter", context=ctx)
+        ctx.start_receiving()
+        body = "".join(f"line {i:05d}\n" for i in range(400))
+        to_itself = Recipients(ctx.address, (ctx.address,))
+        whole = publish_email("/chatter", body, recipients=to_itself, gid=Gid(7),
+                              sequence_number=0, timestamp_ns=time.time_ns())  # fmt: skip
+        parts = split_email(whole.with_message_id("<whole@x>"), 1024)
+        assert len(parts) >= 3
+        swapped = parts[1].replace(body=parts[1].body.replace("line", "LINE"))
+        for part in [parts[0], swapped, *parts[2:]]:
+            ctx.sender.send(part)
+        emailmw.Publisher("/chatter", context=ctx).publish("after")
+        assert emailmw.wait_for_message(sub, 10) == "after"
+        assert sub.get_message() is None
+        counts = ctx.security.counts
+        assert (counts["part-digest"], counts["verified"]) == (len(parts), 1)

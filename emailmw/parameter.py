@@ -1,7 +1,6 @@
 """rclpy's ``rclpy.parameter``: :class:`Parameter` and its helpers."""
 
-from ._core.ros_args import parameter_dict_from_yaml_file
-from ._ros.parameters import Parameter, parameter_value_to_python
+from ._ros.parameters import Parameter, parameter_dict_from_yaml_file, parameter_value_to_python
 
 __all__ = [
     "Parameter",

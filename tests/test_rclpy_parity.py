@@ -61,7 +61,8 @@ def test_the_modules_and_names_are_rclpys() -> None:
                               "ExternalShutdownException"],
         "emailmw.qos": ["QoSProfile", "HistoryPolicy", "ReliabilityPolicy", "DurabilityPolicy",
                         "qos_profile_sensor_data", "QoSPresetProfiles", "QoSHistoryPolicy"],
-        "emailmw.parameter": ["Parameter", "parameter_value_to_python"],
+        "emailmw.parameter": ["Parameter", "parameter_dict_from_yaml_file",
+                              "parameter_value_to_python"],
         "emailmw.time": ["Time"],
         "emailmw.duration": ["Duration"],
         "emailmw.clock": ["Clock", "ClockType", "ROSClock"],
@@ -473,6 +474,35 @@ def test_an_async_parameter_client_reads_and_sets_another_nodes_parameters(
         assert not target.has_parameter("label")
     finally:
         executor.shutdown()
+
+
+def test_parameter_dict_from_yaml_file_is_rclpys(tmp_path: Path) -> None:
+    """(#60) rclpy's signature and shape: {name: rcl_interfaces/msg/Parameter}, every
+    node's section (the wildcard's first, with use_wildcard), target_nodes, namespace;
+    rclpy's RuntimeErrors (was: {node: {name: value}}, the path only)."""
+    from emailmw.parameter import parameter_dict_from_yaml_file, parameter_value_to_python
+    from emailmw.rcl_interfaces.msg import Parameter as ParameterMsg
+
+    path = tmp_path / "params.yaml"
+    path.write_text(
+        "/**:\n  ros__parameters:\n    rate: 1.5\n    label: all\n"
+        "/blackboard:\n  ros__parameters:\n    label: mine\n    limits: {low: 1, high: 9}\n"
+        "/other:\n  ros__parameters:\n    enabled: true\n"
+    )
+
+    def values(got: dict[str, Any]) -> dict[str, Any]:
+        assert all(isinstance(p, ParameterMsg) and p.name == n for n, p in got.items())
+        return {n: parameter_value_to_python(p.value) for n, p in got.items()}
+
+    assert values(parameter_dict_from_yaml_file(str(path))) == {
+        "label": "mine", "limits.low": 1, "limits.high": 9, "enabled": True}  # fmt: skip
+    assert values(parameter_dict_from_yaml_file(str(path), True, ["/blackboard"], "ns.")) == {
+        "ns.rate": 1.5, "ns.label": "mine", "ns.limits.low": 1, "ns.limits.high": 9}  # fmt: skip
+    with pytest.raises(RuntimeError, match="does not contain parameters for /nobody"):
+        parameter_dict_from_yaml_file(str(path), target_nodes=["/nobody"])
+    path.write_text("/**:\n  ros__parameters:\n    rate: 1.5\n")
+    with pytest.raises(RuntimeError, match="does not contain selected parameters"):
+        parameter_dict_from_yaml_file(str(path))
 
 
 def test_waiting_for_a_missing_nodes_parameter_services_is_one_deadline(default: Any) -> None:

@@ -24,7 +24,7 @@ from .names import resolve_name
 
 __all__ = [
     "RosArgs",
-    "parameter_dict_from_yaml_file",
+    "params_file_sections",
     "parse_ros_args",
     "read_params_file",
     "remove_ros_args",
@@ -182,7 +182,7 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def parameter_dict_from_yaml_file(path: str | Path) -> dict[str, dict[str, Any]]:
+def params_file_sections(path: str | Path) -> dict[str, dict[str, Any]]:
     """A params file as node pattern -> {parameter name: value}."""
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -222,7 +222,7 @@ def read_params_file(
 ) -> dict[str, Any]:
     """The parameters a params file gives node ``node_name`` (``fqn``): its wildcard
     sections first (unless ``wildcards`` is False), then the node's own."""
-    sections = parameter_dict_from_yaml_file(path)
+    sections = params_file_sections(path)
     values: dict[str, Any] = {}
     for pattern, params in sorted(sections.items(), key=lambda kv: "*" not in kv[0]):
         if not wildcards and "*" in pattern:

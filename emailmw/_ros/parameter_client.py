@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from .._core.futures import Future
-from .._core.ros_args import read_params_file
 from ..rcl_interfaces.msg import Parameter as ParameterMsg
 from ..rcl_interfaces.srv import (
     DescribeParameters,
@@ -21,7 +19,7 @@ from ..rcl_interfaces.srv import (
 )
 from .callback_groups import CallbackGroup
 from .node import Node
-from .parameters import Parameter
+from .parameters import Parameter, parameter_dict_from_yaml_file
 
 __all__ = ["AsyncParameterClient"]
 
@@ -105,21 +103,18 @@ class AsyncParameterClient:
     def load_parameter_file(
         self, parameter_file: str, use_wildcard: bool = False, callback: Done = None
     ) -> Future[Any]:
-        """Set what a params file gives the remote node (its own section; with
-        ``use_wildcard`` the ``/**`` sections too)."""
-        return self.set_parameters(self._from_file(parameter_file, use_wildcard), callback)
+        """Set on the remote node what a params file holds, as rclpy's: the parameters of
+        every node's section (:func:`~emailmw.parameter.parameter_dict_from_yaml_file`;
+        with ``use_wildcard`` the ``/**`` section too, under the others)."""
+        values = parameter_dict_from_yaml_file(parameter_file, use_wildcard)
+        return self.set_parameters(list(values.values()), callback)
 
     def load_parameter_file_atomically(
         self, parameter_file: str, use_wildcard: bool = False, callback: Done = None
     ) -> Future[Any]:
-        return self.set_parameters_atomically(
-            self._from_file(parameter_file, use_wildcard), callback
-        )
-
-    def _from_file(self, path: str, use_wildcard: bool) -> list[Parameter[Any]]:
-        fqn = self.remote_node_name
-        values = read_params_file(Path(path), fqn.rpartition("/")[2], fqn, wildcards=use_wildcard)
-        return [Parameter(name, value=value) for name, value in values.items()]
+        """:meth:`load_parameter_file` in one atomic call."""
+        values = parameter_dict_from_yaml_file(parameter_file, use_wildcard)
+        return self.set_parameters_atomically(list(values.values()), callback)
 
     def destroy(self) -> None:
         """Destroy the clients (pending calls fail)."""

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
 
 from .._core.errors import ArgumentTypeError, InvalidArgumentError
+from .._core.ros_args import params_file_sections
 from ..rcl_interfaces.msg import Parameter as ParameterMsg
 from ..rcl_interfaces.msg import ParameterType, ParameterValue
 
-__all__ = ["Parameter", "parameter_value_to_python"]
+__all__ = ["Parameter", "parameter_dict_from_yaml_file", "parameter_value_to_python"]
 
 T = TypeVar("T")
 
@@ -168,3 +169,38 @@ def parameter_value_to_python(parameter_value: Any) -> Any:
     if kind == Parameter.Type.BYTE_ARRAY:
         return [bytes([v]) for v in value]
     return list(value) if isinstance(value, list) else value
+
+
+def parameter_dict_from_yaml_file(
+    parameter_file: str,
+    use_wildcard: bool = False,
+    target_nodes: list[str] | None = None,
+    namespace: str = "",
+) -> dict[str, Any]:
+    """rclpy's: the parameters of a params file as ``rcl_interfaces/msg/Parameter``
+    messages keyed by their names (nested mappings flattened with ``.``, ``namespace``
+    put before each name). The sections of ``target_nodes``, else of every node; with
+    ``use_wildcard`` the ``/**`` section first (a node's own values win). RuntimeError,
+    as rclpy, when a target node has no section or nothing is selected; a file that is not
+    a params file is a :class:`~emailmw.ConfigError` naming it."""
+    sections = params_file_sections(parameter_file)
+    keys = ["/**"] if use_wildcard and "/**" in sections else []
+    if target_nodes:
+        for node in target_nodes:
+            if node not in sections:
+                raise RuntimeError(
+                    f"Param file does not contain parameters for {node}, only for nodes: "
+                    f"{list(sections)}"
+                )
+            keys.append(node)
+    else:
+        keys += [key for key in sections if key != "/**"]
+    if not keys:
+        raise RuntimeError("Param file does not contain selected parameters")
+    values: dict[str, Any] = {}
+    for key in keys:
+        values.update(sections[key])
+    return {
+        f"{namespace}{name}": Parameter(f"{namespace}{name}", value=value).to_parameter_msg()
+        for name, value in values.items()
+    }

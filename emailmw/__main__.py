@@ -2,12 +2,17 @@
 
 import sys
 
-from ._cli import main
-
 
 def run() -> int:
-    """:func:`~emailmw._cli.main`, as the console script runs it."""
-    return main()
+    """:func:`~emailmw._cli.main`, as the console script runs it; a Ctrl-C at any moment,
+    start-up included, is one line (``emailmw: interrupted``, status 130)."""
+    try:
+        from ._cli import main
+
+        return main()
+    except KeyboardInterrupt:
+        print("emailmw: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from emailmw._cli import COMMANDS, parser
 
 
@@ -36,3 +38,26 @@ def test_a_command_line_imports_only_the_command_it_runs() -> None:
     assert "topic" in loaded
     # (topic reads types with interface's helpers: imported by topic itself)
     assert loaded & set(COMMANDS) == {"topic", "interface"}, loaded
+
+
+def test_no_daemon_goes_after_the_verb_too_as_ros2_takes_it() -> None:
+    # (#60: emailmw topic list --no-daemon was a usage error)
+    argv = ["topic", "list", "--no-daemon"]
+    assert parser(argv).parse_args(argv).no_daemon is True
+    assert parser(["--no-daemon", "topic", "list"]).parse_args(["--no-daemon", "topic", "list"])
+
+
+def test_a_ctrl_c_at_start_up_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # (#60: a Ctrl-C before the command ran, while the daemon was asked, was a traceback)
+    import emailmw._cli
+    from emailmw.__main__ import run
+
+    def interrupted(argv: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(emailmw._cli, "try_daemon", interrupted)
+    monkeypatch.setattr("sys.argv", ["emailmw", "topic", "list"])
+    assert run() == 130
+    assert capsys.readouterr().err == "emailmw: interrupted\n"

@@ -62,6 +62,10 @@ def common_options() -> argparse.ArgumentParser:
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
     )
+    common.add_argument(  # (as ros2: emailmw topic list --no-daemon)
+        "--no-daemon", action="store_true", default=argparse.SUPPRESS,
+        help="do not use the graph daemon (emailmw daemon): read the mailbox",
+    )  # fmt: skip
     return common
 
 

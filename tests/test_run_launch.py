@@ -199,14 +199,26 @@ def test_launch_starts_each_node_as_the_file_says(
 
 def test_what_launch_does_not_support_is_one_line(tmp_path: Path) -> None:
     cases = {
-        "a.launch.py": ("", "Python launch files need ROS 2's launch library"),
-        "b.launch.yaml": ("launch:\n- include: {file: x.yaml}\n", "'include' is not supported"),
-        "c.launch.yaml": ("launch:\n- node: {pkg: p, exec: e, name: $(find-pkg-share p)}\n",
-                          "$(find-pkg-share p) is not supported"),
+        "a.launch.py": ("", "has no generate_launch_description()"),
+        "f.launch.py": ("from launch import LaunchDescription\n",
+                        "cannot import launch (rename launch, launch_ros and rclpy to"),
+        "g.launch.py": (
+            "from emailmw.launch import LaunchDescription\n"
+            "from emailmw.launch.actions import RegisterEventHandler\n"
+            "from emailmw.launch.event_handlers import OnProcessExit\n"
+            "def generate_launch_description():\n"
+            "    return LaunchDescription([RegisterEventHandler(OnProcessExit())])\n",
+            "RegisterEventHandler is not supported by emailmw launch"),
+        "h.launch.py": ("def generate_launch_description():\n    return 1 / 0\n",
+                        "h.launch.py: line 2: ZeroDivisionError: division by zero"),
+        "b.launch.yaml": ("launch:\n- set_remap: {from: a, to: b}\n",
+                          "'set-remap' is not supported"),
+        "c.launch.yaml": ("launch:\n- node: {pkg: p, exec: e, name: $(command ls)}\n",
+                          "$(command ls) is not supported"),
         "d.launch.yaml": ("launch:\n- arg: {name: x}\n- node: {pkg: p, exec: e}\n",
                           "argument 'x' has no default: give x:=VALUE"),
-        "e.launch.xml": ("<launch><node pkg='p' exec='e'><env name='a' value='b'/></node>"
-                         "</launch>", "<node> has <env>, which is not supported"),
+        "e.launch.xml": ("<launch><node pkg='p' exec='e'><foo name='a'/></node>"
+                         "</launch>", "<node> has <foo>, which is not supported"),
     }  # fmt: skip
     for name, (text, words) in cases.items():
         path = tmp_path / name
@@ -255,3 +267,142 @@ def test_the_daemon_s_directory_must_be_private(tmp_path: Path) -> None:
     mine.chmod(0o770)
     assert not private_directory(mine)
     assert not private_directory(tmp_path / "missing")
+
+
+# ----------------------------------------------------------- Python launch files (#60)
+
+#: ros2/demos' demo_nodes_cpp/launch/topics/talker_listener_launch.py, renamed (launch ->
+#: emailmw.launch, launch_ros -> emailmw.launch_ros), its package the programs' directory
+TALKER_LISTENER = """\
+from emailmw.launch import LaunchDescription
+import emailmw.launch_ros.actions
+
+
+def generate_launch_description():
+    return LaunchDescription([
+        emailmw.launch_ros.actions.Node(
+            package='PROGRAMS', executable='hello', output='screen'),
+        emailmw.launch_ros.actions.Node(
+            package='PROGRAMS', executable='hello', name='listener', output='screen'),
+    ])
+"""
+
+#: what upstream launch files use together: arguments and configurations, a group with a
+#: pushed namespace and a global parameter, conditions, parameters from a mapping with
+#: substitutions and from a file, remappings, an include of an XML file with arguments, an
+#: environment variable, a timer, a plain process
+EVERYTHING = """\
+import os
+
+from emailmw.launch import LaunchDescription
+from emailmw.launch.actions import (
+    DeclareLaunchArgument, ExecuteProcess, GroupAction, IncludeLaunchDescription,
+    SetEnvironmentVariable, TimerAction)
+from emailmw.launch.conditions import IfCondition, UnlessCondition
+from emailmw.launch.launch_description_sources import AnyLaunchDescriptionSource
+from emailmw.launch.substitutions import (
+    LaunchConfiguration, PathJoinSubstitution, PythonExpression, ThisLaunchFileDir)
+from emailmw.launch_ros.actions import Node, PushRosNamespace, SetParameter
+
+
+def generate_launch_description():
+    speed = LaunchConfiguration('speed')
+    return LaunchDescription([
+        DeclareLaunchArgument('speed', default_value='2'),
+        DeclareLaunchArgument('extra', default_value='false'),
+        SetEnvironmentVariable('GREETING', 'hi'),
+        GroupAction([
+            PushRosNamespace('robot'),
+            SetParameter(name='mode', value='fast'),
+            Node(package='PROGRAMS', executable='hello', name='left', arguments=['alpha'],
+                 parameters=[{'speed': speed, 'gains': [1, 2], 'pid': {'p': 0.5}},
+                             PathJoinSubstitution([ThisLaunchFileDir(), 'params.yaml'])],
+                 remappings=[('chatter', '/left/chatter')]),
+        ]),
+        Node(package='PROGRAMS', executable='hello', name='never',
+             condition=IfCondition(LaunchConfiguration('extra'))),
+        Node(package='PROGRAMS', executable='hello', name='twice',
+             condition=UnlessCondition(PythonExpression([speed, ' < 3']))),
+        IncludeLaunchDescription(
+            AnyLaunchDescriptionSource(os.path.join(os.path.dirname(__file__),
+                                                    'inner.launch.xml')),
+            launch_arguments={'who': 'inner'}.items()),
+        TimerAction(period=1.0, actions=[
+            ExecuteProcess(cmd=['sh', '-c', 'echo "late $GREETING"'], name='late')]),
+    ])
+"""
+
+INNER = """\
+<launch>
+  <arg name="who" default="nobody"/>
+  <group>
+    <push-ros-namespace namespace="$(var who)"/>
+    <node pkg="PROGRAMS" exec="hello" name="$(var who)">
+      <param name="tuning"><param name="gain" value="3"/></param>
+      <env name="GREETING" value="hello"/>
+    </node>
+  </group>
+</launch>
+"""
+
+
+def test_a_renamed_upstream_python_launch_file_runs(programs: Path, tmp_path: Path) -> None:
+    path = tmp_path / "talker_listener_launch.py"
+    path.write_text(TALKER_LISTENER.replace("PROGRAMS", str(programs)))
+    out = _cli("launch", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert "[hello-1] /hello {} /chatter ['--ros-args']" not in lines  # (no ros-args)
+    assert "[hello-1] /hello {} /chatter []" in lines
+    assert "[listener-2] /listener {} /chatter ['--ros-args']" in lines
+    assert any(line.startswith("[INFO] [listener-2]: process has finished cleanly")
+               for line in lines)  # fmt: skip
+
+
+def test_a_python_launch_file_with_groups_conditions_includes_and_timers(
+    programs: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "everything.launch.py").write_text(EVERYTHING.replace("PROGRAMS", str(programs)))
+    (tmp_path / "inner.launch.xml").write_text(INNER.replace("PROGRAMS", str(programs)))
+    (tmp_path / "params.yaml").write_text("/**:\n  ros__parameters:\n    from_file: 7\n")
+    out = _cli("launch", str(tmp_path / "everything.launch.py"), "speed:=5")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    left = next(line for line in lines if line.startswith("[left-1] "))
+    assert left.startswith("[left-1] /robot/left {")
+    assert "'speed': 5, 'gains': [1, 2], 'pid.p': 0.5" in left
+    assert "'mode': 'fast'" in left  # (SetParameter, in the group)
+    assert "'from_file': 7" in left
+    assert left.endswith("/left/chatter ['alpha']")
+    assert not any("never" in line for line in lines)  # IfCondition(false)
+    assert any(line.startswith("[twice-2] /twice {}") for line in lines)  # 5 < 3 is False
+    assert "[inner-3] /inner/inner {'tuning.gain': 3} /inner/chatter ['--ros-args']" in lines
+    assert "[late-4] late hi" in lines
+    started = [i for i, line in enumerate(lines) if "process started" in line]
+    assert "[late-4]" in lines[started[-1]]  # (its timer: started last)
+
+
+def test_launch_package_file_finds_it_in_the_share_directory_and_refuses_a_missing_program(
+    programs: Path, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "prefix"
+    launch_dir = prefix / "share" / "demo_pkg" / "launch"
+    launch_dir.mkdir(parents=True)
+    (launch_dir / "talker_listener_launch.py").write_text(
+        TALKER_LISTENER.replace("PROGRAMS", str(programs)))  # fmt: skip
+    env = {**os.environ, "AMENT_PREFIX_PATH": str(prefix)}
+    out = subprocess.run([sys.executable, "-m", "emailmw", "launch", "demo_pkg",
+                          "talker_listener_launch.py"], capture_output=True, text=True,
+                         timeout=60, check=False, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[listener-2] /listener {} /chatter ['--ros-args']" in out.stdout.splitlines()
+    (launch_dir / "broken.launch.xml").write_text(
+        f'<launch><node pkg="{programs}" exec="hello"/>'
+        f'<node pkg="{programs}" exec="nothere"/></launch>')  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "emailmw", "launch", "demo_pkg",
+                          "broken.launch.xml"], capture_output=True, text=True,
+                         timeout=60, check=False, env=env)  # fmt: skip
+    assert out.returncode == 1
+    assert out.stdout == ""  # (nothing started)
+    assert out.stderr.count("\n") == 1
+    assert "no nothere or nothere.py in the directory" in out.stderr

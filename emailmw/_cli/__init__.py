@@ -34,7 +34,7 @@ COMMANDS: Final = {
     "interface": "message and service types",
     "bag": "bags: record, play, info, export (rosbag2, MCAP)",
     "run": "run a Python program of a package or directory",
-    "launch": "start the nodes of a YAML or XML launch file",
+    "launch": "start the nodes of a Python, XML or YAML launch file",
     "daemon": "the graph daemon that answers the command line quickly",
     "doctor": "check the configuration, servers, TLS, login, clock, keys and graph",
     "config": "the loaded configuration: show",

@@ -1,206 +1,79 @@
-"""``emailmw launch FILE [name:=value ...]``: ``ros2 launch`` for the nodes of a launch
-file in ROS 2's YAML or XML form.
+"""``emailmw launch FILE [name:=value ...]`` and ``emailmw launch PACKAGE FILE ...``:
+``ros2 launch`` for launch files in ROS 2's Python, XML or YAML form.
 
-What is supported (what starting nodes with parameters and remappings needs):
-
-* ``arg`` (``name``, ``default``), set from the command line as ``name:=value``;
-* ``node`` (``pkg``, ``exec``, ``name``, ``namespace``, ``args``, ``param`` with ``name``
-  and ``value``, ``remap`` with ``from`` and ``to``): run as ``emailmw run pkg exec``
-  with ``--ros-args`` for the name, namespace, parameters and remappings;
-* ``executable`` (``cmd``, ``name``): a command;
-* the substitutions ``$(var NAME)`` and ``$(env NAME [DEFAULT])``.
-
-Anything else (``include``, ``group``, other substitutions, Python launch files: those
-need ROS 2's ``launch`` library, which is not on PyPI) is one line naming it. The file is
-read into a plan first (:func:`plan`, pure), then the processes start together; each line
+The file is read into a description and evaluated (:func:`plan`: ``emailmw._launch``,
+which says what is supported; anything else is one line naming it); every node's program
+is looked up before anything starts (a missing one refuses the launch, as ros2 launch
+does); then the processes start together (a ``TimerAction``'s after its period). Each line
 they print is prefixed with its name (``[talker-1] ...``), as ``ros2 launch`` does. Ctrl-C
 (SIGINT) or SIGTERM is passed on to every process; the launch ends when all have ended,
-with status 0 when every one ended cleanly.
+with status 0 when every one ended cleanly. ``PACKAGE FILE``: the file under the
+package's share directory (``share/PACKAGE``, its ``launch`` folder first), as ros2 finds it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shlex
 import signal
 import subprocess
 import sys
 import threading
-import xml.etree.ElementTree as ET
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .._core.errors import EmailMWError
+from .._launch import LaunchProcess, evaluate, frontend_description, load_python_launch_file
+from .._launch.description import package_share
 from .common import CommandError, Commands, program_environment
+from .run import find_executable
 
-__all__ = ["LaunchProcess", "plan", "register"]
-
-
-@dataclass(frozen=True)
-class LaunchProcess:
-    """One process of a launch: its label (``talker-1``) and argument vector."""
-
-    label: str
-    argv: tuple[str, ...]
-
-
-_SUBSTITUTION = re.compile(r"\$\(([^()]*)\)")
-
-
-def _substitute(text: str, variables: Mapping[str, str], where: str) -> str:
-    def one(match: re.Match[str]) -> str:
-        words = match.group(1).split()
-        if len(words) == 2 and words[0] == "var":
-            if words[1] not in variables:
-                raise CommandError(f"{where}: no launch argument {words[1]!r} (declare it: arg)")
-            return variables[words[1]]
-        if words and words[0] == "env" and len(words) in (2, 3):
-            value = os.environ.get(words[1], words[2] if len(words) == 3 else None)
-            if value is None:
-                raise CommandError(f"{where}: environment variable {words[1]} is not set")
-            return value
-        raise CommandError(f"{where}: $({match.group(1)}) is not supported (var and env are)")
-
-    return _SUBSTITUTION.sub(one, text)
-
-
-def _text(value: Any) -> str:
-    """A parameter value as ``-p name:=value`` takes it (YAML)."""
-    if isinstance(value, str):
-        return value
-    dumped: str = yaml.safe_dump(value, default_flow_style=True, width=1 << 30)
-    return dumped.removesuffix("\n...\n").strip()
-
-
-def _entries(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """The launch file's entries as (tag, attributes with ``param``/``remap`` lists)."""
-    name = path.name
-    if name.endswith(".py"):
-        raise CommandError(
-            f"{path}: Python launch files need ROS 2's launch library, which is not on PyPI: "
-            "write it in the YAML or XML form (docs/ros-users.md)"
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if name.endswith(".xml") or text.lstrip().startswith("<"):
-        try:
-            root = ET.fromstring(text)  # noqa: S314 - the user's own launch file
-        except ET.ParseError as exc:
-            raise CommandError(f"{path}: not XML: {exc}") from None
-        if root.tag != "launch":
-            raise CommandError(f"{path}: expected a <launch> element, got <{root.tag}>")
-        out = []
-        for element in root:
-            attributes: dict[str, Any] = dict(element.attrib)
-            params = [dict(c.attrib) for c in element if c.tag == "param"]
-            remaps = [dict(c.attrib) for c in element if c.tag == "remap"]
-            others = {c.tag for c in element} - {"param", "remap"}
-            if others:
-                raise CommandError(f"{path}: <{element.tag}> has <{sorted(others)[0]}>, which "
-                                   "is not supported (param and remap are)")  # fmt: skip
-            out.append((element.tag, {**attributes, "param": params, "remap": remaps}))
-        return out
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CommandError(f"{path}: not YAML: {exc}") from None
-    entries = data.get("launch") if isinstance(data, dict) else None
-    if not isinstance(entries, list):
-        raise CommandError(f"{path}: expected 'launch:' and a list of entries (arg, node ...)")
-    out = []
-    for entry in entries:
-        if not isinstance(entry, dict) or len(entry) != 1:
-            raise CommandError(f"{path}: each entry is one tag (arg, node, executable): {entry!r}")
-        ((tag, attributes),) = entry.items()
-        if not isinstance(attributes, dict):
-            raise CommandError(f"{path}: {tag}: expected its attributes, got {attributes!r}")
-        out.append((str(tag), attributes))
-    return out
+__all__ = ["LaunchProcess", "find_launch_file", "plan", "register"]
 
 
 def plan(path: Path, arguments: Mapping[str, str]) -> list[LaunchProcess]:
     """The processes the launch file ``path`` starts, with ``arguments`` (``name:=value``
-    from the command line) over its ``arg`` defaults. Raises :class:`CommandError` for
-    anything not supported (see the module)."""
-    variables = dict(arguments)
-    processes: list[LaunchProcess] = []
-    for tag, attributes in _entries(path):
-        where = f"{path.name}: {tag}"
-
-        def get(key: str, default: str | None = None, *, _a: dict[str, Any] = attributes,
-                _w: str = where) -> str | None:  # fmt: skip
-            value = _a.get(key, default)
-            return None if value is None else _substitute(str(value), variables, _w)
-
-        if tag == "arg":
-            name = get("name")
-            if not name:
-                raise CommandError(f"{where}: needs a name")
-            if name not in variables:
-                default = get("default")
-                if default is None:
-                    raise CommandError(f"{path.name}: argument {name!r} has no default: give "
-                                       f"{name}:=VALUE")  # fmt: skip
-                variables[name] = default
-            continue
-        if tag == "node":
-            package, executable = get("pkg"), get("exec")
-            if not package or not executable:
-                raise CommandError(f"{where}: needs pkg and exec")
-            ros: list[str] = []
-            name = get("name")
-            if name:
-                ros += ["-r", f"__node:={name}"]
-            namespace = get("namespace") or get("ns")
-            if namespace:
-                ros += ["-r", f"__ns:=/{namespace.lstrip('/')}"]
-            for param in attributes.get("param") or []:
-                key = _substitute(str(param.get("name", "")), variables, where)
-                if not key or "value" not in param:
-                    raise CommandError(f"{where}: each param needs a name and a value")
-                value = param["value"]
-                value = _substitute(value, variables, where) if isinstance(value, str) else value
-                ros += ["-p", f"{key}:={_text(value)}"]
-            for remap in attributes.get("remap") or []:
-                source, target = remap.get("from"), remap.get("to")
-                if not source or not target:
-                    raise CommandError(f"{where}: each remap needs from and to")
-                ros += ["-r", f"{_substitute(str(source), variables, where)}:="
-                              f"{_substitute(str(target), variables, where)}"]  # fmt: skip
-            extra = shlex.split(get("args") or "")
-            argv = (sys.executable, "-m", "emailmw", "run", package, executable, *extra,
-                    *(["--ros-args", *ros] if ros else []))  # fmt: skip
-            label = name or executable
-        elif tag == "executable":
-            command = get("cmd")
-            if not command:
-                raise CommandError(f"{where}: needs cmd")
-            argv = tuple(shlex.split(command))
-            label = get("name") or Path(argv[0]).name
+    from the command line) over its declared defaults; :class:`CommandError` in one line
+    for anything not supported or not found."""
+    try:
+        if path.suffix == ".py":
+            description = load_python_launch_file(path)
         else:
-            raise CommandError(f"{path.name}: {tag!r} is not supported (arg, node and "
-                               "executable are)")  # fmt: skip
-        processes.append(LaunchProcess(f"{label}-{len(processes) + 1}", argv))
+            description = frontend_description(path)
+        processes = evaluate(description, arguments, path)
+    except EmailMWError as exc:
+        raise CommandError(str(exc)) from None
     if not processes:
-        raise CommandError(f"{path}: launches nothing (no node or executable)")
+        raise CommandError(f"{path}: launches nothing (no node or process)")
     return processes
+
+
+def find_launch_file(package: str, name: str) -> Path:
+    """``emailmw launch PACKAGE FILE``: the file in the package's share directory."""
+    try:
+        share = package_share(package)
+    except EmailMWError as exc:
+        raise CommandError(str(exc)) from None
+    for candidate in (share / "launch" / name, share / name):
+        if candidate.is_file():
+            return candidate
+    found = sorted(share.rglob(name))
+    if found:
+        return found[0]
+    raise CommandError(f"package {package!r} has no launch file {name!r} (in {share})")
 
 
 def register(commands: Commands, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
-        "launch", parents=[common], help="start the nodes of a YAML or XML launch file",
-        description="Start the nodes of a ROS 2 launch file in its YAML or XML form (arg, "
-        "node with param and remap, executable; $(var) and $(env)), as 'ros2 launch'.",
+        "launch", parents=[common], help="start the nodes of a Python, XML or YAML launch file",
+        description="Start what a ROS 2 launch file starts (its Python, XML or YAML form), "
+        "as 'ros2 launch': FILE, or PACKAGE FILE (in the package's share directory), then "
+        "the launch arguments as NAME:=VALUE.",
     )  # fmt: skip
-    parser.add_argument("file", type=Path, metavar="FILE")
-    parser.add_argument("arguments", nargs="*", metavar="NAME:=VALUE")
+    parser.add_argument("file", metavar="FILE_OR_PACKAGE")
+    parser.add_argument("arguments", nargs="*", metavar="[FILE] NAME:=VALUE")
     parser.set_defaults(run=run)
 
 
@@ -210,13 +83,20 @@ def _say(line: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     arguments = {}
-    for item in args.arguments:
+    given = list(args.arguments)
+    path = Path(args.file)
+    if given and ":=" not in given[0] and not path.is_file():
+        path = find_launch_file(args.file, given.pop(0))
+    for item in given:
         name, sep, value = item.partition(":=")
         if not sep or not name:
             raise CommandError(f"launch argument {item!r}: expected NAME:=VALUE")
         arguments[name] = value
     env = program_environment(getattr(args, "config", None))
-    processes = plan(args.file, arguments)
+    processes = plan(path, arguments)
+    for process in processes:  # (every program found before anything starts)
+        if process.node is not None:
+            find_executable(*process.node)
     running: list[tuple[LaunchProcess, subprocess.Popen[bytes]]] = []
     readers = []
     lock = threading.Lock()
@@ -237,12 +117,16 @@ def run(args: argparse.Namespace) -> int:
                 child.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = time.monotonic()
     try:
-        for process in processes:
+        for process in sorted(processes, key=lambda p: p.delay):
             try:
+                due = started + process.delay - time.monotonic()
+                if due > 0 and stopping.wait(due):
+                    break  # (stopped while its timer ran)
                 child = subprocess.Popen(
                     process.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, env=env,
+                    stdin=subprocess.DEVNULL, env={**env, **process.env},
                 )  # fmt: skip
             except OSError as exc:
                 stop(signal.SIGTERM, None)

@@ -1,0 +1,31 @@
+"""ROS 2's ``launch.actions``."""
+
+from .._launch.description import (
+    DeclareLaunchArgument,
+    EmitEvent,
+    ExecuteProcess,
+    GroupAction,
+    IncludeLaunchDescription,
+    LogInfo,
+    OpaqueFunction,
+    RegisterEventHandler,
+    SetEnvironmentVariable,
+    SetLaunchConfiguration,
+    Shutdown,
+    TimerAction,
+)
+
+__all__ = [
+    "DeclareLaunchArgument",
+    "EmitEvent",
+    "ExecuteProcess",
+    "GroupAction",
+    "IncludeLaunchDescription",
+    "LogInfo",
+    "OpaqueFunction",
+    "RegisterEventHandler",
+    "SetEnvironmentVariable",
+    "SetLaunchConfiguration",
+    "Shutdown",
+    "TimerAction",
+]

@@ -1,0 +1,5 @@
+"""ROS 2's ``launch_ros.parameter_descriptions``."""
+
+from .._launch.description import ParameterFile
+
+__all__ = ["ParameterFile"]

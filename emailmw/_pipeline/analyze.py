@@ -228,10 +228,25 @@ def _set_aside(earlier: list[Path], archives: list[Source], out: Path) -> dict[s
     return aside
 
 
-def _keep_removed(before: Path, now: Path, landing: Path) -> tuple[Path, int]:
-    """The rows of landing ``before`` whose email (mailbox, key) is not in ``now``: added
-    to ``landing/<name>-kept/`` (which earlier re-runs may have started). Returns that
-    directory and how many rows were added."""
+def _stable_keys(table: Any) -> Any:
+    """Each row's key that survives a rewrite of its mbox: the mailbox, the email's
+    Message-ID and what follows ``#`` in its key (a batch's message, a part); the key
+    itself for an email without a Message-ID. (An mbox key is a byte offset: an expunge
+    moves every email after the first one removed.)"""
+    import pyarrow.compute as pc
+
+    suffix = pc.replace_substring_regex(table.column("key"), "^[^#]*", "")
+    by_id = pc.binary_join_element_wise(
+        table.column("mailbox"), table.column("message_id"), suffix, "\0"
+    )
+    return pc.coalesce(by_id, pc.binary_join_element_wise(
+        table.column("mailbox"), table.column("key"), "\0"))  # fmt: skip
+
+
+def _keep_removed(before: Path, now: Path, landing: Path, *, mbox: bool) -> tuple[Path, int]:
+    """The rows of landing ``before`` whose email is not in ``now`` (by (mailbox, key); an
+    mbox's by :func:`_stable_keys`): added to ``landing/<name>-kept/`` (which earlier
+    re-runs may have started). Returns that directory and how many rows were added."""
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
@@ -242,9 +257,19 @@ def _keep_removed(before: Path, now: Path, landing: Path) -> tuple[Path, int]:
     if old.num_rows == 0:
         return kept_dir, 0
     new = ds.dataset(str(now), schema=LANDING_SCHEMA, format="parquet").to_table(
-        columns=["mailbox", "key"]
+        columns=["mailbox", "key", "message_id"]
     )
-    removed = old.join(new, keys=["mailbox", "key"], join_type="left anti")
+    keys = ["mailbox", "key"]
+    if mbox:
+        old = old.append_column("stable", _stable_keys(old))
+        new = new.append_column("stable", _stable_keys(new))
+        keys = ["stable"]
+    removed = old.join(new.select(keys), keys=keys, join_type="left anti")
+    if mbox:  # (its offset may be another email's now: keyed by what it is instead)
+        import pyarrow.compute as pc
+
+        stable = pc.binary_join_element_wise("kept", removed.column("stable"), "\0")
+        removed = removed.set_column(removed.schema.get_field_index("key"), "key", stable)
     if removed.num_rows == 0:
         return kept_dir, 0
     kept_dir.mkdir(parents=True, exist_ok=True)
@@ -572,8 +597,10 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
             dirs.append(added)
         record_mbox_states(landing, states)
     labels = {f"src={a.digest}": a.label for a in archives}
+    kinds = {f"src={a.digest}": a.kind for a in archives}
     for name, aside in previous.items():
-        kept_dir, count = _keep_removed(aside, landing / name, landing)
+        mbox = kinds.get(name) == "mbox"
+        kept_dir, count = _keep_removed(aside, landing / name, landing, mbox=mbox)
         if count:
             _say(f"kept {count} email(s) of {labels.get(name, name)} that an earlier run "
                  "landed and the source no longer holds")  # fmt: skip

@@ -8,9 +8,12 @@ What is new:
 
 * a Maildir: the files whose key (the name before ``:2,``, as the landing keys them) no
   earlier landing of the source has;
-* an mbox: the bytes after the size it had at its last landing, when its first 64 KiB (of
-  those) are still what they were (an mbox only grows at its end); one rewritten otherwise
-  (compacted, its head changed) is landed again whole, as before.
+* an mbox: the bytes after the size it had at its last landing, when it only grew: its
+  first 64 KiB and the 64 KiB before that size are still what they were, and a ``From ``
+  line begins at that size (a mail client's expunge rewrites the file: every message after
+  the first one removed moves, so the bytes before the old size change, also when new mail
+  makes the file larger than it was). One rewritten otherwise is landed again whole, as
+  before (its emails matched with the earlier landing's by Message-ID, not by offset).
 
 Pure but for reading the landings' keys (pyarrow) and the mbox's head and size.
 """
@@ -41,6 +44,39 @@ def _head(path: Path, length: int = _HEAD) -> str:
         return hashlib.sha256(handle.read(length)).hexdigest()
 
 
+def _tail(path: Path, size: int) -> str:
+    """The digest of the 64 KiB before ``size`` (what ends the landed part)."""
+    start = max(0, size - _HEAD)
+    with path.open("rb") as handle:
+        handle.seek(start)
+        return hashlib.sha256(handle.read(size - start)).hexdigest()
+
+
+def _message_starts_at(path: Path, offset: int) -> bool:
+    """Whether a ``From `` line begins at ``offset`` (the end of the file counts: nothing
+    was added)."""
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        found = handle.read(5)
+    return found in (b"", b"From ")
+
+
+def only_grew(path: Path, state: dict[str, Any]) -> bool:
+    """Whether the mbox ``path`` only gained mail at its end since ``state`` (its landed
+    size, head and tail) was recorded."""
+    landed = int(state.get("size", 0))
+    try:
+        size = path.stat().st_size
+        return (
+            size >= landed
+            and _head(path, min(landed, _HEAD)) == state.get("head")
+            and _tail(path, landed) == state.get("tail")
+            and _message_starts_at(path, landed)
+        )
+    except OSError:
+        return False
+
+
 def mbox_states(archives: list[Source], units: pa.Table) -> dict[str, dict[str, Any]]:
     """Each mbox's landed size (where its last listed unit ends: bytes it gains after the
     listing are the next run's) and head."""
@@ -55,7 +91,8 @@ def mbox_states(archives: list[Source], units: pa.Table) -> dict[str, dict[str, 
     for source in archives:
         if source.kind == "mbox":
             size = ends.get(source.digest, 0)
-            states[source.digest] = {"size": size, "head": _head(source.path, min(size, _HEAD))}
+            states[source.digest] = {"size": size, "head": _head(source.path, min(size, _HEAD)),
+                                     "tail": _tail(source.path, size)}  # fmt: skip
     return states
 
 
@@ -79,11 +116,9 @@ def incremental_sources(
         if source.kind == "mbox":
             try:
                 state = json.loads(_state_path(landing, source.digest).read_text())
-                size = source.path.stat().st_size
             except (OSError, ValueError):
                 continue
-            landed = int(state.get("size", 0))
-            if size < landed or _head(source.path, min(landed, _HEAD)) != state.get("head"):
+            if not only_grew(source.path, state):
                 continue  # rewritten, not grown: landed again whole
         found[source.digest] = previous
     return found

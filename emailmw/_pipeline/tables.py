@@ -490,9 +490,15 @@ def write_group_stats(out: Path, roots: dict[str, Path]) -> pa.Table:
     if directory.is_dir() and any(directory.rglob("*.parquet")):
         # the mailbox column alone first (dictionary-encoded: cheap); the rest only when
         # some group's done folder is among them
-        labels = pq.read_table(directory, columns=["mailbox"])["mailbox"].unique()
+        # (no partition columns read: a day partition that is null everywhere, mail
+        # without a delivery time, cannot even be typed: the run failed on it)
+        labels = pq.read_table(directory, columns=["mailbox"], partitioning=None)[
+            "mailbox"
+        ].unique()
         if pc.any(pc.fill_null(pc.match_substring(labels, "-done-"), False)).as_py():
-            messages = pq.read_table(directory, columns=["mailbox", "key", "source"])
+            messages = pq.read_table(
+                directory, columns=["mailbox", "key", "source"], partitioning=None
+            )
             table = group_stats(messages, roots)
     target = out / "group_stats"
     target.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 import math
 import re
 import subprocess
@@ -925,3 +926,55 @@ def test_a_rerun_over_a_grown_archive_lands_only_the_new_mail(
     mbox.write_bytes(mbox_of(range(1, 8)))  # rewritten: its first message gone
     third = _run(spark, [out, root, mbox], out, report=False)
     assert third["publish"] == 20  # (the removed message kept: it was landed)
+
+
+def test_an_mbox_an_expunge_rewrote_is_landed_again_and_each_email_counted_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """(#61) A mail client's expunge rewrites an mbox: every message after the first one
+    removed moves. Re-run with --since-last after one message was removed at its start or
+    after its first 64 KiB, and 5 appended: the tables are those of a run from scratch over
+    everything the mbox ever held (the removed one kept, as a Maildir's removed files are).
+    Was: the removed-at-start case counted every email twice (keyed by offset), the
+    after-64-KiB case landed from the old size into the middle of a moved message."""
+
+    def dated(i: int) -> bytes:  # (delivered a second apart, as the server stamped it)
+        when = email.utils.formatdate(1_790_000_000 + i, usegmt=True)
+        head = f"Message-ID: <m{i}@x>\nDate: {when}\nSubject:".encode()
+        return _publish(i, (1_790_000_000 + i) * 10**9).replace(b"Subject:", head)
+
+    def mbox_of(seqs: list[int]) -> bytes:
+        return b"".join(
+            b"From x@example.test Thu Jan  1 00:00:00 2026\n" + dated(i) + b"padding " * 50
+            + b"\n" for i in seqs
+        )  # fmt: skip
+
+    everything = list(range(205))
+    scratch = tmp_path / "all.mbox"
+    scratch.write_bytes(mbox_of(everything))
+    want = _run(spark, [scratch], tmp_path / "scratch", report=False)
+    want_health = _health(spark, tmp_path / "scratch")
+    assert (want["publish"], want["lost"], want["duplicated"]) == (205, 0, 0)
+    for removed in (1, 180):
+        mbox = tmp_path / f"without-{removed}.mbox"
+        mbox.write_bytes(mbox_of(list(range(200))))
+        assert (len(mbox_of(list(range(removed)))) > 64 << 10) == (removed == 180)
+        out = tmp_path / f"out-{removed}"
+        _run(spark, [mbox], out, report=False)
+        mbox.write_bytes(mbox_of([i for i in range(200) if i != removed] + everything[200:]))
+        again = _run(spark, [out, mbox], out, report=False)  # (--since-last)
+        got = {k: again[k] for k in ("publish", "lost", "duplicated", "out_of_order")}
+        assert got == {k: want[k] for k in got}, removed
+        assert _health(spark, out) == want_health, removed
+
+
+def test_an_archive_whose_mail_carries_no_delivery_time_is_analysed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """No Received, no Date (a C++ peer's hand-made mail, an export that dropped them):
+    the messages have no day; the run completes (was: ArrowInvalid from the group
+    statistics, which read the day partition that nothing could type)."""
+    mbox = tmp_path / "undated.mbox"
+    mbox.write_bytes(b"".join(b"From x@example.test Thu Jan  1 00:00:00 2026\n" + _publish(i)
+                              + b"\n" for i in range(3)))  # fmt: skip
+    assert _run(spark, [mbox], tmp_path / "out", report=False)["publish"] == 3

@@ -114,6 +114,7 @@ _TOP_KEYS: Final = frozenset(
         "max-email-bytes",
         "part-timeout",
         "announce-period",
+        "plain-readers",
     }
 )
 _ROUTING_KEYS: Final = frozenset({"hub", "routes"})
@@ -355,6 +356,9 @@ class Options:
     announce_period: float = 30.0
     #: the provider profile the configuration names (``provider``; None: none)
     provider: str | None = None
+    #: accounts read by peers that announce nothing (a C++ rmw_email node): they always
+    #: get one uncompressed message per email (``plain-readers``, bare lower-case)
+    plain_readers: frozenset[str] = frozenset()
     source: str = "<defaults>"
 
     @property
@@ -803,6 +807,7 @@ def _from_mapping(data: Mapping[str, Any], source: str) -> Options:
         security=security,
         routing=_read_routing(reader, recipients),
         batch=_read_batch(reader),
+        plain_readers=frozenset(a.lower() for a in reader.addresses("plain-readers")),
         limits=_read_limits(reader),
         max_email_bytes=_read_max_email_bytes(reader),
         part_timeout=reader.number("part-timeout", 600.0),

@@ -155,6 +155,7 @@ class Context(Closeable):
                 history=lambda: receiver.history(GRAPH_TOPIC, 200),
                 trusts=self._security.trusts,
                 receiving=lambda: self._receiving,
+                plain=self.options.plain_readers,
             )
             sender = SplittingSender(sender, self.options, self._peers)
             sender = PeerSender(sender, self._peers, self.options.batch)

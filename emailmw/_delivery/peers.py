@@ -65,10 +65,10 @@ READER_TYPE: Final = "emailmw/msg/ReaderRecord"
 #: what a reader may say it reads: batch emails, a message in parts, zstd bodies,
 #: encrypted bodies
 FEATURES: Final = ("batch", "parts", "zstd", "encryption")
-#: how often a reader tells a sender it keeps hearing from (seconds); a record counts for
-#: three periods
-RECORD_PERIOD: Final = 60.0
-_EXPIRY_PERIODS: Final = 3
+#: how often a sender asks again (seconds): a record counts for one and a half periods,
+#: so a reader that went silent (killed) stops counting within a minute
+RECORD_PERIOD: Final = 40.0
+_EXPIRY_PERIODS: Final = 1.5
 #: a probe to one account goes at most this often (seconds)
 _PROBE_EVERY: Final = 10.0
 #: an answer to a probe goes to one address at most this often (seconds)
@@ -147,7 +147,7 @@ def read_record(email: Email, route: Route) -> ReaderRecord | None:
         )  # fmt: skip
     except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError):
         return None
-    if event not in ("reader", "probe") or not record.account:
+    if event not in ("reader", "probe", "withdraw") or not record.account:
         return None
     return record
 
@@ -169,6 +169,16 @@ class PeerTable:
         readers[record.reader] = record
         return known is None or known.accepts != record.accepts
 
+    def withdraw(self, record: ReaderRecord) -> bool:
+        """The reader of ``record`` stopped reading its account (it closed); True when it
+        was known."""
+        readers = self._readers.get(record.account, {})
+        known = readers.get(record.reader)
+        if known is None or known.stamp_ns > record.stamp_ns:
+            return False
+        del readers[record.reader]
+        return True
+
     def readers(self, account: str, now_ns: int) -> list[ReaderRecord]:
         """The live records of ``account``'s readers."""
         found = self._readers.get(_address(account), {})
@@ -177,12 +187,16 @@ class PeerTable:
             if now_ns - r.stamp_ns <= _EXPIRY_PERIODS * r.period * 1e9
         ]  # fmt: skip
 
-    def missing(self, accounts: Iterable[str], feature: str, now_ns: int) -> list[str]:
+    def missing(
+        self, accounts: Iterable[str], feature: str, now_ns: int, *, own: str = ""
+    ) -> list[str]:
         """The accounts (bare addresses) of ``accounts`` whose readers did not all say
-        they read ``feature``: none known, or one that did not say it."""
+        they read ``feature``: none known, or one that did not say it. ``own``: the
+        asking sender's own reader, never counted (it reads its own account beside readers
+        that say nothing, such as a C++ node on one shared inbox)."""
         out = []
         for account in dict.fromkeys(_address(a) for a in accounts if a):
-            live = self.readers(account, now_ns)
+            live = [r for r in self.readers(account, now_ns) if r.reader != own]
             if not live or any(feature not in r.accepts for r in live):
                 out.append(account)
         return out
@@ -227,8 +241,10 @@ class Peers:
         trusts: Callable[[Email], bool],
         receiving: Callable[[], bool],
         period: float = RECORD_PERIOD,
+        plain: Iterable[str] = (),
     ) -> None:
         self.account = _address(account) or account
+        self.plain = frozenset(_address(a) for a in plain)
         self.features = features
         self.period = period
         self._send = send
@@ -293,6 +309,14 @@ class Peers:
             self._tell("reader", record.account, self.features)
 
     def _note(self, record: ReaderRecord) -> None:
+        if record.event == "withdraw":
+            with self._changed:
+                gone = self._table.withdraw(record)
+                self._changed.notify_all()
+            if gone:
+                _log.info("the reader %s of %s stopped reading it", record.reader,
+                          record.account)  # fmt: skip
+            return
         if record.event != "reader":
             return
         with self._changed:
@@ -312,11 +336,17 @@ class Peers:
         accounts = tuple(sorted({_address(r) for r in recipients if r}))
         if not accounts:
             return False
+        plain = [a for a in accounts if a in self.plain]
+        if plain:  # (named as read by peers that announce nothing: never asked)
+            self._say(accounts, feature, plain, named=True)
+            return False
         self._ask(accounts)
         deadline = time.monotonic() + wait
         while True:
             with self._lock:
-                missing = self._table.missing(accounts, feature, time.time_ns())
+                missing = self._table.missing(
+                    accounts, feature, time.time_ns(), own=str(self._gid.value)
+                )
                 closed = self._closed
             left = deadline - time.monotonic()
             if not missing or left <= 0 or closed:
@@ -327,7 +357,9 @@ class Peers:
         self._say(accounts, feature, missing)
         return not missing
 
-    def _say(self, accounts: tuple[str, ...], feature: str, missing: list[str]) -> None:
+    def _say(
+        self, accounts: tuple[str, ...], feature: str, missing: list[str], *, named: bool = False
+    ) -> None:
         key = (accounts, feature)
         with self._lock:
             if (key in self._said) == bool(missing):
@@ -338,7 +370,10 @@ class Peers:
                 self._said.discard(key)
         what = {"batch": "batches", "parts": "a message in parts", "zstd": "zstd bodies",
                 "encryption": "encrypted bodies"}.get(feature, feature)  # fmt: skip
-        if missing:
+        if missing and named:
+            _log.info("not sending %s to %s: %s is read by plain readers (plain-readers)",
+                      what, ", ".join(accounts), ", ".join(missing))  # fmt: skip
+        elif missing:
             _log.warning(
                 "not sending %s to %s: no reader of %s said it reads them (a C++ "
                 "rmw_email peer, or one not heard from yet: it tells this sender once it "
@@ -398,9 +433,17 @@ class Peers:
                 self._note(record)
 
     def close(self) -> None:
+        """Stop; the senders this context told what it reads are told it reads no more
+        (a ``withdraw``: they stop batching towards its account at once, for a reader
+        that announces nothing may be left there)."""
         with self._changed:
+            if self._closed:
+                return
             self._closed = True
+            told = list(self._answered)
             self._changed.notify_all()
+        for address in told:
+            self._tell("withdraw", address, ())
 
 
 class PeerSender(SenderWrapper):

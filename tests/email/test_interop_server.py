@@ -119,3 +119,52 @@ def test_a_cpp_subscriber_gets_one_message_per_email_whatever_the_configuration(
     # 20 emails of one message each (and the publisher's question, which the C++
     # parser reads as a message on a topic it has no subscription to)
     assert sorted(bodies) == sorted(f"data: {i}\r\n".encode() for i in range(20))
+
+
+def _cpp_bodies(mailserver: MailServer, cpp: str, count: int) -> list[bytes]:
+    """The /chatter bodies a C++ reader of ``cpp`` gets from its first ``count`` emails
+    (None of them a batch: each parses as one message)."""
+    bodies = []
+    for uid in uids(mailserver, cpp, count):
+        raw = curl_fetch(mailserver, cpp, uid)
+        parsed = cpp_parse(raw.replace(b"\r\nSubject: ", b"\r\nBcc: \r\nSubject: ", 1))
+        assert parsed is not None, raw[:400]
+        if parsed.subject == b"/chatter":
+            bodies.append(parsed.body)
+    return bodies
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("case", ["own reader", "plain-readers"])
+def test_a_cpp_subscriber_beside_an_emailmw_reader_gets_every_message(
+    mailserver: MailServer,
+    account: Callable[[], str],
+    email_context: MakeContext,
+    transport: str,
+    case: str,
+) -> None:
+    """(#58) A C++ node reads an account an emailmw context reads too. ``own reader``: the
+    publisher's own context (rmw_email's one shared inbox): it answers its own probe, and
+    never counts that answer (was: it batched, the C++ node got 1, 2 and 0 of 20).
+    ``plain-readers``: another context reads it and says it reads batches; the publisher's
+    configuration names the account as read by plain readers. Every message goes alone."""
+    shared, other = account(), account()
+    batch = {"batch": {"linger-ms": 200, "max-messages": 50}}
+    if case == "own reader":
+        sender = email_context(shared, to=shared, transport=transport, **batch,
+                               **transport_extra(transport))  # fmt: skip
+        emailmw.Subscription("/chatter", context=sender)
+        sender.start_receiving()
+    else:
+        reader = email_context(shared, to=other, transport=transport, **transport_extra(transport))
+        emailmw.Subscription("/chatter", context=reader)
+        reader.start_receiving()
+        plain = {"plain-readers": [shared]}
+        sender = email_context(other, to=shared, transport=transport, **batch, **plain,
+                               **transport_extra(transport))  # fmt: skip
+    pub = emailmw.Publisher("/chatter", context=sender, guarantee="memory")
+    for i in range(20):
+        pub.publish(f"data: {i}")
+    assert sender.flush(30)
+    bodies = _cpp_bodies(mailserver, shared, 20)
+    assert sorted(bodies) == sorted(f"data: {i}\r\n".encode() for i in range(20))

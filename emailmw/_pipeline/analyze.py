@@ -125,6 +125,7 @@ class _SparkProgress:
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="analyze-progress", daemon=True)
         self._seen: dict[int, tuple[int, int]] = {}  # stage -> (done, tasks)
+        self._shown = 0.0  # the fraction said last (never less after)
 
     def __enter__(self) -> _SparkProgress:
         self._thread.start()
@@ -146,7 +147,11 @@ class _SparkProgress:
                 self._seen[stage] = (info.numCompletedTasks, info.numTasks)
         done = sum(d for d, _ in self._seen.values())
         tasks = sum(t for _, t in self._seen.values())
-        return done / tasks if tasks else None
+        if not tasks:
+            return None
+        # never backwards: a stage that starts adds tasks (was: 13 %, then 12 %)
+        self._shown = max(self._shown, done / tasks)
+        return self._shown
 
     def line(self) -> str:
         fraction = self._fraction()

@@ -350,3 +350,27 @@ def test_rejects_keep_a_delivery_time() -> None:
     assert describe(b"\x00\xff", 1_800_000_000_123_456_000)["delivered_ns"] == (
         1_800_000_000_123_456_000
     )
+
+
+def test_progress_never_goes_backwards_when_a_stage_adds_tasks() -> None:
+    """(#61: 'computing tables: 13 %' was followed by '12 %') A fake status tracker: one
+    stage half done, then a second stage starts with as many tasks."""
+    from types import SimpleNamespace
+
+    from emailmw._pipeline.analyze import _SparkProgress
+
+    stages: dict[int, tuple[int, int]] = {1: (5, 10)}
+    tracker = SimpleNamespace(
+        getActiveStageIds=lambda: list(stages),
+        getStageInfo=lambda s: SimpleNamespace(
+            numCompletedTasks=stages[s][0], numTasks=stages[s][1]),
+    )  # fmt: skip
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(statusTracker=lambda: tracker))
+    progress = _SparkProgress(spark, "computing tables", None)
+    said = [progress.line()]
+    stages[2] = (0, 10)
+    said.append(progress.line())
+    stages[2] = (8, 10)
+    said.append(progress.line())
+    assert said == ["[analyze] computing tables: 50 %", "[analyze] computing tables: 50 %",
+                    "[analyze] computing tables: 65 %"]  # fmt: skip

@@ -43,14 +43,21 @@ def health_verdict(
     unanswered = summary.get("calls", 0) - summary.get("answered", 0)
     if unanswered > limits.unanswered:
         findings.append(("unhealthy", f"{unanswered:,} service call(s) unanswered"))
-    lows = [s["latency_p50_ms"] for s in overview.topic_stats
-            if s["latency_p50_ms"] is not None]  # fmt: skip
-    ahead = -min(lows, default=0.0)
-    if ahead > limits.skew_ms:
-        skew = f"a median latency of {-ahead:,.0f} ms"
-        findings.append(("degraded", f"a publisher's clock is ahead of the server's ({skew}): "
+    lows = [s for s in overview.topic_stats
+            if s["latency_p50_ms"] is not None and s["latency_p50_ms"] < 0]  # fmt: skip
+    if lows:  # (said whatever the threshold: a latency below zero is never true)
+        worst = min(lows, key=lambda s: s["latency_p50_ms"])
+        name = str(worst["topic"]).encode("unicode_escape").decode()
+        skew = f"{name}'s median latency is {worst['latency_p50_ms']:,.1f} ms"
+        over = -worst["latency_p50_ms"] > limits.skew_ms
+        findings.append(("degraded" if over else "note",
+                         f"a publisher's clock is ahead of the server's ({skew}"
+                         f"{f', {len(lows)} topics below zero' if len(lows) > 1 else ''}): "
                          "latencies are off by as much"))  # fmt: skip
-    if not findings:
-        return "healthy", ["no loss, latency, unanswered call or clock skew over its threshold"]
+    if not any(k != "note" for k, _ in findings):
+        return "healthy", [
+            "no loss, latency, unanswered call or clock skew over its threshold",
+            *(text for _, text in findings),
+        ]
     level = "unhealthy" if any(k == "unhealthy" for k, _ in findings) else "degraded"
     return level, [text for _, text in findings]

@@ -242,10 +242,16 @@ def test_the_verdict_says_in_a_word_and_in_sentences_what_is_wrong() -> None:
     assert lines == [
         "1 topic(s) with a p99 latency over 1000 ms (worst /b: 2,500 ms)",
         "1 service call(s) unanswered",
-        "a publisher's clock is ahead of the server's (a median latency of -250 ms): "
+        "a publisher's clock is ahead of the server's (/b's median latency is -250.0 ms): "
         "latencies are off by as much",
     ]
     assert health_verdict(_Overview(health, slow), summary, limits)[0] == "degraded"
+    # (#61) a median below zero within --max-skew-ms: still said, the verdict still healthy
+    ahead = [{"topic": "/c", "latency_p50_ms": -10.6, "latency_p99_ms": 40.0}, *fine]
+    assert health_verdict(_Overview(health, ahead), summary, limits) == ("healthy", [
+        "no loss, latency, unanswered call or clock skew over its threshold",
+        "a publisher's clock is ahead of the server's (/c's median latency is -10.6 ms): "
+        "latencies are off by as much"])  # fmt: skip
 
 
 def test_a_symmetric_log_axis_reads_latencies_either_side_of_zero() -> None:

@@ -406,3 +406,81 @@ def test_launch_package_file_finds_it_in_the_share_directory_and_refuses_a_missi
     assert out.stdout == ""  # (nothing started)
     assert out.stderr.count("\n") == 1
     assert "no nothere or nothere.py in the directory" in out.stderr
+
+
+#: the shape of the ROS 2 documentation's "launch files in three formats" example (its
+#: turtlesim nodes the programs' hello), renamed: `import launch` and dotted names, a
+#: group with a pushed namespace from an argument, remappings, and a process started by a
+#: timer when a Python expression over the arguments holds
+THREE_FORMATS_PY = """\
+import emailmw.launch as launch
+import emailmw.launch.actions
+import emailmw.launch.substitutions
+import emailmw.launch_ros.actions
+
+
+def generate_launch_description():
+    background_r = launch.substitutions.LaunchConfiguration('new_background_r')
+    return launch.LaunchDescription([
+        launch.actions.DeclareLaunchArgument('chatter_ns', default_value='my/chatter/ns'),
+        launch.actions.DeclareLaunchArgument('use_provided_red', default_value='False'),
+        launch.actions.DeclareLaunchArgument('new_background_r', default_value='200'),
+        launch.actions.GroupAction([
+            emailmw.launch_ros.actions.PushRosNamespace(
+                launch.substitutions.LaunchConfiguration('chatter_ns')),
+            emailmw.launch_ros.actions.Node(package='PROGRAMS', executable='hello',
+                                            name='talker'),
+        ]),
+        emailmw.launch_ros.actions.Node(package='PROGRAMS', executable='hello', name='sim',
+                                        namespace='turtlesim1'),
+        emailmw.launch_ros.actions.Node(
+            package='PROGRAMS', executable='hello', name='mimic',
+            remappings=[('chatter', '/turtlesim2/turtle1/cmd_vel')]),
+        launch.actions.TimerAction(period=0.5, actions=[launch.actions.ExecuteProcess(
+            cmd=[[launch.substitutions.FindExecutable(name='echo'), ' background ',
+                  background_r]],
+            shell=True, name='set_background',
+            condition=launch.conditions.IfCondition(launch.substitutions.PythonExpression(
+                [background_r, ' == 200', ' and ',
+                 launch.substitutions.LaunchConfiguration('use_provided_red')])))]),
+    ])
+"""
+
+THREE_FORMATS_XML = """\
+<launch>
+  <arg name="chatter_ns" default="my/chatter/ns"/>
+  <arg name="use_provided_red" default="False"/>
+  <arg name="new_background_r" default="200"/>
+  <group>
+    <push-ros-namespace namespace="$(var chatter_ns)"/>
+    <node pkg="PROGRAMS" exec="hello" name="talker"/>
+  </group>
+  <node pkg="PROGRAMS" exec="hello" name="sim" namespace="turtlesim1"/>
+  <node pkg="PROGRAMS" exec="hello" name="mimic">
+    <remap from="chatter" to="/turtlesim2/turtle1/cmd_vel"/>
+  </node>
+  <timer period="0.5">
+    <executable cmd="echo background $(var new_background_r)" name="set_background"
+                if="$(eval '$(var new_background_r) == 200 and $(var use_provided_red)')"/>
+  </timer>
+</launch>
+"""
+
+
+@pytest.mark.parametrize("form", ["py", "xml"])
+def test_the_ros_2_docs_three_formats_example_runs(
+    programs: Path, tmp_path: Path, form: str
+) -> None:
+    text = THREE_FORMATS_PY if form == "py" else THREE_FORMATS_XML
+    path = tmp_path / f"three.launch.{form}"
+    path.write_text(text.replace("PROGRAMS", str(programs)))
+    out = _cli("launch", str(path), "use_provided_red:=True")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert "[talker-1] /my/chatter/ns/talker {} /my/chatter/ns/chatter ['--ros-args']" in lines
+    assert "[sim-2] /turtlesim1/sim {} /turtlesim1/chatter ['--ros-args']" in lines
+    assert "[mimic-3] /mimic {} /turtlesim2/turtle1/cmd_vel ['--ros-args']" in lines
+    assert "[set_background-4] background 200" in lines
+    out = _cli("launch", str(path), "new_background_r:=100", "use_provided_red:=True")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not any("set_background" in line for line in out.stdout.splitlines())

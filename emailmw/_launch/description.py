@@ -19,6 +19,8 @@ import importlib.util
 import math
 import os
 import shlex
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -238,6 +240,41 @@ class PythonExpression(Substitution):
         except Exception as exc:  # noqa: BLE001 - the user's expression: one line
             raise LaunchError(f"PythonExpression {text!r}: {type(exc).__name__}: {exc}") from None
         return str(value)
+
+
+class FindExecutable(Substitution):
+    """The path of a program on ``PATH``."""
+
+    def __init__(self, *, name: SomeSubstitutions) -> None:
+        self.name = name
+
+    def perform(self, context: LaunchContext) -> str:
+        name = perform(context, self.name)
+        found = shutil.which(name, path=context.environment.get("PATH"))
+        if found is None:
+            raise LaunchError(f"FindExecutable: no {name} on PATH")
+        return found
+
+
+class Command(Substitution):
+    """What a command prints (``xacro robot.urdf.xacro``: a robot description), run when
+    the action holding it is visited; its failure is one line."""
+
+    def __init__(self, command: Any, *, on_stderr: str = "fail") -> None:
+        self.command, self.on_stderr = command, on_stderr
+
+    def perform(self, context: LaunchContext) -> str:
+        text = perform(context, self.command)
+        try:
+            done = subprocess.run(shlex.split(text), capture_output=True, text=True,
+                                  timeout=300, check=False,
+                                  env={**os.environ, **context.environment})  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise LaunchError(f"Command {text!r}: {exc}") from None
+        if done.returncode != 0 or (done.stderr.strip() and self.on_stderr == "fail"):
+            said = (done.stderr.strip() or f"exit status {done.returncode}").splitlines()[-1]
+            raise LaunchError(f"Command {text!r} failed: {said}")
+        return done.stdout
 
 
 class ThisLaunchFileDir(Substitution):

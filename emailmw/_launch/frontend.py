@@ -15,9 +15,8 @@ condition. Anything else is one line naming it.
 from __future__ import annotations
 
 import os
-import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,10 @@ from .description import (
     LaunchError,
     Node,
     PushRosNamespace,
+    PythonExpression,
     SetLaunchConfiguration,
     Substitution,
+    TimerAction,
     UnlessCondition,
     Words,
     package_share,
@@ -45,8 +46,6 @@ from .description import (
 )
 
 __all__ = ["frontend_description"]
-
-_SUBSTITUTION = re.compile(r"\$\(([^()]*)\)")
 
 
 class Text(Substitution):
@@ -56,8 +55,8 @@ class Text(Substitution):
         self.text, self.where = text, where
 
     def perform(self, context: LaunchContext) -> str:
-        def one(match: re.Match[str]) -> str:
-            words = match.group(1).split()
+        def one(inner: str) -> str:
+            words = inner.split()
             if len(words) == 2 and words[0] == "var":
                 found = context.launch_configurations.get(words[1])
                 if found is None:
@@ -76,10 +75,42 @@ class Text(Substitution):
                 return str(package_share(words[1]))
             if words == ["dirname"] and context.file is not None:
                 return str(context.file.parent)
-            raise LaunchError(f"{self.where}: $({match.group(1)}) is not supported (var, env, "
+            if words and words[0] == "eval":
+                expression = inner.strip()[len("eval") :].strip()
+                if len(expression) >= 2 and expression[0] == expression[-1] in "'\"":
+                    expression = expression[1:-1]
+                return PythonExpression(expression).perform(context)
+            raise LaunchError(f"{self.where}: $({inner}) is not supported (var, env, "
                               "find-pkg-share and dirname are)")  # fmt: skip
 
-        return _SUBSTITUTION.sub(one, self.text)
+        return _expand(self.text, one, self.where)
+
+
+def _expand(text: str, substitute: Callable[[str], str], where: str) -> str:
+    """``text`` with each ``$(...)`` replaced by ``substitute(inside)``, the inside's own
+    ``$(...)`` first (``$(eval '$(var x) == 2')``); what a substitution returns is not
+    read again."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        start = text.find("$(", i)
+        if start < 0:
+            out.append(text[i:])
+            break
+        out.append(text[i:start])
+        depth, j = 1, start + 2
+        while j < len(text) and depth:
+            if text.startswith("$(", j):
+                depth, j = depth + 1, j + 2
+                continue
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        if depth:
+            raise LaunchError(f"{where}: {text[start:]!r} has no closing parenthesis")
+        inside = _expand(text[start + 2 : j - 1], substitute, where)
+        out.append(substitute(inside))
+        i = j
+    return "".join(out)
 
 
 def _entries(path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -140,6 +171,7 @@ _KNOWN = {
     "executable": {"cmd", "name", "cwd", "output", "shell", "env"},
     "include": {"file", "arg"},
     "group": {"scoped", "children", "forwarding"},
+    "timer": {"period", "children"},
     "push-ros-namespace": {"namespace"},
 }  # fmt: skip
 
@@ -150,7 +182,8 @@ def _action(path: Path, tag: str, attributes: dict[str, Any]) -> Action:
     if tag not in _KNOWN:
         raise LaunchError(f"{path.name}: {tag!r} is not supported ({', '.join(_KNOWN)} are)")
     children = attributes.get("children") or []
-    allowed_children = {"param", "remap", "env", "arg"} if tag != "group" else set(_KNOWN)
+    allowed_children = {"param", "remap", "env", "arg"} if tag not in ("group", "timer") else (
+        set(_KNOWN))  # fmt: skip
     for child_tag, _ in children:
         if child_tag.replace("_", "-") not in allowed_children:
             raise LaunchError(f"{path.name}: <{tag}> has <{child_tag}>, which is not supported")
@@ -180,6 +213,10 @@ def _action(path: Path, tag: str, attributes: dict[str, Any]) -> Action:
     if tag == "group":
         scoped = str(attributes.get("scoped", "true")).lower() != "false"
         return GroupAction([_action(path, t, a) for t, a in children], scoped=scoped,
+                           condition=condition)  # fmt: skip
+    if tag == "timer":
+        return TimerAction(period=text("period", "0"),
+                           actions=[_action(path, t, a) for t, a in children],
                            condition=condition)  # fmt: skip
     if tag == "include":
         if not attributes.get("file"):

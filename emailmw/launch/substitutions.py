@@ -1,7 +1,9 @@
 """ROS 2's ``launch.substitutions``."""
 
 from .._launch.description import (
+    Command,
     EnvironmentVariable,
+    FindExecutable,
     LaunchConfiguration,
     PathJoinSubstitution,
     PythonExpression,
@@ -11,7 +13,9 @@ from .._launch.description import (
 )
 
 __all__ = [
+    "Command",
     "EnvironmentVariable",
+    "FindExecutable",
     "LaunchConfiguration",
     "PathJoinSubstitution",
     "PythonExpression",

@@ -327,14 +327,37 @@ def _preflight(master: str) -> None:
             host, _, port = address.rpartition(":")
             if not host or not port.isdigit():
                 raise ConfigError(f"expected spark://HOST:PORT, got {master!r}", source="--master")
-            try:
-                socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
-            except OSError as exc:
-                raise ConfigError(
-                    f"no Spark master answers at {host}:{port} ({exc.strerror or exc}): is it "
-                    "running, and is this its URL?",
-                    source="--master",
-                ) from exc
+            said = _speaks_spark(host.strip("[]"), int(port))
+            if said is not None:
+                raise ConfigError(f"{said}: is this the master's URL (spark://HOST:7077 by "
+                                  "default; its web page is on port 8080)?",
+                                  source="--master")  # fmt: skip
+
+
+def _speaks_spark(host: str, port: int, wait: float = 5.0) -> str | None:
+    """None when what listens at ``host:port`` may be a Spark master, else why not. A
+    master's RPC port reads length-prefixed frames: to a line of HTTP (a frame length
+    far too large) it closes the connection at once. An HTTP server answers it instead; a
+    port that accepts and says nothing within ``wait`` seconds is not a master either
+    (Spark's client would wait minutes there, printing nothing)."""
+    try:
+        connection = socket.create_connection((host, port), timeout=wait)
+    except OSError as exc:
+        return f"no Spark master answers at {host}:{port} ({exc.strerror or exc})"
+    with connection:
+        try:
+            connection.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            connection.settimeout(wait)
+            answer = connection.recv(64)
+        except TimeoutError:
+            return f"{host}:{port} accepts connections but answers nothing in {wait:g} s"
+        except OSError:
+            return None  # (reset: a master refusing the line)
+    if answer.startswith(b"HTTP/"):
+        return f"a web server answers at {host}:{port}, not a Spark master"
+    if answer:
+        return f"{host}:{port} answers, but not as a Spark master ({answer[:20]!r})"
+    return None
 
 
 def _when(ns: int | None) -> str:

@@ -374,3 +374,41 @@ def test_progress_never_goes_backwards_when_a_stage_adds_tasks() -> None:
     said.append(progress.line())
     assert said == ["[analyze] computing tables: 50 %", "[analyze] computing tables: 50 %",
                     "[analyze] computing tables: 65 %"]  # fmt: skip
+
+
+def test_a_master_url_where_no_spark_master_listens_is_one_line_in_seconds(
+    tmp_path: Path,
+) -> None:
+    """(#61) --master spark://HOST:PORT where a web server answers (a 33-line
+    Py4JJavaError), or where a port accepts connections and says nothing (nothing printed
+    for 10 minutes): one line each, before Spark starts."""
+    import http.server
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    silent = socket.create_server(("127.0.0.1", 0))  # (accepts, never reads or answers)
+    (tmp_path / "a.mbox").write_bytes(b"From x@y Thu Jan  1 00:00:00 2026\nSubject: /t\n\nm\n")
+    try:
+        for port, said in (
+            (web.server_address[1], "a web server answers at 127.0.0.1:"),
+            (silent.getsockname()[1], "accepts connections but answers nothing"),
+        ):
+            start = time.monotonic()
+            out = subprocess.run(
+                [sys.executable, "-m", "emailmw", "analyze", str(tmp_path / "a.mbox"), "--out",
+                 str(tmp_path / "out"), "--master", f"spark://127.0.0.1:{port}"],
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            assert out.returncode == 1
+            assert out.stderr.count("\n") == 1, out.stderr
+            assert said in out.stderr
+            assert "is this the master's URL" in out.stderr
+            assert time.monotonic() - start < 30
+    finally:
+        web.shutdown()
+        silent.close()

@@ -62,3 +62,25 @@ def test_config_show_of_a_file_with_a_mistake_is_one_line(
     assert "email.provider" in line
     assert "expected one of" in line
     assert "Pw-91c7-secret" not in captured.err
+
+
+def test_config_show_keeps_its_keys_when_a_known_secret_is_a_word_of_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (a run whose test mail server's password is "secret": 'client-secret' read
+    # 'client-***' and the redaction was not where the reader looks)
+    import emailmw._core.log
+
+    monkeypatch.setattr(emailmw._core.log, "_secrets", ("secret",))
+    path = tmp_path / "email.yml"
+    path.write_text(
+        "email:\n  user:\n    url-smtp: smtps://mail.example.test\n"
+        "    url-imap: imaps://mail.example.test\n    username: ann@example.test\n"
+        "    auth: oauth2\n    oauth2: {token-url: 'https://t.example.test/secret',\n"
+        "             client-id: my-secret-app, client-secret: cs-5d1e, refresh-token: rt}\n"
+        "  recipients: {to: ann@example.test}\n"
+    )
+    assert main(["config", "show", "--config", str(path)], daemon=False) == 0
+    out = capsys.readouterr().out
+    assert "      client-secret: <redacted>\n" in out
+    assert "      client-id: my-***-app\n" in out  # (a known secret in a value: hidden)

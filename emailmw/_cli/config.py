@@ -57,7 +57,7 @@ def shown(data: Mapping[str, Any]) -> str:
     text = yaml.safe_dump(_redacted(out), sort_keys=False, default_flow_style=False)
     if provider is not None:
         text = _marked(text, marks, provider.name)
-    return redact(text)
+    return text
 
 
 def _redacted(value: Any, key: str = "") -> Any:
@@ -67,7 +67,9 @@ def _redacted(value: Any, key: str = "") -> Any:
         return [_redacted(v, key) for v in value]
     if any(word in key.lower() for word in _SECRET_WORDS) and value is not None:
         return "<redacted>"
-    return value
+    # (a value holding a secret this process knows, in any key; keys are never redacted:
+    # a password "secret" made 'client-secret' read 'client-***')
+    return redact(value) if isinstance(value, str) else value
 
 
 def _marked(text: str, marks: set[str], provider: str) -> str:

@@ -11,8 +11,10 @@ mailbox. The command line starts the daemon on its first use (as ros2cli does) a
 without one (``--no-daemon``).
 
 One daemon per configuration file; it ends after ``--timeout`` seconds without a request
-(two hours, ros2's), on ``emailmw daemon stop``, on SIGTERM, or when the file changed (the
-command then runs the usual way and starts a new one). Verbs run one at a time.
+(two hours, ros2's), once its account has been unreachable for ``--unreachable-timeout``
+seconds (ten minutes: its graph would only go stale), on ``emailmw daemon stop``, on
+SIGTERM, or when the file changed (the command then runs the usual way and starts a new
+one). Verbs run one at a time.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ __all__ = ["register"]
 
 #: seconds without a request after which a daemon ends (ros2 daemon's default)
 DEFAULT_TIMEOUT = 7200.0
+#: how long the account may be unreachable before the daemon ends (its graph would go
+#: stale; the commands then read the mailbox themselves and say what fails)
+UNREACHABLE_TIMEOUT = 600.0
 
 
 def register(commands: Commands, common: argparse.ArgumentParser) -> None:
@@ -57,10 +62,15 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
         help="end after this long without a request (default: 2 hours)",
     )  # fmt: skip
+    start_.add_argument(
+        "--unreachable-timeout", type=float, default=UNREACHABLE_TIMEOUT, metavar="SECONDS",
+        help="end once the account has been unreachable this long (default: 10 minutes)",
+    )  # fmt: skip
     add("stop", run=stop, help="stop it")
     add("status", run=status, help="whether it runs")
     serve_ = add("serve", run=serve, help=argparse.SUPPRESS)
     serve_.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    serve_.add_argument("--unreachable-timeout", type=float, default=UNREACHABLE_TIMEOUT)
 
 
 def _where(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -119,7 +129,8 @@ def start(args: argparse.Namespace) -> int:
     try:
         subprocess.Popen(
             [sys.executable, "-m", "emailmw", "--config", str(config), "daemon", "serve",
-             "--timeout", str(args.timeout)],
+             "--timeout", str(args.timeout), "--unreachable-timeout",
+             str(getattr(args, "unreachable_timeout", UNREACHABLE_TIMEOUT))],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
         )  # fmt: skip
     finally:
@@ -180,7 +191,12 @@ def serve(args: argparse.Namespace) -> int:
             listener.listen(16)
             listener.settimeout(1.0)
             last = time.monotonic()
+            unreachable = Unreachable(args.unreachable_timeout)
             while not stopping.is_set() and time.monotonic() - last < args.timeout:
+                said = unreachable.update(context.receive_error, time.monotonic())
+                if said is not None:
+                    print(f"emailmw daemon: {said}: ending", file=sys.stderr, flush=True)
+                    break
                 try:
                     connection, _ = listener.accept()
                 except TimeoutError:
@@ -207,6 +223,26 @@ def serve(args: argparse.Namespace) -> int:
         path.unlink(missing_ok=True)
         context.shutdown()
     return 0
+
+
+class Unreachable:
+    """Whether the daemon's account has been unreachable for ``limit`` seconds: a pure
+    state machine over what receiving says (its error, or None while it works)."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self._since: float | None = None
+
+    def update(self, error: Exception | None, now: float) -> str | None:
+        """None while the account answers (or not for long yet), else why to end."""
+        if error is None:
+            self._since = None
+            return None
+        if self._since is None:
+            self._since = now
+        if now - self._since < self.limit:
+            return None
+        return f"the account has been unreachable for {now - self._since:.0f} s ({error})"
 
 
 def _names(context: Any, request: dict[str, Any]) -> dict[str, Any]:

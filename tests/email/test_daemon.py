@@ -133,3 +133,38 @@ def test_completion_asks_the_daemon_for_names_and_a_node_s_parameters(talker: Pa
     assert complete("emailmw topic echo /ch", talker) == ["/chatter"]
     assert complete("emailmw param get /t", talker) == ["/talker"]
     assert complete("emailmw param get /talker s", talker) == ["speed"]
+
+
+def test_a_daemon_ends_once_its_account_is_unreachable_for_a_while(tmp_path: Path) -> None:
+    """(#60: daemons served a stale graph up to 2 h after their server was gone) The
+    account's IMAP server stops under a running daemon (a server of its own): it ends
+    after --unreachable-timeout, saying why, and nothing answers for it any more."""
+    import shutil
+    import tempfile
+
+    state = Path(tempfile.mkdtemp(prefix="emailmw-gone-", dir="/tmp"))
+    server = MailServer(state_dir=state, domain="gone.test", pool_size=5)
+    server.start(fresh=True)
+    try:
+        config = write_config(tmp_path / "email.yml", server.config(server.fresh_account()))
+        env = {k: v for k, v in os.environ.items() if k != "EMAILMW_NO_DAEMON"}
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "emailmw", "--config", str(config), "daemon", "serve",
+             "--unreachable-timeout", "3"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        try:
+            _wait_running(config)
+            server.stop_dovecot()
+            _, said = daemon.communicate(timeout=90)
+            assert daemon.returncode == 0
+            assert "emailmw daemon: the account has been unreachable for" in said
+            assert said.rstrip().endswith(": ending")
+            assert _served(config) is None
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.wait(10)
+    finally:
+        server.stop()
+        shutil.rmtree(state, ignore_errors=True)

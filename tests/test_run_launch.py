@@ -484,3 +484,31 @@ def test_the_ros_2_docs_three_formats_example_runs(
     out = _cli("launch", str(path), "new_background_r:=100", "use_provided_red:=True")
     assert out.returncode == 0, out.stdout + out.stderr
     assert not any("set_background" in line for line in out.stdout.splitlines())
+
+
+def test_a_program_ending_on_a_setup_mistake_says_it_in_one_line(tmp_path: Path) -> None:
+    """(#60: a plain install's listener_serialized ended in a traceback: CDR needs the
+    bag extra) A program that called init() and ends on an uncaught ConfigError: one line
+    and status 1; any other exception keeps its traceback."""
+    program = tmp_path / "needs.py"
+    program.write_text(
+        "import sys\nimport emailmw\nfrom emailmw import ConfigError\n"
+        "emailmw.init({'intraprocess': True}, args=sys.argv)\n"
+        "if sys.argv[1] == 'setup':\n"
+        '    raise ConfigError("CDR serialization needs the bag extra (rosbags): pip install '
+        "'emailmw[bag]'\", source='emailmw.serialization')\n"
+        "raise RuntimeError('a bug of its own')\n"
+    )
+    out = subprocess.run([sys.executable, str(program), "setup"], capture_output=True,
+                         text=True, timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[-1] == (
+        "emailmw: error: emailmw.serialization: CDR serialization needs the bag extra "
+        "(rosbags): pip install 'emailmw[bag]'"
+    )
+    assert "Traceback" not in out.stderr
+    out = subprocess.run([sys.executable, str(program), "bug"], capture_output=True,
+                         text=True, timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 1
+    assert "Traceback" in out.stderr
+    assert out.stderr.splitlines()[-1] == "RuntimeError: a bug of its own"

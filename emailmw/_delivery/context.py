@@ -620,7 +620,27 @@ def init(
         # themselves only must not look like mail that does not come)
         print(NO_ACCOUNT_LINE, file=sys.stderr, flush=True)
     _install(signal_handler_options or SignalHandlerOptions.ALL)
+    _install_excepthook()
     return created
+
+
+def _install_excepthook() -> None:
+    """A program that called :func:`init` and ends on an uncaught
+    :class:`~emailmw.ConfigError` (a mistake in its setup: a configuration, an extra not
+    installed) says it in one line and exits with status 1, as the command line does;
+    anything else goes to the hook that was there (rclpy installs one too)."""
+    previous = sys.excepthook
+    if getattr(previous, "_emailmw", False):
+        return
+
+    def hook(kind: type[BaseException], value: BaseException, trace: Any) -> None:
+        if isinstance(value, ConfigError):
+            print(f"emailmw: error: {value}", file=sys.stderr, flush=True)
+            return  # (the interpreter exits with status 1 after the hook)
+        previous(kind, value, trace)
+
+    hook._emailmw = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 #: what :func:`init` says on standard error when it finds no mail account

@@ -334,6 +334,20 @@ def _preflight(master: str) -> None:
                                   source="--master")  # fmt: skip
 
 
+def _ends_inside_a_message(path: Path) -> bool:
+    """Whether the mbox ``path`` ends inside a message (every mbox writer ends a message
+    with a line break): its last byte, read on the driver."""
+    try:
+        with path.open("rb") as file:
+            file.seek(0, os.SEEK_END)
+            if file.tell() == 0:
+                return False
+            file.seek(-1, os.SEEK_END)
+            return file.read(1) != b"\n"
+    except OSError:
+        return False
+
+
 def _speaks_spark(host: str, port: int, wait: float = 5.0) -> str | None:
     """None when what listens at ``host:port`` may be a Spark master, else why not. A
     master's RPC port reads length-prefixed frames: to a line of HTTP (a frame length
@@ -588,6 +602,10 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         first = os.fsencode(skipped[0]).decode("utf-8", "backslashreplace")
         _say(f"left out {len(skipped)} file(s) whose names are not UTF-8 (not emailmw's: "
              f"rename them to land them), the first: {first}")  # fmt: skip
+    for source in archives:
+        if source.kind == "mbox" and _ends_inside_a_message(source.path):
+            _say(f"{source.label} ends inside its last message (a copy cut short?): that "
+                 "message is counted as malformed, 'truncated'")  # fmt: skip
     states = mbox_states(archives, units)
     landing = out / "_landing"
     # a source this output landed before: only what it gained since is landed

@@ -978,3 +978,19 @@ def test_an_archive_whose_mail_carries_no_delivery_time_is_analysed(
     mbox.write_bytes(b"".join(b"From x@example.test Thu Jan  1 00:00:00 2026\n" + _publish(i)
                               + b"\n" for i in range(3)))  # fmt: skip
     assert _run(spark, [mbox], tmp_path / "out", report=False)["publish"] == 3
+
+
+def test_a_truncated_mbox_is_said_on_the_terminal(
+    spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """(#61: said only in the rejects table) An mbox that ends inside its last message
+    (a copy cut short): one line says so while the analysis goes on."""
+    mbox = tmp_path / "cut.mbox"
+    mbox.write_bytes(b"From x@example.test Thu Jan  1 00:00:00 2026\n" + _publish(0)
+                     + b"\nFrom x@example.test Thu Jan  1 00:00:00 2026\n"
+                     + _publish(1)[:-3])  # fmt: skip
+    capfd.readouterr()
+    summary = _run(spark, [mbox], tmp_path / "out", report=False)
+    assert (summary["publish"], summary["malformed"]) == (1, 1)
+    said = capfd.readouterr().err
+    assert f"{mbox} ends inside its last message (a copy cut short?)" in said

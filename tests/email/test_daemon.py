@@ -135,6 +135,7 @@ def test_completion_asks_the_daemon_for_names_and_a_node_s_parameters(talker: Pa
     assert complete("emailmw param get /talker s", talker) == ["speed"]
 
 
+@pytest.mark.mailserver
 def test_a_daemon_ends_once_its_account_is_unreachable_for_a_while(tmp_path: Path) -> None:
     """(#60: daemons served a stale graph up to 2 h after their server was gone) The
     account's IMAP server stops under a running daemon (a server of its own): it ends

@@ -988,7 +988,7 @@ def test_a_truncated_mbox_is_said_on_the_terminal(
     mbox = tmp_path / "cut.mbox"
     mbox.write_bytes(b"From x@example.test Thu Jan  1 00:00:00 2026\n" + _publish(0)
                      + b"\nFrom x@example.test Thu Jan  1 00:00:00 2026\n"
-                     + _publish(1)[:-3])  # fmt: skip
+                     + _publish(1)[:-1])  # fmt: skip
     capfd.readouterr()
     summary = _run(spark, [mbox], tmp_path / "out", report=False)
     assert (summary["publish"], summary["malformed"]) == (1, 1)

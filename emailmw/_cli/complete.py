@@ -120,14 +120,34 @@ _GRAPH_NAMES: dict[str, Callable[[Graph], list[str]]] = {
 }  # fmt: skip
 
 
-def names_of(kind: str, graph: Graph) -> list[str]:
+def names_of(kind: str, graph: Graph, name: str = "") -> list[str]:
     """The names of ``kind`` (``topics``, ``services``, ``actions``, ``nodes``) in
-    ``graph``, hidden ones left out."""
+    ``graph``, hidden ones left out; ``topic-types``, ``service-types``: the types the
+    graph knows of topic or service ``name``."""
+    if kind == "topic-types":
+        return sorted(graph.topics().get(name, ()))
+    if kind == "service-types":
+        return sorted(graph.services().get(name, ()))
     return _GRAPH_NAMES[kind](graph)
 
 
 def _types(kind: str) -> Completer:
-    def complete(prefix: str, **_: Any) -> list[str]:
+    """The types of ``kind`` (``msg``, ``srv``, ``action``); for a topic or service the
+    graph knows (``topic pub /chatter``, ``service call /add_two_ints``), its own type(s)
+    only, as ros2cli offers them."""
+
+    def complete(prefix: str, parsed_args: argparse.Namespace | None = None,
+                 **_: Any) -> list[str]:  # fmt: skip
+        name = getattr(parsed_args, "name", None) if kind in ("msg", "srv") else None
+        if parsed_args is not None and name:
+            graph_kind = "topic-types" if kind == "msg" else "service-types"
+            own = _from_daemon(parsed_args, graph_kind, name)
+            if own is None:
+                graph = _graph(parsed_args)
+                own = names_of(graph_kind, graph, name) if graph is not None else []
+            found = [t for t in own if t.startswith(prefix)]
+            if found:
+                return found
         return [n for n in interface_names() if f"/{kind}/" in n and n.startswith(prefix)]
 
     return complete

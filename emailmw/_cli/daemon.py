@@ -261,7 +261,8 @@ def _names(context: Any, request: dict[str, Any]) -> dict[str, Any]:
                 return {"names": remote.names()}
             finally:
                 remote.close()
-        return {"names": names_of(str(kind), graph_of(context).graph())}
+        name = str(request.get("node") or "")
+        return {"names": names_of(str(kind), graph_of(context).graph(), name)}
     except Exception:  # noqa: BLE001 - no completion is the answer to any failure
         return {"names": []}
 

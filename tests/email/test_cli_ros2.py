@@ -431,9 +431,17 @@ def test_completion_of_names_from_the_graph_and_types(system: dict[str, Any]) ->
     assert complete("emailmw action send_goal /f", config) == ["/fibonacci"]
     assert complete("emailmw node info /r", config) == ["/robot"]
     assert complete("emailmw param list /r", config) == ["/robot"]
+    # a topic or service the graph knows: its own type only, as ros2cli offers it (#60:
+    # every srv type was offered); one it does not know: every type of the kind
     assert complete("emailmw topic pub /counts example_interfaces/msg/Int3", config) == [
+        "example_interfaces/msg/Int32"
+    ]
+    assert complete("emailmw topic pub /elsewhere example_interfaces/msg/Int3", config) == [
         "example_interfaces/msg/Int32",
         "example_interfaces/msg/Int32MultiArray",
+    ]
+    assert complete("emailmw service call /add_two_ints ", config) == [
+        "example_interfaces/srv/AddTwoInts"
     ]
     assert complete("emailmw service call /add_two_ints example_interfaces/srv/Add", config) == [
         "example_interfaces/srv/AddTwoInts"

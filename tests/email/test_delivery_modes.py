@@ -314,9 +314,13 @@ def test_a_paused_member_repeats_nothing_others_took_over_unflagged(
     # stopped holding claims (under load a member may lose them between a look and the
     # stop, its heartbeats late, or the others may have taken all there was: then it goes
     # on for a moment, with more mail, and is stopped again)
+    # (a look that misses the moment it holds some, the others quicker on a loaded
+    # machine, is one more round with more mail, not a failure: a CI run's look waited 60 s
+    # on one burst the fast members had taken)
     for _ in range(20):
         publish(30)
-        assert _wait(lambda: len(_claims(group_setup["config"], _joins(paused)[-1])) >= 2)
+        if not _wait(lambda: len(_claims(group_setup["config"], _joins(paused)[-1])) >= 1, 20):
+            continue
         paused.pause()
         if _claims(group_setup["config"], _joins(paused)[-1]):
             break

@@ -172,13 +172,19 @@ class Permissions:
         return cls(grants, source)
 
 
-def _patterns(patterns: Any, source: str, key: str, *, plain: bool = False) -> tuple[str, ...]:
-    """One grant's list of patterns, validated (a single string counts as a list)."""
-    items = [] if patterns is None else patterns
+def _listed(value: Any, source: str, key: str, what: str) -> list[Any]:
+    """A permissions entry's list (None: empty; a single string counts as a list)."""
+    items = [] if value is None else value
     if isinstance(items, str):
         items = [items]
     if not isinstance(items, list):
-        raise ConfigError("expected a list of names", source=source, key=key)
+        raise ConfigError(f"expected a list of {what}", source=source, key=key)
+    return items
+
+
+def _patterns(patterns: Any, source: str, key: str, *, plain: bool = False) -> tuple[str, ...]:
+    """One grant's list of patterns, validated (a single string counts as a list)."""
+    items = _listed(patterns, source, key, "names")
     for index, pattern in enumerate(items):
         if (
             not isinstance(pattern, str)
@@ -194,11 +200,7 @@ def _patterns(patterns: Any, source: str, key: str, *, plain: bool = False) -> t
 
 def _accounts(addresses: Any, source: str, key: str) -> tuple[str, ...]:
     """An identity's ``accounts``: bare addresses (``name@domain``)."""
-    items = [] if addresses is None else addresses
-    if isinstance(items, str):
-        items = [items]
-    if not isinstance(items, list):
-        raise ConfigError("expected a list of addresses", source=source, key=key)
+    items = _listed(addresses, source, key, "addresses")
     for index, address in enumerate(items):
         if (
             not isinstance(address, str)

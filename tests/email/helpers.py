@@ -63,7 +63,10 @@ def folder_subjects(server: MailServer, address: str, folder: str = "INBOX") -> 
             return []
         c.select_folder(folder, readonly=True)
         found = c.fetch(c.search("ALL"), ["BODY.PEEK[HEADER.FIELDS (SUBJECT)]"])
-        return [item[b"BODY[HEADER.FIELDS (SUBJECT)]"].strip() for item in found.values()]
+        # The server may add an unsolicited FETCH of flags another session changed meanwhile
+        # (a group member flagging or moving an email): such an item carries no header.
+        lines = (item.get(b"BODY[HEADER.FIELDS (SUBJECT)]") for item in found.values())
+        return [line.strip() for line in lines if line is not None]
 
 
 def write_config(path: Path, config: dict[str, Any]) -> Path:

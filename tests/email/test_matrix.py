@@ -290,7 +290,10 @@ def _where(server: MailServer, address: str) -> dict[int, list[str]]:
             except imapclient.exceptions.IMAPClientError:
                 continue  # (a group folder removed meanwhile)
             for item in fetched.values():
-                for carried in unpack(item[b"BODY[]"], max_size=1 << 30):
+                raw = item.get(b"BODY[]")
+                if raw is None:
+                    continue  # an unsolicited FETCH of flags another session changed
+                for carried in unpack(raw, max_size=1 << 30):
                     email = carried.email
                     if email is None:
                         continue

@@ -204,11 +204,11 @@ def test_what_launch_does_not_support_is_one_line(tmp_path: Path) -> None:
                         "cannot import launch (rename launch, launch_ros and rclpy to"),
         "g.launch.py": (
             "from emailmw.launch import LaunchDescription\n"
-            "from emailmw.launch.actions import RegisterEventHandler\n"
-            "from emailmw.launch.event_handlers import OnProcessExit\n"
+            "from emailmw.launch.actions import EmitEvent\n"
+            "class ChangeState:\n    pass\n"
             "def generate_launch_description():\n"
-            "    return LaunchDescription([RegisterEventHandler(OnProcessExit())])\n",
-            "RegisterEventHandler is not supported by emailmw launch"),
+            "    return LaunchDescription([EmitEvent(event=ChangeState())])\n",
+            "ChangeState is not supported by emailmw launch (Shutdown is)"),
         "h.launch.py": ("def generate_launch_description():\n    return 1 / 0\n",
                         "h.launch.py: line 2: ZeroDivisionError: division by zero"),
         "b.launch.yaml": ("launch:\n- set_remap: {from: a, to: b}\n",
@@ -467,11 +467,43 @@ THREE_FORMATS_XML = """\
 """
 
 
-@pytest.mark.parametrize("form", ["py", "xml"])
+THREE_FORMATS_YAML = """\
+launch:
+- arg: {name: "chatter_ns", default: "my/chatter/ns"}
+- arg: {name: "use_provided_red", default: "False"}
+- arg: {name: "new_background_r", default: "200"}
+- group:
+    - push-ros-namespace:
+        namespace: "$(var chatter_ns)"
+    - node: {pkg: "PROGRAMS", exec: "hello", name: "talker"}
+- node:
+    pkg: "PROGRAMS"
+    exec: "hello"
+    name: "sim"
+    namespace: "turtlesim1"
+- node:
+    pkg: "PROGRAMS"
+    exec: "hello"
+    name: "mimic"
+    remap:
+    -
+        from: "chatter"
+        to: "/turtlesim2/turtle1/cmd_vel"
+- timer:
+    period: 0.5
+    children:
+    - executable:
+        cmd: "echo background $(var new_background_r)"
+        name: "set_background"
+        if: "$(eval '$(var new_background_r) == 200 and $(var use_provided_red)')"
+"""
+
+
+@pytest.mark.parametrize("form", ["py", "xml", "yaml"])
 def test_the_ros_2_docs_three_formats_example_runs(
     programs: Path, tmp_path: Path, form: str
 ) -> None:
-    text = THREE_FORMATS_PY if form == "py" else THREE_FORMATS_XML
+    text = {"py": THREE_FORMATS_PY, "xml": THREE_FORMATS_XML, "yaml": THREE_FORMATS_YAML}[form]
     path = tmp_path / f"three.launch.{form}"
     path.write_text(text.replace("PROGRAMS", str(programs)))
     out = _cli("launch", str(path), "use_provided_red:=True")
@@ -512,3 +544,97 @@ def test_a_program_ending_on_a_setup_mistake_says_it_in_one_line(tmp_path: Path)
     assert out.returncode == 1
     assert "Traceback" in out.stderr
     assert out.stderr.splitlines()[-1] == "RuntimeError: a bug of its own"
+
+
+#: event handlers as upstream files use them (the ROS 2 docs' "using event handlers"
+#: tutorial's shape, its turtlesim nodes the programs' hello): a second node started when
+#: the first starts, a line the first prints handed to a callable, a shutdown when the
+#: second ends, OnShutdown with the event's reason, a process started again twice
+EVENTS = """\
+from emailmw.launch import LaunchDescription
+from emailmw.launch.actions import (
+    EmitEvent, ExecuteProcess, LogInfo, RegisterEventHandler, TimerAction)
+from emailmw.launch.event_handlers import (
+    OnExecutionComplete, OnProcessExit, OnProcessIO, OnProcessStart, OnShutdown)
+from emailmw.launch.events import Shutdown
+from emailmw.launch.substitutions import LocalSubstitution
+from emailmw.launch_ros.actions import Node
+
+
+def generate_launch_description():
+    first = Node(package='PROGRAMS', executable='hello', name='first')
+    second = Node(package='PROGRAMS', executable='hello', name='second')
+    stays = Node(package='PROGRAMS', executable='hello', name='stays',
+                 parameters=[{'linger': True}])
+    again = ExecuteProcess(cmd=['echo', 'once more'], name='again', respawn=True,
+                           respawn_max_retries=2)
+    return LaunchDescription([
+        stays,
+        first,
+        again,
+        RegisterEventHandler(OnProcessStart(target_action=first, on_start=[
+            LogInfo(msg='first started, starting second'),
+            TimerAction(period=0.5, actions=[second])])),
+        RegisterEventHandler(OnProcessIO(target_action=first, on_stdout=lambda event: LogInfo(
+            msg='first says ' + event.text.decode().split()[0]))),
+        RegisterEventHandler(OnExecutionComplete(target_action=first, on_completion=[
+            LogInfo(msg='first complete')])),
+        RegisterEventHandler(OnProcessExit(target_action=second, on_exit=[
+            LogInfo(msg=['second ended with ', LocalSubstitution('event.returncode')]),
+            EmitEvent(event=Shutdown(reason='second is done'))])),
+        RegisterEventHandler(OnShutdown(on_shutdown=[LogInfo(
+            msg=['Launch was asked to shutdown: ', LocalSubstitution('event.reason')])])),
+    ])
+"""
+
+
+def test_event_handlers_start_processes_and_end_the_launch(programs: Path, tmp_path: Path) -> None:
+    """#60: RegisterEventHandler with OnProcessStart, OnProcessIO, OnExecutionComplete,
+    OnProcessExit, OnShutdown; EmitEvent(Shutdown) stops what still runs (the node that
+    would stay a minute) at once; respawn; LocalSubstitution of the event (were: refused)."""
+    path = tmp_path / "events.launch.py"
+    path.write_text(EVENTS.replace("PROGRAMS", str(programs)))
+    started = time.monotonic()
+    out = _cli("launch", str(path))
+    took = time.monotonic() - started
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+
+    def at(text: str) -> int:
+        found = [i for i, line in enumerate(lines) if text in line]
+        assert found, f"{text!r} not in:\n{out.stdout}"
+        return found[0]
+
+    assert at("[INFO] [first-2]: process started") < at("first started, starting second")
+    assert at("first started, starting second") < at("[INFO] [second-4]: process started")
+    assert "[INFO] [launch.user]: first says /first" in lines
+    assert at("[INFO] [first-2]: process has finished cleanly") < at("first complete")
+    assert at("[INFO] [second-4]: process has finished cleanly") < at("second ended with 0")
+    assert at("second ended with 0") < at("Launch was asked to shutdown: second is done")
+    assert lines.count("[again-3] once more") == 3  # (started, then twice again)
+    assert at("Launch was asked to shutdown") < at("[stays-1]: process has died")
+    assert took < 45  # (stays would have run a minute: it was stopped at the shutdown)
+
+
+def test_a_node_s_on_exit_shutdown_in_xml_ends_the_launch(programs: Path, tmp_path: Path) -> None:
+    """ROS 2's XML ``on_exit="shutdown"`` (and the Python ``on_exit=Shutdown()``): when
+    that process ends, the rest is stopped; one that ignores SIGINT gets SIGTERM after its
+    ``sigterm_timeout``, as ros2 launch escalates."""
+    (tmp_path / "stubborn.sh").write_text("trap '' INT\nexec sleep 60\n")
+    path = tmp_path / "exit.launch.xml"
+    path.write_text(
+        f'<launch><node pkg="{programs}" exec="hello" name="stays">'
+        '<param name="linger" value="true"/></node>'
+        f'<executable cmd="sh {tmp_path}/stubborn.sh" name="stubborn" sigterm_timeout="1"/>'
+        f'<timer period="1"><node pkg="{programs}" exec="hello" name="done" on_exit="shutdown"/>'
+        "</timer></launch>"
+    )
+    started = time.monotonic()
+    out = _cli("launch", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert time.monotonic() - started < 45
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("[INFO] [done-3]: process has finished cleanly") for line in lines)
+    assert any(line.startswith("[ERROR] [stays-1]: process has died") for line in lines)
+    assert ("[ERROR] [stubborn-2]: process[stubborn-2] failed to terminate '1' seconds after "
+            "receiving 'SIGINT', escalating to 'SIGTERM'") in lines  # fmt: skip

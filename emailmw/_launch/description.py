@@ -9,8 +9,12 @@ when the action that holds them is visited, conditions (``IfCondition``,
 ``UnlessCondition``), scopes (``GroupAction``, ``IncludeLaunchDescription``: what is set
 inside stays inside), pushed namespaces, environment variables and global parameters (for
 the processes after them in their scope), ``TimerAction`` (its processes start after its
-period). What reacts to events at run time (``RegisterEventHandler``, ``EmitEvent``) is
-refused in one line naming it. Not thread-safe (a description is evaluated by one thread).
+period). Event handlers (``RegisterEventHandler``, a process's ``on_exit``) are registered
+with the scope they were visited in; when the launch service reports an event
+(``_launch/events.py``: a process started, wrote a line, exited; a shutdown) the context
+visits what they return in that scope (:meth:`LaunchContext.react`), which may start more
+processes or ask for a shutdown (``EmitEvent(event=Shutdown())``, ``Shutdown``). Not
+thread-safe (a description is evaluated by one thread, the launch's loop).
 """
 
 from __future__ import annotations
@@ -30,6 +34,14 @@ from typing import Any
 import yaml
 
 from .._core.errors import EmailMWError
+from .events import (
+    Event,
+    EventHandler,
+    ExecutionComplete,
+    OnProcessExit,
+    ProcessExited,
+)
+from .events import Shutdown as ShutdownEvent
 
 __all__ = [
     "Action",
@@ -40,6 +52,7 @@ __all__ = [
     "Substitution",
     "Words",
     "evaluate",
+    "launch_context",
     "load_python_launch_file",
     "node_argv",
     "package_share",
@@ -63,6 +76,15 @@ class LaunchProcess:
     env: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
     node: tuple[str, str] | None = None
+    #: the action that started it (what an event handler's ``target_action`` names)
+    origin: Any = field(default=None, compare=False, repr=False)
+    #: started again after ``respawn_delay`` s when it ends while the launch runs
+    respawn: bool = False
+    respawn_delay: float = 0.0
+    respawn_max_retries: int = -1
+    #: after a SIGINT, seconds before SIGTERM; after that, before SIGKILL
+    sigterm_timeout: float = 5.0
+    sigkill_timeout: float = 5.0
 
 
 # ----------------------------------------------------------------------------- context
@@ -75,11 +97,25 @@ class _Scope:
     namespace: str
     parameters: dict[str, Any]
 
+    def copy(self) -> _Scope:
+        return _Scope(dict(self.configurations), dict(self.environment), self.namespace,
+                      dict(self.parameters))  # fmt: skip
+
+
+@dataclass
+class _Registered:
+    """An event handler with the scope and file it was registered in."""
+
+    handler: EventHandler
+    scope: _Scope
+    file: Path | None
+
 
 class LaunchContext:
     """What a description is evaluated in: the launch configurations, the environment
     variables set for processes, the pushed ROS namespace and global parameters, the
-    launch file being read, and the processes found so far."""
+    launch file being read, the processes found so far, the event handlers registered,
+    the event being handled (``locals``: ``event``) and a shutdown asked for."""
 
     def __init__(self, arguments: Mapping[str, str] | None = None) -> None:
         self._scope = _Scope(dict(arguments or {}), {}, "", {})
@@ -87,6 +123,9 @@ class LaunchContext:
         self.file: Path | None = None
         self.delay = 0.0
         self.processes: list[LaunchProcess] = []
+        self.handlers: list[_Registered] = []
+        self.locals: dict[str, Any] = {}
+        self.shutdown: ShutdownEvent | None = None
 
     @property
     def launch_configurations(self) -> dict[str, str]:
@@ -100,9 +139,7 @@ class LaunchContext:
     def push(self) -> None:
         """Open a scope: what is set in it is forgotten at :meth:`pop`."""
         self._scopes.append(self._scope)
-        s = self._scope
-        self._scope = _Scope(dict(s.configurations), dict(s.environment), s.namespace,
-                             dict(s.parameters))  # fmt: skip
+        self._scope = self._scope.copy()
 
     def pop(self) -> None:
         self._scope = self._scopes.pop()
@@ -125,10 +162,56 @@ class LaunchContext:
     def global_parameters(self) -> dict[str, Any]:
         return self._scope.parameters
 
-    def add(self, label: str, argv: Sequence[str], node: tuple[str, str] | None = None) -> None:
+    def add(self, label: str, argv: Sequence[str], node: tuple[str, str] | None = None,
+            **options: Any) -> None:  # fmt: skip
+        """A process to start (``options``: :class:`LaunchProcess`'s ``origin``,
+        ``respawn``...)."""
         number = len(self.processes) + 1
         self.processes.append(LaunchProcess(f"{label}-{number}", tuple(argv),
-                                            dict(self.environment), self.delay, node))  # fmt: skip
+                                            dict(self.environment), self.delay, node,
+                                            **options))  # fmt: skip
+
+    def register(self, handler: EventHandler) -> None:
+        """``RegisterEventHandler``: ``handler`` reacts to events from now on, in this scope."""
+        self.handlers.append(_Registered(handler, self._scope.copy(), self.file))
+
+    def unregister(self, handler: EventHandler) -> None:
+        self.handlers = [r for r in self.handlers if r.handler is not handler]
+
+    def request_shutdown(self, event: ShutdownEvent) -> None:
+        """Ask the launch to end (the first reason is kept)."""
+        if self.shutdown is None:
+            self.shutdown = event
+
+    def react(self, event: Event) -> list[LaunchProcess]:
+        """Visit what the handlers that match ``event`` return, each in the scope it was
+        registered in, with ``event`` in :attr:`locals`: the processes this adds (their
+        ``delay`` counts from now). A process's exit also completes its execution
+        (``OnExecutionComplete``)."""
+        before = len(self.processes)
+        events = [event]
+        if isinstance(event, ProcessExited):
+            events.append(ExecutionComplete(
+                returncode=event.returncode, action=event.action, name=event.name,
+                cmd=event.cmd, cwd=event.cwd, env=event.env, pid=event.pid))  # fmt: skip
+        for happened in events:
+            for registered in list(self.handlers):
+                if not registered.handler.matches(happened):
+                    continue
+                if registered.handler.handle_once:
+                    self.unregister(registered.handler)
+                self._scopes.append(self._scope)
+                outer_file, outer_delay = self.file, self.delay
+                self._scope, self.file, self.delay = registered.scope.copy(), registered.file, 0.0
+                self.locals["event"] = happened
+                try:
+                    for entity in registered.handler.entities(happened, self):
+                        _visit(self, entity)
+                finally:
+                    self._scope = self._scopes.pop()
+                    self.file, self.delay = outer_file, outer_delay
+                    self.locals.pop("event", None)
+        return self.processes[before:]
 
 
 # ------------------------------------------------------------------------ substitutions
@@ -289,6 +372,30 @@ class ThisLaunchFile(Substitution):
         if context.file is None:
             raise LaunchError("ThisLaunchFile outside a launch file")
         return str(context.file)
+
+
+class LocalSubstitution(Substitution):
+    """What the event being handled holds: ``LocalSubstitution('event.reason')``,
+    ``'event.returncode'``, ``'event.text'``..."""
+
+    def __init__(self, expression: str, description: str | None = None) -> None:
+        del description
+        self.expression = expression
+
+    def perform(self, context: LaunchContext) -> str:
+        first, *rest = self.expression.split(".")
+        if first not in context.locals:
+            raise LaunchError(f"LocalSubstitution({self.expression!r}): no {first!r} here "
+                              "(it is set while an event handler runs)")  # fmt: skip
+        value = context.locals[first]
+        for attribute in rest:
+            if not hasattr(value, attribute):
+                raise LaunchError(f"LocalSubstitution({self.expression!r}): "
+                                  f"{type(value).__name__} has no {attribute!r}")  # fmt: skip
+            value = getattr(value, attribute)
+        if isinstance(value, bytes):
+            return value.decode(errors="replace")
+        return str(value)
 
 
 def package_share(package: str) -> Path:
@@ -524,11 +631,61 @@ class OpaqueFunction(Action):
             _visit(context, action)
 
 
-class ExecuteProcess(Action):
+class _ProcessAction(Action):
+    """What ``ExecuteProcess`` and ``Node`` share: ``on_exit`` (actions, or a callable of
+    the exit event and the context, run when the process ends: ``Shutdown()`` ends the
+    launch), ``respawn`` (start it again ``respawn_delay`` s after it ended, at most
+    ``respawn_max_retries`` times, -1: always, unless the launch is ending),
+    ``sigterm_timeout`` and ``sigkill_timeout`` (how long a stopped process gets after
+    SIGINT and after SIGTERM). ``output``, ``emulate_tty``, ``log_cmd``: every line goes
+    to the screen, prefixed, as ``output='screen'``."""
+
+    def __init__(self, *, on_exit: Any = None, respawn: Any = False, respawn_delay: Any = None,
+                 respawn_max_retries: int = -1, sigterm_timeout: Any = 5,
+                 sigkill_timeout: Any = 5, output: Any = "log", emulate_tty: Any = False,
+                 log_cmd: Any = False, cached_output: Any = False,
+                 **kwargs: Any) -> None:  # fmt: skip
+        del output, emulate_tty, log_cmd, cached_output
+        super().__init__(**kwargs)
+        self.respawn, self.respawn_delay = respawn, respawn_delay
+        self.respawn_max_retries = respawn_max_retries
+        self.sigterm_timeout, self.sigkill_timeout = sigterm_timeout, sigkill_timeout
+        self.on_exit_handler = (
+            OnProcessExit(target_action=self, on_exit=on_exit) if on_exit is not None else None
+        )
+
+    def _add(self, context: LaunchContext, label: str, argv: Sequence[str],
+             node: tuple[str, str] | None = None) -> None:  # fmt: skip
+        handler = self.on_exit_handler
+        if handler is not None and all(r.handler is not handler for r in context.handlers):
+            context.register(handler)
+        respawn = self.respawn
+        if not isinstance(respawn, bool):
+            respawn = _truth(perform(context, respawn), "respawn")
+        context.add(label, argv, node, origin=self, respawn=respawn,
+                    respawn_delay=_seconds(context, self.respawn_delay, "respawn_delay", 0.0),
+                    respawn_max_retries=int(self.respawn_max_retries),
+                    sigterm_timeout=_seconds(context, self.sigterm_timeout, "sigterm_timeout", 5),
+                    sigkill_timeout=_seconds(context, self.sigkill_timeout, "sigkill_timeout",
+                                             5))  # fmt: skip
+
+
+def _seconds(context: LaunchContext, value: Any, what: str, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        seconds = float(value if isinstance(value, (int, float)) else perform(context, value))
+    except ValueError:
+        raise LaunchError(f"{what}: not a number of seconds: {value!r}") from None
+    if seconds < 0:
+        raise LaunchError(f"{what}: {seconds:g} is negative")
+    return seconds
+
+
+class ExecuteProcess(_ProcessAction):
     def __init__(self, *, cmd: Iterable[Any], name: Any = None, cwd: Any = None,
                  additional_env: Mapping[Any, Any] | None = None, shell: bool = False,
-                 output: Any = "log", **kwargs: Any) -> None:  # fmt: skip
-        del output  # (every line goes to the screen, prefixed: as output='screen')
+                 **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.cmd, self.name, self.cwd, self.shell = list(cmd), name, cwd, shell
         self.additional_env = dict(additional_env or {})
@@ -548,36 +705,62 @@ class ExecuteProcess(Action):
             for key, value in self.additional_env.items():
                 context.environment[perform(context, key)] = perform(context, value)
             name = perform(context, self.name) if self.name is not None else None
-            context.add(name or Path(argv[0] if not self.shell else "sh").name, argv)
+            self._add(context, name or Path(argv[0] if not self.shell else "sh").name, argv)
         finally:
             context.pop()
 
 
 class Shutdown(Action):
-    def execute(self, context: LaunchContext) -> None:
-        raise LaunchError("Shutdown (an event's action) is not supported by emailmw launch")
+    """Ends the launch: every process is asked to stop (SIGINT, then SIGTERM and SIGKILL
+    after their timeouts)."""
 
-
-class _AtRunTime(Action):
-    """Actions that react to events while processes run: not supported (one line)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        del args
-        super().__init__(condition=kwargs.get("condition"))
+    def __init__(self, *, reason: Any = "reason not given", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reason = reason
 
     def execute(self, context: LaunchContext) -> None:
-        raise LaunchError(
-            f"{type(self).__name__} is not supported by emailmw launch (it reacts to events "
-            "while processes run): start the processes without it, or use TimerAction"
-        )
+        context.request_shutdown(ShutdownEvent(reason=perform(context, self.reason)))
 
 
-class RegisterEventHandler(_AtRunTime):
-    pass
+class RegisterEventHandler(Action):
+    """``event_handler`` (``launch.event_handlers``) reacts to events from here on, in the
+    scope it was visited in."""
+
+    def __init__(self, event_handler: EventHandler, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(event_handler, EventHandler):
+            raise LaunchError(f"RegisterEventHandler: {type(event_handler).__name__} is not "
+                              "an event handler of emailmw.launch.event_handlers")  # fmt: skip
+        self.event_handler = event_handler
+
+    @property
+    def handler(self) -> EventHandler:
+        return self.event_handler
+
+    def execute(self, context: LaunchContext) -> None:
+        context.register(self.event_handler)
 
 
-class EmitEvent(_AtRunTime):
-    pass
+class UnregisterEventHandler(RegisterEventHandler):
+    def execute(self, context: LaunchContext) -> None:
+        context.unregister(self.event_handler)
+
+
+class EmitEvent(Action):
+    """``EmitEvent(event=Shutdown(...))`` ends the launch; other events are not supported
+    (one line naming them)."""
+
+    def __init__(self, *, event: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.event = event
+
+    def execute(self, context: LaunchContext) -> None:
+        if isinstance(self.event, ShutdownEvent):
+            context.request_shutdown(self.event)
+            return
+        kind = type(self.event)
+        raise LaunchError(f"EmitEvent of {kind.__module__}.{kind.__name__} is not supported by "
+                          "emailmw launch (Shutdown is)")  # fmt: skip
 
 
 # ------------------------------------------------------------------ includes, launch_ros
@@ -698,7 +881,7 @@ def node_argv(
             *(["--ros-args", *ros] if ros else []))  # fmt: skip
 
 
-class Node(Action):
+class Node(_ProcessAction):
     """``launch_ros``'s ``Node``: ``emailmw run package executable`` with its name,
     namespace (under the pushed one), parameters (mappings, files, and the global ones set
     before it), remappings and arguments."""
@@ -712,11 +895,7 @@ class Node(Action):
                  additional_env: Mapping[Any, Any] | None = None,
                  node_executable: Any = None, node_name: Any = None,
                  node_namespace: Any = None, **kwargs: Any) -> None:  # fmt: skip
-        del output  # (every line goes to the screen, prefixed)
-        kwargs.pop("emulate_tty", None)
-        kwargs.pop("respawn", None)
-        kwargs.pop("respawn_delay", None)
-        super().__init__(**kwargs)
+        super().__init__(output=output, **kwargs)
         self.executable = executable if executable is not None else node_executable
         self.package, self.exec_name = package, exec_name
         self.name = name if name is not None else node_name
@@ -756,7 +935,7 @@ class Node(Action):
         try:
             for key, value in self.additional_env.items():
                 context.environment[perform(context, key)] = perform(context, value)
-            context.add(label or name or executable, argv, (package, executable))
+            self._add(context, label or name or executable, argv, (package, executable))
         finally:
             context.pop()
 
@@ -851,7 +1030,14 @@ def _line_of(exc: BaseException, path: Path) -> str:
 def evaluate(description: LaunchDescription, arguments: Mapping[str, str],
              file: Path | None = None) -> list[LaunchProcess]:  # fmt: skip
     """The processes ``description`` starts, with the command line's ``arguments``."""
+    return launch_context(description, arguments, file).processes
+
+
+def launch_context(description: LaunchDescription, arguments: Mapping[str, str],
+                   file: Path | None = None) -> LaunchContext:  # fmt: skip
+    """``description`` visited with the command line's ``arguments``: the context holding
+    the processes it starts at once and the event handlers it registered."""
     context = LaunchContext(arguments)
     context.file = file
     description.visit(context)
-    return context.processes
+    return context

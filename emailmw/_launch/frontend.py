@@ -37,6 +37,7 @@ from .description import (
     PushRosNamespace,
     PythonExpression,
     SetLaunchConfiguration,
+    Shutdown,
     Substitution,
     TimerAction,
     UnlessCondition,
@@ -150,6 +151,8 @@ def _yaml_entry(path: Path, entry: Any) -> tuple[str, dict[str, Any]]:
     if not isinstance(entry, dict) or len(entry) != 1:
         raise LaunchError(f"{path}: each entry is one tag (arg, node, executable ...): {entry!r}")
     ((tag, attributes),) = entry.items()
+    if isinstance(attributes, list):  # (a group's or timer's children as a plain list)
+        attributes = {"children": attributes}
     if not isinstance(attributes, dict):
         raise LaunchError(f"{path}: {tag}: expected its attributes, got {attributes!r}")
     out = dict(attributes)
@@ -163,12 +166,15 @@ def frontend_description(path: Path) -> LaunchDescription:
     return LaunchDescription([_action(path, tag, a) for tag, a in _entries(path)])
 
 
+#: what a node and an executable take about their process
+_PROCESS = ("on_exit", "respawn", "respawn_delay", "sigterm_timeout", "sigkill_timeout",
+            "emulate_tty", "launch-prefix")  # fmt: skip
 _KNOWN = {
     "arg": {"name", "default", "description"},
     "let": {"name", "value"},
     "node": {"pkg", "exec", "name", "namespace", "ns", "args", "exec_name", "output",
-             "param", "remap", "env", "ros_args"},
-    "executable": {"cmd", "name", "cwd", "output", "shell", "env"},
+             "param", "remap", "env", "ros_args", *_PROCESS},
+    "executable": {"cmd", "name", "cwd", "output", "shell", "env", *_PROCESS},
     "include": {"file", "arg"},
     "group": {"scoped", "children", "forwarding"},
     "timer": {"period", "children"},
@@ -227,11 +233,12 @@ def _action(path: Path, tag: str, attributes: dict[str, Any]) -> Action:
                                         condition=condition)  # fmt: skip
     env = {Text(str(e.get("name", "")), where): Text(str(e.get("value", "")), where)
            for e in attributes.get("env") or []}  # fmt: skip
+    process = _process_options(attributes, where, text)
     if tag == "executable":
         if not attributes.get("cmd"):
             raise LaunchError(f"{where}: needs cmd")
         return ExecuteProcess(cmd=[Words(text("cmd"))], name=text("name"), cwd=text("cwd"),
-                              additional_env=env, condition=condition)  # fmt: skip
+                              additional_env=env, condition=condition, **process)  # fmt: skip
     if not attributes.get("pkg") or not attributes.get("exec"):
         raise LaunchError(f"{where}: needs pkg and exec")
     parameters: list[Any] = []
@@ -248,8 +255,26 @@ def _action(path: Path, tag: str, attributes: dict[str, Any]) -> Action:
         arguments=[Words(text("args"))] if attributes.get("args") else [],
         ros_arguments=[Words(text("ros_args"))] if attributes.get("ros_args") else [],
         parameters=parameters, remappings=remappings, additional_env=env,
-        condition=condition,
+        condition=condition, **process,
     )  # fmt: skip
+
+
+def _process_options(attributes: Mapping[str, Any], where: str,
+                     text: Callable[[str], Text | None]) -> dict[str, Any]:  # fmt: skip
+    """A node's or executable's ``on_exit="shutdown"``, ``respawn``, ``respawn_delay`` and
+    signal timeouts, as ROS 2's XML and YAML take them."""
+    options: dict[str, Any] = {}
+    if "launch-prefix" in attributes:
+        raise LaunchError(f"{where}: 'launch-prefix' is not supported here")
+    if "on_exit" in attributes:
+        if str(attributes["on_exit"]).strip() != "shutdown":
+            raise LaunchError(f"{where}: on_exit={attributes['on_exit']!r}: only 'shutdown' is "
+                              "supported")  # fmt: skip
+        options["on_exit"] = Shutdown()
+    for key in ("respawn", "respawn_delay", "sigterm_timeout", "sigkill_timeout"):
+        if key in attributes:
+            options[key] = text(key)
+    return options
 
 
 def _param(param: Mapping[str, Any], where: str) -> Any:

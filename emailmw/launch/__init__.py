@@ -1,6 +1,7 @@
 """ROS 2's ``launch`` for emailmw: ``from launch import LaunchDescription`` becomes
 ``from emailmw.launch import LaunchDescription``; ``emailmw launch FILE.launch.py`` runs the
-file (docs/ros-users.md lists what is supported)."""
+file, and a script can run a description itself with ``LaunchService`` (docs/ros-users.md
+lists what is supported)."""
 
 from .._launch.description import (
     Action,
@@ -10,6 +11,8 @@ from .._launch.description import (
     LaunchDescriptionSource,
     Substitution,
 )
+from .._launch.events import Event, EventHandler
+from .._launch.service import LaunchIntrospector, LaunchService
 from . import (
     actions,
     conditions,
@@ -22,9 +25,13 @@ from . import (
 __all__ = [
     "Action",
     "Condition",
+    "Event",
+    "EventHandler",
     "LaunchContext",
     "LaunchDescription",
     "LaunchDescriptionSource",
+    "LaunchIntrospector",
+    "LaunchService",
     "Substitution",
     "actions",
     "conditions",

@@ -13,6 +13,7 @@ from .._launch.description import (
     SetLaunchConfiguration,
     Shutdown,
     TimerAction,
+    UnregisterEventHandler,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "SetLaunchConfiguration",
     "Shutdown",
     "TimerAction",
+    "UnregisterEventHandler",
 ]

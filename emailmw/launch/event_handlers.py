@@ -1,28 +1,23 @@
-"""ROS 2's ``launch.event_handlers``, by name: emailmw launch does not react to events
-while processes run, so ``RegisterEventHandler`` with one of these is refused in one line
-when the launch file is read."""
+"""ROS 2's ``launch.event_handlers``, for ``RegisterEventHandler``: ``OnProcessStart``
+(``on_start``), ``OnProcessExit`` (``on_exit``), ``OnProcessIO`` (``on_stdout``,
+``on_stderr``), ``OnExecutionComplete`` (``on_completion``: a process action's process
+ended) and ``OnShutdown`` (``on_shutdown``); each takes actions, or a callable returning
+them, and ``target_action`` (an action, or a predicate over actions) where it names one."""
 
-from typing import Any
+from .._launch.events import (
+    EventHandler,
+    OnExecutionComplete,
+    OnProcessExit,
+    OnProcessIO,
+    OnProcessStart,
+    OnShutdown,
+)
 
-__all__ = ["OnProcessExit", "OnProcessIO", "OnProcessStart", "OnShutdown"]
-
-
-class _EventHandler:
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args, self.kwargs = args, kwargs
-
-
-class OnProcessExit(_EventHandler):
-    pass
-
-
-class OnProcessStart(_EventHandler):
-    pass
-
-
-class OnProcessIO(_EventHandler):
-    pass
-
-
-class OnShutdown(_EventHandler):
-    pass
+__all__ = [
+    "EventHandler",
+    "OnExecutionComplete",
+    "OnProcessExit",
+    "OnProcessIO",
+    "OnProcessStart",
+    "OnShutdown",
+]

@@ -31,6 +31,7 @@ from .wire import HEADER_RESENT, format_date, parse_header_block, split_message
 __all__ = [
     "BATCH_COUNT_HEADER",
     "BODY_ENCODING_HEADER",
+    "COMPRESS_WHEN_READ_HEADER",
     "PART_DIGEST_HEADER",
     "PART_HEADER",
     "PART_OF_HEADER",
@@ -175,6 +176,10 @@ PART_DIGEST_HEADER: Final = "Part-Digest"
 _PART_HEADERS: Final = frozenset(h.lower() for h in (PART_HEADER, PART_OF_HEADER,
                                                      PART_DIGEST_HEADER))  # fmt: skip
 BODY_ENCODING_HEADER: Final = "Body-Encoding"
+#: on an email inside a sender only, never on the wire: the body is to be compressed
+#: (its value, ``zstd``) once its readers said they read it (a message in parts that
+#: waited for its readers: ``docs/batching.md``); the splitting sender removes it
+COMPRESS_WHEN_READ_HEADER: Final = "Emailmw-Compress-When-Read"
 
 
 def _chunks(data: bytes, chunk_bytes: int) -> list[str]:

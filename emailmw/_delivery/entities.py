@@ -30,7 +30,7 @@ from .._core.errors import (
 )
 from .._core.futures import Future, Pending
 from .._core.log import get_logger
-from .._core.packing import BODY_ENCODING_HEADER, ZSTD, compress_body
+from .._core.packing import BODY_ENCODING_HEADER, COMPRESS_WHEN_READ_HEADER, ZSTD, compress_body
 from .._core.protocol import address_of, publish_email, request_email, response_email
 from .._core.types import Ack, Email, Gid, MessageInfo, RequestId, ServiceInfo, ServiceRequest
 from .._core.waitables import Waitable, wait_until
@@ -182,9 +182,12 @@ class Publisher(_Entity):
                 self._acks[sequence_number] = []
             future = self._ack_futures.add(sequence_number, None)
             self._context.start_receiving()
-        if self._compress is not None and self._context.accepts(self._readers, "zstd"):
-            message = compress_body(message)
-            headers = {**(headers or {}), BODY_ENCODING_HEADER: self._compress}
+        if self._compress is not None:
+            if self._context.accepts(self._readers, "zstd"):
+                message = compress_body(message)
+                headers = {**(headers or {}), BODY_ENCODING_HEADER: self._compress}
+            else:  # (one that waits for its readers is compressed once they said so)
+                headers = {**(headers or {}), COMPRESS_WHEN_READ_HEADER: self._compress}
         self._send(
             publish_email(
                 self._topic,

@@ -357,6 +357,12 @@ class Peers:
         self._say(accounts, feature, missing)
         return not missing
 
+    def refusing(self, recipients: Sequence[str], feature: str) -> list[str]:
+        """The accounts of ``recipients`` named in ``plain-readers`` (never asked: their
+        readers announce nothing, so they never read ``feature``)."""
+        del feature
+        return sorted({_address(r) for r in recipients if r and _address(r) in self.plain})
+
     def _say(
         self, accounts: tuple[str, ...], feature: str, missing: list[str], *, named: bool = False
     ) -> None:

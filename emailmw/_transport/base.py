@@ -73,6 +73,10 @@ class Readers(Protocol):
         ``feature`` (``batch``, ``parts``, ``zstd``, ``encryption``); ``wait``: how long
         to wait for accounts not heard of yet to say."""
 
+    def refusing(self, recipients: Sequence[str], feature: str) -> list[str]:
+        """The accounts in ``recipients`` known never to read ``feature`` (read by peers
+        that announce nothing, named in ``plain-readers``): waiting for them is useless."""
+
 
 class Claim(Protocol):
     """What a receiver that shares its mailbox with others (a group member,

@@ -6,9 +6,12 @@ compressed bodies."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -173,3 +176,93 @@ def test_each_transport_learns_what_the_server_takes_before_a_large_message(
         got = emailmw.wait_for_message(sub, 120)
     assert got == body
     assert len(folder_subjects(tiny_server, receiver)) >= 4  # parts, each under 1 MB
+
+
+def test_a_message_in_parts_to_an_offline_reader_waits_for_it(
+    mailserver: MailServer, account: Callable[[], str], email_context: MakeContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """#58: a message that needs parts, sent while its account's reader is offline, waits
+    in memory (send-guarantee memory) until the reader says it reads parts, then arrives
+    whole (was: MessageTooLargeError), compressed as its publisher asked once the reader
+    said it reads zstd (was: sent as it was); with ``server`` the caller is told in one
+    line."""
+    pytest.importorskip("zstandard")
+    sender, receiver = account(), account()
+    small = {"max-email-bytes": 262144, "timeout": 2}
+    body = "".join(f"{i:06d} ü\n" for i in range(60_000))  # 540 kB: three parts
+    strict = email_context(sender, to=receiver, **small)
+    with pytest.raises(emailmw.MessageTooLargeError) as info:
+        emailmw.Publisher("/scan", context=strict).publish(body)
+    assert "send-guarantee memory or spool, which hold it" in str(info.value)
+    talker = email_context(sender, to=receiver, **small, **{"send-guarantee": "memory"})
+    with caplog.at_level(logging.INFO, logger="emailmw"):
+        emailmw.Publisher("/scan", context=talker, compress="zstd").publish(body)  # (held)
+    assert any("holding message" in r.getMessage() for r in caplog.records)
+    assert not talker.flush(1)  # (held: not sent yet)
+    listener = email_context(receiver)
+    sub = emailmw.Subscription("/scan", context=listener)
+    listener.start_receiving()
+    assert emailmw.wait_for_message(sub, 120) == body
+    assert talker.flush(30)
+    stored = [p.read_bytes() for p in mailserver.maildir(receiver).rglob("*,*")]
+    scans = [raw for raw in stored if b"Subject: /scan" in raw]
+    assert len(scans) == 1  # compressed, it fits one email: no parts
+    assert b"Body-Encoding: zstd" in scans[0]
+    assert b"Emailmw-Compress-When-Read" not in b"".join(stored)  # (never on the wire)
+
+
+HOLDER = """\
+import sys, time
+import emailmw
+config = {"email": __import__("json").loads(sys.argv[1])}
+with emailmw.Context(config) as context:
+    if sys.argv[2] == "publish":
+        emailmw.Publisher("/scan", context=context).publish("".join(
+            f"{i:06d} ü\\n" for i in range(60_000)))
+        print("published", flush=True)
+        time.sleep(600)
+    else:
+        print("started", flush=True)
+        print("flushed", context.flush(180), flush=True)
+"""
+
+
+def test_a_held_message_in_the_spool_outlives_its_process(
+    mailserver: MailServer, account: Callable[[], str], email_context: MakeContext,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """With send-guarantee spool the held message is on disk before publish returns: its
+    process SIGKILLed, the next one with the spool sends it once the reader says it reads
+    parts."""
+    sender, receiver = account(), account()
+    config = mailserver.config(sender, to=receiver, **{
+        "max-email-bytes": 262144, "timeout": 2, "send-guarantee": "spool",
+        "spool": str(tmp_path / "spool")})  # fmt: skip
+    program = tmp_path / "holder.py"
+    program.write_text(HOLDER)
+
+    def start(what: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, str(program), json.dumps(config), what],
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+    first = start("publish")
+    assert first.stdout is not None
+    assert first.stdout.readline().strip() == "published"
+    assert len(list((tmp_path / "spool" / "held").glob("*.json"))) == 1
+    first.kill()  # SIGKILL
+    first.wait()
+    listener = email_context(receiver)
+    sub = emailmw.Subscription("/scan", context=listener)
+    listener.start_receiving()
+    second = start("flush")
+    try:
+        got = emailmw.wait_for_message(sub, 120)
+        assert got is not None
+        assert got.startswith("000000 ü\n")
+        assert len(got) == 60_000 * 9
+        out, _ = second.communicate(timeout=200)
+        assert "flushed True" in out
+        assert not list((tmp_path / "spool" / "held").glob("*.json"))
+    finally:
+        second.kill()

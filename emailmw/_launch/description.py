@@ -543,22 +543,31 @@ class DeclareLaunchArgument(Action):
                               f"{', '.join(self.choices)}")  # fmt: skip
 
 
-class SetLaunchConfiguration(Action):
+class _Setter(Action):
+    """Sets ``name`` to ``value`` (both performed) in the mapping of the scope
+    :meth:`target` names."""
+
     def __init__(self, name: Any, value: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.name, self.value = name, value
 
-    def execute(self, context: LaunchContext) -> None:
-        context.launch_configurations[perform(context, self.name)] = perform(context, self.value)
-
-
-class SetEnvironmentVariable(Action):
-    def __init__(self, name: Any, value: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.name, self.value = name, value
+    def target(self, context: LaunchContext) -> dict[str, str]:
+        raise NotImplementedError
 
     def execute(self, context: LaunchContext) -> None:
-        context.environment[perform(context, self.name)] = perform(context, self.value)
+        self.target(context)[perform(context, self.name)] = perform(context, self.value)
+
+
+class SetLaunchConfiguration(_Setter):
+    def target(self, context: LaunchContext) -> dict[str, str]:
+        return context.launch_configurations
+
+
+class SetEnvironmentVariable(_Setter):
+    """A variable the processes started after it in its scope get."""
+
+    def target(self, context: LaunchContext) -> dict[str, str]:
+        return context.environment
 
 
 class LogInfo(Action):
@@ -772,7 +781,7 @@ class LaunchDescriptionSource:
     def __init__(self, launch_file_path: Any) -> None:
         self.launch_file_path = launch_file_path
 
-    def description(self, context: LaunchContext, path: Path) -> LaunchDescription:
+    def description(self, path: Path) -> LaunchDescription:
         if path.suffix == ".py":
             return load_python_launch_file(path)
         if _frontend is None:
@@ -820,7 +829,7 @@ class IncludeLaunchDescription(Action):
             path = Path(perform(context, source.launch_file_path))
             if context.file is not None and not path.is_absolute():
                 path = context.file.parent / path
-            description = source.description(context, path)
+            description = source.description(path)
         values = [(perform(context, k), perform(context, v)) for k, v in self.launch_arguments]
         outer = context.file
         context.push()

@@ -33,10 +33,13 @@ from bokeh.models import (  # type: ignore[attr-defined]  # lazily exported name
     FixedTicker,
     HoverTool,
     InlineStyleSheet,
+    LogTicker,
     MultiChoice,
+    NumberFormatter,
     NumeralTickFormatter,
     Range1d,
     Select,
+    StringFormatter,
     TableColumn,
     Whisker,
 )
@@ -63,8 +66,34 @@ def _name(value: str | None) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
 
 
+#: Category20's ten dark colours, then its ten light ones: neighbours in the busiest-first
+#: order differ in hue and lightness (its pairs, light after dark, read as one colour)
+_PALETTE: Final = (*Category20_20[0::2], *Category20_20[1::2])
+
+
 def _color(index: int) -> str:
-    return str(Category20_20[index % len(Category20_20)])
+    return str(_PALETTE[index % len(_PALETTE)])
+
+
+def _log_axis(axis: Any) -> None:
+    """Labels across a log axis's range, 1, 2 and 5 in each decade, as plain numbers (a
+    range within one decade gets labels too)."""
+    axis.ticker = LogTicker(mantissas=[1, 2, 5], desired_num_ticks=8)
+    axis.formatter = NumeralTickFormatter(format="0,0.[000]")
+
+
+def _edge_to_edge(plot: Any) -> None:
+    """The x axis fits the shown lines with little room beside them (Bokeh's default
+    pads a tenth on each side and counts hidden lines)."""
+    x_range: Any = plot.x_range
+    x_range.range_padding = 0.02
+    x_range.only_visible = True
+
+
+def _bins(items: list[dict[str, Any]]) -> list[int]:
+    """Every bin from the first to the last of ``items`` (sorted by bin): the empty ones
+    are drawn as empty, never bridged by a line."""
+    return list(range(items[0]["bin"], items[-1]["bin"] + 1)) if items else []
 
 
 #: within this many ms of zero a symmetric log axis is linear
@@ -106,8 +135,9 @@ def _figure(
     y_label: str,
     height: int = 320,
 ) -> Any:
-    """A plot of the page's width (it follows the window), with zoom and pan."""
-    return figure(
+    """A plot of the page's width (it follows the window), with zoom and pan; its x axis
+    fits what is shown, edge to edge."""
+    plot = figure(
         title=title,
         x_axis_type=x_axis_type,
         x_axis_label=x_label,
@@ -116,6 +146,8 @@ def _figure(
         height=height,
         tools="pan,wheel_zoom,box_zoom,reset,save",
     )
+    _edge_to_edge(plot)
+    return plot
 
 
 def _width_text(bin_ns: int) -> str:
@@ -138,6 +170,8 @@ class _Plots:
         self.colors = colors
         self.by_topic: dict[str, list[Any]] = {}
         self.by_service: dict[str, list[Any]] = {}
+        #: each topic's p50-p99 bands (shown for the topics chosen for bands only)
+        self.bands: dict[str, list[Any]] = {}
 
     def add(self, table: dict[str, list[Any]], name: str, renderers: list[Any]) -> None:
         table.setdefault(name, []).extend(renderers)
@@ -155,12 +189,14 @@ def _rates(details: Details, plots: _Plots) -> Any | None:
     seconds = details.bin_ns / _NS
     for name, items in per_topic.items():
         items.sort(key=lambda i: i["bin"])
+        counts = {i["bin"]: i["messages"] for i in items}
+        bins = _bins(items)  # (a bin without messages: a rate of 0, drawn as such)
         source = ColumnDataSource(
             {
-                "time": [_time(i["bin"], details.bin_ns) for i in items],
-                "rate": [i["messages"] / seconds for i in items],
-                "messages": [i["messages"] for i in items],
-                "topic": [name] * len(items),
+                "time": [_time(b, details.bin_ns) for b in bins],
+                "rate": [counts.get(b, 0) / seconds for b in bins],
+                "messages": [counts.get(b, 0) for b in bins],
+                "topic": [name] * len(bins),
             }
         )
         color = plots.colors.get(name, "#777")
@@ -199,26 +235,34 @@ def _latency_over_time(details: Details, plots: _Plots) -> Any | None:
             x_axis_label="time (UTC)", y_axis_label="latency (ms)", height=320,
             sizing_mode="stretch_width", tools="pan,wheel_zoom,box_zoom,reset,save",
         )  # fmt: skip
+        _edge_to_edge(plot)
+        _log_axis(plot.yaxis[0])
     else:
         _symlog_axis(plot.yaxis[0], values)
     at = (lambda v: v) if lowest > 0 else symlog  # (where a value sits on the axis)
+    gap = math.nan  # (a bin without a latency: the line and band break there)
     for name, items in per_topic.items():
         items.sort(key=lambda i: i["bin"])
-        p99 = [i["latency_p99_ms"] for i in items]
+        by_bin = {i["bin"]: i for i in items}
+        bins = _bins(items)
+        p50 = [by_bin[b]["latency_p50_ms"] if b in by_bin else None for b in bins]
+        p99 = [by_bin[b]["latency_p99_ms"] if b in by_bin else None for b in bins]
         source = ColumnDataSource(
             {
-                "time": [_time(i["bin"], details.bin_ns) for i in items],
-                "p50": [at(i["latency_p50_ms"]) for i in items],
-                "p99": [None if v is None else at(v) for v in p99],
-                "p50_ms": [i["latency_p50_ms"] for i in items],
-                "p99_ms": p99,
-                "topic": [name] * len(items),
+                "time": [_time(b, details.bin_ns) for b in bins],
+                "p50": [gap if v is None else at(v) for v in p50],
+                "p99": [gap if v is None else at(v) for v in p99],
+                "p50_ms": [gap if v is None else v for v in p50],
+                "p99_ms": [gap if v is None else v for v in p99],
+                "topic": [name] * len(bins),
             }
         )
         color = plots.colors.get(name, "#777")
-        band = plot.varea("time", "p50", "p99", source=source, fill_color=color, fill_alpha=0.15)
+        band = plot.varea("time", "p50", "p99", source=source, fill_color=color, fill_alpha=0.2)
         line = plot.line("time", "p50", source=source, color=color, line_width=2)
-        plots.add(plots.by_topic, name, [band, line])
+        dots = plot.scatter("time", "p50", source=source, color=color, size=3)
+        plots.add(plots.by_topic, name, [line, dots])
+        plots.add(plots.bands, name, [band])
     plot.add_tools(
         HoverTool(
             tooltips=[("topic", "@topic"), ("from", "@time{%F %T}"),
@@ -248,6 +292,8 @@ def _cdf(overview: Overview, plots: _Plots) -> tuple[Any, str] | None:
     )  # fmt: skip
     if symmetric:
         _symlog_axis(plot.xaxis[0], values)
+    else:
+        _log_axis(plot.xaxis[0])
     percent = [q * 100 for q in CDF_POINTS]
     skewed = []
     for stat in measured:
@@ -297,12 +343,14 @@ def _loss(details: Details, plots: _Plots) -> Any | None:
     for (gid, topic, mailbox), items in bad.items():
         items.sort(key=lambda i: i["bin"])
         name = _name(topic)
+        by_bin = {i["bin"]: i for i in items}
+        bins = _bins(items)  # (a bin without messages: nothing lost there, drawn as 0)
         source = ColumnDataSource(
             {
-                "time": [_time(i["bin"], details.bin_ns) for i in items],
-                "lost": [i["lost"] for i in items],
-                "late": [i["out_of_order"] for i in items],
-                "stream": [f"{gid} {name} ({mailbox})"] * len(items),
+                "time": [_time(b, details.bin_ns) for b in bins],
+                "lost": [by_bin[b]["lost"] if b in by_bin else 0 for b in bins],
+                "late": [by_bin[b]["out_of_order"] if b in by_bin else 0 for b in bins],
+                "stream": [f"{gid} {name} ({mailbox})"] * len(bins),
             }
         )
         color = plots.colors.get(name, "#777")
@@ -356,6 +404,8 @@ def _round_trips(overview: Overview, plots: _Plots) -> Any | None:
         sizing_mode="stretch_width", height=max(180, 26 * len(labels) + 80),
         tools="pan,wheel_zoom,box_zoom,reset,save",
     )  # fmt: skip
+    if lowest > 0:
+        _log_axis(plot.xaxis[0])
     plot.add_layout(Whisker(source=source, base="service", lower="p90", upper="p99",
                             dimension="width"))  # fmt: skip
     dots = plot.scatter("p50", "service", source=source, size=9, color="#1f77b4")
@@ -399,11 +449,30 @@ def _drilldown(overview: Overview, details: Details, topics: list[str]) -> Any |
     first = topics[0]
     publishers = ColumnDataSource(only(pub_all, first))
     slowest = ColumnDataSource(only(slow_all, first))
+    # what an empty table of a topic means, said under it
+    pub_why = {t: "" if t in pub_all["topic"] else (
+        f"No publisher of {t} numbered its messages (no Publisher-GID with sequence "
+        "numbers, as a C++ rmw_email peer sends): its loss and order cannot be told.")
+        for t in topics}  # fmt: skip
+    slow_why = {t: "" if t in slow_all["topic"] else (
+        f"No latency of {t} is known to 1 ms or better (its delivery times are coarser, or "
+        "its messages carry no source timestamp).") for t in topics}  # fmt: skip
+    pub_note = Div(text=pub_why[first], css_classes=["why-empty"])
+    slow_note = Div(text=slow_why[first], css_classes=["why-empty"])
     choose = Select(title="Drill down into a topic", options=topics, value=first, width=400)
     choose.js_on_change(
         "value",
         CustomJS(
-            args={"pubs": publishers, "slow": slowest, "pub_all": pub_all, "slow_all": slow_all},
+            args={
+                "pubs": publishers,
+                "slow": slowest,
+                "pub_all": pub_all,
+                "slow_all": slow_all,
+                "pub_note": pub_note,
+                "slow_note": slow_note,
+                "pub_why": pub_why,
+                "slow_why": slow_why,
+            },
             code="""
             function only(data, topic) {
               const out = {};
@@ -417,6 +486,8 @@ def _drilldown(overview: Overview, details: Details, topics: list[str]) -> Any |
               source.data = only(all, null);
               source.data = only(all, cb_obj.value);
             }
+            pub_note.text = pub_why[cb_obj.value];
+            slow_note.text = slow_why[cb_obj.value];
             """,
         ),
     )
@@ -424,10 +495,27 @@ def _drilldown(overview: Overview, details: Details, topics: list[str]) -> Any |
                 "publisher_seq": "sequence", "message_id": "Message-ID",
                 "latency_ms": "latency (ms)"}  # fmt: skip
 
-    def table(source: Any, keys: list[str], height: int) -> Any:
+    def table(source: Any, everything: dict[str, list[Any]], keys: list[str],
+              height: int) -> Any:  # fmt: skip
+        """Columns as wide as their widest cell of any topic (never cut: the table scrolls
+        sideways when they do not fit), numbers formatted as in the tables."""
+        columns = []
+        for key in keys:
+            title = headings.get(key, key)
+            if key == "latency_ms":
+                formatter, texts = NumberFormatter(format="0,0.000"), [
+                    f"{v:,.3f}" for v in everything[key] if v is not None]  # fmt: skip
+            elif key in ("sent", "received", "lost", "duplicated", "out_of_order",
+                         "publisher_seq"):  # fmt: skip
+                formatter, texts = NumberFormatter(format="0,0"), [
+                    f"{v:,}" for v in everything[key] if v is not None]  # fmt: skip
+            else:
+                formatter, texts = StringFormatter(), [str(v) for v in everything[key]]
+            chars = max([len(title), *map(len, texts)])
+            columns.append(TableColumn(field=key, title=title, formatter=formatter,
+                                       width=8 * chars + 24))  # fmt: skip
         return DataTable(
-            source=source,
-            columns=[TableColumn(field=k, title=headings.get(k, k)) for k in keys],
+            source=source, columns=columns, autosize_mode="none",
             sizing_mode="stretch_width", height=height, index_position=None,
         )  # fmt: skip
 
@@ -436,11 +524,17 @@ def _drilldown(overview: Overview, details: Details, topics: list[str]) -> Any |
         Div(text="<b>Its publishers</b>"),
         table(
             publishers,
+            pub_all,
             ["publisher_gid", "mailbox", "sent", "received", "lost", "duplicated", "out_of_order"],
             160,
         ),
+        pub_note,
         Div(text="<b>Its slowest messages</b>"),
-        table(slowest, ["publisher_gid", "publisher_seq", "message_id", "latency_ms"], 160),
+        table(
+            slowest, slow_all, ["publisher_gid", "publisher_seq", "message_id", "latency_ms"], 160
+        ),
+        slow_note,
+        sizing_mode="stretch_width",
     )
 
 
@@ -467,25 +561,50 @@ def _chip_colors(colors: dict[str, str]) -> InlineStyleSheet:
 
 
 def _selector(
-    title: str, names: list[str], lines: dict[str, list[Any]], colors: dict[str, str]
-) -> Any:
+    title: str, names: list[str], lines: dict[str, list[Any]], colors: dict[str, str],
+    bands: dict[str, list[Any]] | None = None,
+) -> list[Any]:  # fmt: skip
     """A selector of ``names`` that shows, in every plot, the lines of the chosen ones;
-    each chip in the colour of its lines."""
+    each chip in the colour of its lines. With ``bands``, a second one chooses whose
+    p50-p99 bands are drawn (the busiest topic's at first; a band is drawn while its
+    topic is shown): eight bands over each other read as one haze."""
     shown = names[:SHOWN_FIRST]
+    banded = [n for n in names if n in (bands or {})][:1]
     for name, renderers in lines.items():
         for renderer in renderers:
             renderer.visible = name in shown
+    for name, renderers in (bands or {}).items():
+        for renderer in renderers:
+            renderer.visible = name in shown and name in banded
     choice = MultiChoice(title=title, options=names, value=shown, sizing_mode="stretch_width",
                          stylesheets=[_chip_colors(colors)])  # fmt: skip
-    choice.js_on_change(
-        "value",
-        CustomJS(
+    if not bands:
+        choice.js_on_change("value", CustomJS(
             args={"lines": lines},
             code="for (const [name, rs] of Object.entries(lines)) {"
             " const on = cb_obj.value.includes(name); for (const r of rs) r.visible = on; }",
-        ),
+        ))  # fmt: skip
+        return [choice]
+    band_choice = MultiChoice(
+        title="Latency bands (p50 to p99) drawn for", options=[n for n in names if n in bands],
+        value=banded, sizing_mode="stretch_width", stylesheets=[_chip_colors(colors)],
+    )  # fmt: skip
+    redraw = CustomJS(
+        args={"lines": lines, "bands": bands, "shown": choice, "banded": band_choice},
+        code="""
+        for (const [name, rs] of Object.entries(lines)) {
+          const on = shown.value.includes(name);
+          for (const r of rs) r.visible = on;
+        }
+        for (const [name, rs] of Object.entries(bands)) {
+          const on = shown.value.includes(name) && banded.value.includes(name);
+          for (const r of rs) r.visible = on;
+        }
+        """,
     )
-    return choice
+    choice.js_on_change("value", redraw)
+    band_choice.js_on_change("value", redraw)
+    return [choice, band_choice]
 
 
 def interactive_plots(overview: Overview, details: Details | None) -> tuple[str, str, str]:
@@ -512,13 +631,12 @@ def interactive_plots(overview: Overview, details: Details | None) -> tuple[str,
         return "", "", ""
     selectors = []
     if plots.by_topic:
-        selectors.append(
-            _selector(
-                f"Topics shown in every plot (the {SHOWN_FIRST} busiest at first)",
-                [t for t in topics if t in plots.by_topic],
-                plots.by_topic,
-                plots.colors,
-            )
+        selectors += _selector(
+            f"Topics shown in every plot (the {SHOWN_FIRST} busiest at first)",
+            [t for t in topics if t in plots.by_topic],
+            plots.by_topic,
+            plots.colors,
+            plots.bands,
         )
     if len(services) > 1:
         selectors.append(Div(text=f"{len(services)} services, all in the round-trip plot."))

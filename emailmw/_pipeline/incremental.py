@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import pyarrow as pa
 
@@ -39,40 +40,30 @@ def _state_path(landing: Path, digest: str) -> Path:
     return landing / f".mbox-state-{digest}.json"
 
 
-def _head(path: Path, length: int = _HEAD) -> str:
-    with path.open("rb") as handle:
-        return hashlib.sha256(handle.read(length)).hexdigest()
-
-
-def _tail(path: Path, size: int) -> str:
-    """The digest of the 64 KiB before ``size`` (what ends the landed part)."""
+def _digests(handle: BinaryIO, size: int) -> tuple[str, str]:
+    """The digests of the first 64 KiB (at most ``size`` bytes) and of the 64 KiB before
+    ``size`` (what ends the landed part) of the open mbox ``handle``."""
+    handle.seek(0)
+    head = hashlib.sha256(handle.read(min(size, _HEAD))).hexdigest()
     start = max(0, size - _HEAD)
-    with path.open("rb") as handle:
-        handle.seek(start)
-        return hashlib.sha256(handle.read(size - start)).hexdigest()
-
-
-def _message_starts_at(path: Path, offset: int) -> bool:
-    """Whether a ``From `` line begins at ``offset`` (the end of the file counts: nothing
-    was added)."""
-    with path.open("rb") as handle:
-        handle.seek(offset)
-        found = handle.read(5)
-    return found in (b"", b"From ")
+    handle.seek(start)
+    tail = hashlib.sha256(handle.read(size - start)).hexdigest()
+    return head, tail
 
 
 def only_grew(path: Path, state: dict[str, Any]) -> bool:
     """Whether the mbox ``path`` only gained mail at its end since ``state`` (its landed
-    size, head and tail) was recorded."""
+    size, head and tail) was recorded: it is no smaller, its head and tail are unchanged,
+    and a ``From `` line begins at the landed size (or nothing was added). One open."""
     landed = int(state.get("size", 0))
     try:
-        size = path.stat().st_size
-        return (
-            size >= landed
-            and _head(path, min(landed, _HEAD)) == state.get("head")
-            and _tail(path, landed) == state.get("tail")
-            and _message_starts_at(path, landed)
-        )
+        with path.open("rb") as handle:
+            if os.fstat(handle.fileno()).st_size < landed:
+                return False
+            if _digests(handle, landed) != (state.get("head"), state.get("tail")):
+                return False
+            handle.seek(landed)
+            return handle.read(5) in (b"", b"From ")
     except OSError:
         return False
 
@@ -91,8 +82,9 @@ def mbox_states(archives: list[Source], units: pa.Table) -> dict[str, dict[str, 
     for source in archives:
         if source.kind == "mbox":
             size = ends.get(source.digest, 0)
-            states[source.digest] = {"size": size, "head": _head(source.path, min(size, _HEAD)),
-                                     "tail": _tail(source.path, size)}  # fmt: skip
+            with source.path.open("rb") as handle:
+                head, tail = _digests(handle, size)
+            states[source.digest] = {"size": size, "head": head, "tail": tail}
     return states
 
 

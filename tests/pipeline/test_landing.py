@@ -412,3 +412,31 @@ def test_a_master_url_where_no_spark_master_listens_is_one_line_in_seconds(
     finally:
         web.shutdown()
         silent.close()
+
+
+def test_an_mbox_only_grew_when_its_landed_bytes_are_unchanged_and_new_mail_starts_there(
+    tmp_path: Path,
+) -> None:
+    """#61: what decides whether a re-run extends an mbox from its landed size or lands it
+    again whole (an expunge rewrites the file)."""
+    from emailmw._pipeline import incremental
+
+    def mail(i: int) -> bytes:
+        return f"From a@b Mon Jan 1 00:00:00 2024\nSubject: m{i}\n\n{'x' * 3000}\n\n".encode()
+
+    path = tmp_path / "box.mbox"
+    path.write_bytes(b"".join(mail(i) for i in range(60)))  # ~180 KiB: head and tail differ
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        head, tail = incremental._digests(handle, size)
+    state = {"size": size, "head": head, "tail": tail}
+    assert incremental.only_grew(path, state)  # (unchanged)
+    path.write_bytes(path.read_bytes() + mail(60))
+    assert incremental.only_grew(path, state)  # appended
+    rewritten = b"".join(mail(i) for i in range(61) if i != 40) + mail(61) + mail(62)
+    path.write_bytes(rewritten)  # an expunge after 64 KiB, then more mail: larger than before
+    assert path.stat().st_size > size
+    assert not incremental.only_grew(path, state)
+    path.write_bytes(b"".join(mail(i) for i in range(30)))
+    assert not incremental.only_grew(path, state)  # smaller
+    assert not incremental.only_grew(tmp_path / "gone.mbox", state)

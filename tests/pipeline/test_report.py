@@ -189,7 +189,7 @@ def test_the_interactive_plots_stay_readable_with_a_hundred_topics_and_thirty_se
     assert isinstance(trips.x_scale, LogScale)
     assert isinstance(trips.y_range, FactorRange)
     assert len(trips.y_range.factors) == 30
-    choice = explore._selector("topics", list(plots.by_topic), plots.by_topic, plots.colors)
+    (choice,) = explore._selector("topics", list(plots.by_topic), plots.by_topic, plots.colors)
     assert isinstance(choice, MultiChoice)
     assert len(choice.options) == 100
     assert choice.value == list(plots.by_topic)[:8]
@@ -198,6 +198,74 @@ def test_the_interactive_plots_stay_readable_with_a_hundred_topics_and_thirty_se
     for plot in (rates, latency, cdf, trips):
         assert isinstance(plot, Plot)
         assert not [item for item in plot.right + plot.center if isinstance(item, Legend)]
+
+
+def test_the_report_reads_at_a_glance() -> None:
+    """#61 item 6: neighbours in the palette differ (Category20's light/dark pairs read as
+    one colour); a bin without messages is a rate of 0 and a gap in the latency line and
+    band (were: bridged by a straight line); log axes labelled 1-2-5 in every decade;
+    latency bands drawn for the chosen topics only (the busiest at first); drill-down
+    columns as wide as their widest cell, numbers formatted; an empty drill-down table says
+    why; time plots fit their lines edge to edge."""
+    import math
+
+    from bokeh.models import Div, LogTicker, MultiChoice, NumberFormatter
+    from bokeh.palettes import Category20_20
+
+    from emailmw._pipeline import explore
+
+    pairs = {frozenset(Category20_20[i : i + 2]) for i in range(0, 20, 2)}
+    palette = [explore._color(i) for i in range(20)]
+    assert len(set(palette)) == 20
+    assert all(frozenset(palette[i : i + 2]) not in pairs for i in range(19))
+
+    first = int(START.timestamp()) // 10
+    topic = "/sparse"
+    bins = [{"topic": topic, "bin": first + b, "messages": 3, "latency_p50_ms": 2.0,
+             "latency_p99_ms": 4.0} for b in (0, 1, 5)]  # fmt: skip
+    bins += [{"topic": "/busy", "bin": first + b, "messages": 50, "latency_p50_ms": 1.0,
+              "latency_p99_ms": 3.0} for b in range(6)]  # fmt: skip
+    slowest = [{"topic": "/busy", "publisher_gid": 1017763228, "publisher_seq": 12345,
+                "message_id": "<a-long-message-id.1234567890@robot.example.test>",
+                "latency_ms": 1234.5678, "delivered_ns": 0}]  # fmt: skip
+    details = Details(10 * 10**9, bins, [], slowest)
+    plots = explore._Plots({"/busy": explore._color(0), topic: explore._color(1)})
+    rates = explore._rates(details, plots)
+    sparse = next(r for r in rates.renderers if r.data_source.data["topic"][0] == topic)
+    assert list(sparse.data_source.data["rate"]) == [0.3, 0.3, 0.0, 0.0, 0.0, 0.3]
+    assert rates.x_range.range_padding <= 0.02
+    latency = explore._latency_over_time(details, plots)
+    line = next(r for r in latency.renderers if r.data_source.data["topic"][0] == topic
+                and type(r.glyph).__name__ == "Line")  # fmt: skip
+    drawn = list(line.data_source.data["p50"])
+    assert [math.isnan(v) for v in drawn] == [False, False, True, True, True, False]
+    assert isinstance(latency.yaxis[0].ticker, LogTicker)
+    assert list(latency.yaxis[0].ticker.mantissas) == [1, 2, 5]
+    selectors = explore._selector("topics", ["/busy", topic], plots.by_topic, plots.colors,
+                                  plots.bands)  # fmt: skip
+    assert [type(s) for s in selectors] == [MultiChoice, MultiChoice]
+    assert selectors[1].value == ["/busy"]
+    shown = {r.data_source.data["topic"][0] for rs in plots.bands.values() for r in rs
+             if r.visible}  # fmt: skip
+    assert shown == {"/busy"}
+
+    overview = Overview(
+        topic_stats=[], rejects=[], kinds={}, round_trips=[], services=[],
+        publisher_health=[{"topic": "/busy", "publisher_gid": 1017763228, "mailbox": "m",
+                           "sent": 12000, "received": 11990, "lost": 10, "duplicated": 0,
+                           "out_of_order": 0}],
+    )  # fmt: skip
+    drill = explore._drilldown(overview, details, [topic, "/busy"])
+    tables = [c for c in drill.children if type(c).__name__ == "DataTable"]
+    notes = [c for c in drill.children if isinstance(c, Div) and "why-empty" in c.css_classes]
+    assert "numbered its messages" in notes[0].text  # (/sparse has no publisher rows)
+    assert "No latency of /sparse" in notes[1].text
+    widths = {c.field: c.width for t in tables for c in t.columns}
+    assert widths["publisher_gid"] >= 8 * len("1017763228")
+    assert widths["message_id"] >= 8 * len(slowest[0]["message_id"])
+    formats = {c.field: c.formatter for c in tables[1].columns}
+    assert isinstance(formats["latency_ms"], NumberFormatter)
+    assert formats["latency_ms"].format == "0,0.000"
 
 
 def test_the_interactive_report_is_one_page_that_works_offline(tmp_path: Path) -> None:

@@ -1,12 +1,16 @@
-"""The connection budget of a process (``limits: max-connections``), without a server:
-slots are taken up to the limit, a connection beyond it waits for one to be given back,
-then is one clear error; many threads never hold more than the limit."""
+"""The connection budget of a process and of the machine (``limits: max-connections``),
+without a server: slots are taken up to the limit, a connection beyond it waits for one to
+be given back, then is one clear error; many threads never hold more than the limit;
+another process's slots count, and come back when it dies."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +76,46 @@ def test_max_connections_is_read_from_limits() -> None:
     assert load_options({"email": given}).limits.max_connections == 4
     with pytest.raises(emailmw.ConfigError, match="max-connections"):
         load_options({"email": {**base, "limits": {"max-connections": 0}}})
+
+
+HOLDER = """\
+import sys, time
+from emailmw._transport.connections import take_slot
+slots = [take_slot(sys.argv[1], sys.argv[2], 2) for _ in range(2)]
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_budget_holds_across_the_processes_of_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#58 item 2: servers count an account's connections per user and address, so the
+    processes of one machine share max-connections: another process's two slots leave
+    none here (one clear line); SIGKILLed, its slots are given back by the kernel."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    user, server = _account()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, user, server],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        assert in_use(user, server) == 0  # (none of this process's)
+        with pytest.raises(emailmw.ConnectionLimitError) as info:
+            take_slot(user, server, 2, wait=0.3)
+        message = str(info.value)
+        assert "the processes of this machine hold 2 IMAP connections" in message
+        assert "\n" not in message
+        assert in_use(user, server) == 0  # (the refused one held nothing)
+        holder.kill()  # SIGKILL: no release ran
+        holder.wait()
+        first, second = take_slot(user, server, 2, wait=5), take_slot(user, server, 2, wait=5)
+        first.release()
+        second.release()
+        files = list((runtime / "emailmw").iterdir())
+        assert files
+        assert all(f.stat().st_mode & 0o077 == 0 for f in files)  # (private)
+    finally:
+        holder.kill()

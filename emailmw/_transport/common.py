@@ -29,7 +29,7 @@ from typing import Any, Final, NamedTuple
 
 from .._core import carried as _carried
 from .._core.config import Options, TLSOptions
-from .._core.errors import ReceiveError
+from .._core.errors import ConnectionLimitError, ReceiveError
 from .._core.log import RefusalLog, get_logger
 from .._core.packing import is_batch
 from .._core.types import Email
@@ -720,6 +720,14 @@ class MailboxReceiver(EmailReceiver):
             self._nudge.clear()
             return True
         return False
+
+    def _connect_later(self, exc: ConnectionLimitError) -> None:
+        """The account had no free connection when this receiver was made: it connects at
+        its first receive instead (the polling thread retries with its backoff), and hands
+        out mail from then on; said once. A process started while its account is full
+        waits for a connection instead of failing."""
+        _log.warning("%s: %s; this receiver connects once a connection is free, and "
+                     "receives the mail that arrives from then on", self._where, exc)  # fmt: skip
 
     def _started(self, uidvalidity: int, uidnext: int) -> int:
         """The folder is selected with these values; returns the first UID to fetch."""

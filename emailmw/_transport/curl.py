@@ -35,6 +35,7 @@ from .._core.config import Endpoint, Options, UserInfo
 from .._core.errors import (
     AuthenticationError,
     ClosedError,
+    ConnectionLimitError,
     InvalidArgumentError,
     ReceiveError,
     SendError,
@@ -366,11 +367,27 @@ class CurlExecutor:
     ``failure`` (:class:`SendError` or :class:`ReceiveError`).
     """
 
-    def __init__(self, context: CurlContext, failure: type[TransportError]) -> None:
-        self._context = context
-        self.server = context.server
+    def __init__(self, context: CurlContext | Callable[[], CurlContext],
+                 failure: type[TransportError], server: str = "") -> None:  # fmt: skip
+        # (a factory: the handle, one connection of the account's budget, is made at the
+        # first command: a receiver made while its account was full)
+        self._made = context if isinstance(context, CurlContext) else None
+        self._make = None if isinstance(context, CurlContext) else context
+        self.server = context.server if isinstance(context, CurlContext) else server
         self._failure = failure
         self._lock = threading.Lock()
+        self._making = threading.Lock()
+
+    @property
+    def _context(self) -> CurlContext:
+        made = self._made
+        if made is None:
+            with self._making:
+                if self._made is None:
+                    assert self._make is not None
+                    self._made = self._make()  # (ConnectionLimitError while still full)
+                made = self._made
+        return made
 
     def _perform(self, doing: str, setup: Callable[[pycurl.Curl], None]) -> None:
         """One transfer; a refused login (nothing was done) is tried once more with a
@@ -475,7 +492,8 @@ class CurlExecutor:
 
     def close(self) -> None:
         with self._lock:
-            self._context.close()
+            if self._made is not None:  # (never made: nothing to close)
+                self._made.close()
 
 
 class CurlSubmitter(Submitter):
@@ -542,16 +560,25 @@ class CurlReceiver(MailboxReceiver):
         assert options.user is not None
         super().__init__(options, options.user.username, budget)
         self._folder = options.folder
-        self._executor = CurlExecutor(
-            CurlContext(options.user.imap, options.user, options), ReceiveError
-        )
+        user = options.user
         self._period = options.polling_period_ns / 1e9
         self._capabilities: frozenset[bytes] | None = None
         self._lock = threading.Lock()
+        try:
+            context: CurlContext | Callable[[], CurlContext] = CurlContext(user.imap, user, options)
+        except ConnectionLimitError as exc:
+            self._connect_later(exc)
+            context = lambda: CurlContext(user.imap, user, options)  # noqa: E731
+        self._executor = CurlExecutor(context, ReceiveError, server=user.imap.url)
+        if callable(context):
+            return  # (it logs in at its first receive)
         with self._lock:
             # log in now (a bad password fails at construction) and fix the start position;
             # fetching waits for the first receive(), so nothing is lost here
-            self._select_folder()
+            try:
+                self._select_folder()
+            except ConnectionLimitError as exc:
+                self._connect_later(exc)
 
     def __repr__(self) -> str:
         return f"<CurlReceiver {self._where}>"

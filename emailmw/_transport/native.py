@@ -34,6 +34,7 @@ from .._core.config import Endpoint, Options, UserInfo
 from .._core.errors import (
     ClosedError,
     ConnectError,
+    ConnectionLimitError,
     ReceiveError,
     TransportError,
 )
@@ -218,7 +219,10 @@ class NativeReceiver(MailboxReceiver):
         self._last_activity = time.monotonic()
         self._mode = "poll"
         with self._lock:
-            self._connect()
+            try:
+                self._connect()
+            except ConnectionLimitError as exc:
+                self._connect_later(exc)
 
     def __repr__(self) -> str:
         return f"<NativeReceiver {self._server} {self._where}>"

@@ -99,11 +99,12 @@ def test_a_throttling_server_holds_the_outbox_and_nothing_is_lost(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_connection_beyond_the_servers_limit_is_one_clear_error_not_a_login_refusal(
-    rate_limited: MailServer, transport: str
+    rate_limited: MailServer, transport: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two receiving contexts on one account fill the server's 2 sessions; a third is
-    refused with :class:`ConnectionLimitError`, one line saying what to do (was an
-    ``AuthenticationError``: "login refused", as if the password were wrong)."""
+    refused by the server: it says so once, in one line that says what to do (was an
+    ``AuthenticationError``: "login refused", as if the password were wrong), and is made
+    all the same, to connect once a session is free (#58: it raised)."""
     address = rate_limited.fresh_account()
     config = {"email": rate_limited.config(address, transport=transport)}
     contexts = []
@@ -113,13 +114,15 @@ def test_a_connection_beyond_the_servers_limit_is_one_clear_error_not_a_login_re
             contexts.append(ctx)
             emailmw.Subscription("/full", context=ctx)
             ctx.start_receiving()
-        with pytest.raises(emailmw.ConnectionLimitError) as info:
+        with caplog.at_level(logging.WARNING, logger="emailmw"):
             contexts.append(emailmw.Context(config))
-        message = str(info.value)
-        assert "refuses another connection" in message
-        assert "mail_max_userip_connections" in message
-        assert "\n" not in message
-        assert not isinstance(info.value, emailmw.AuthenticationError)
+        said = [r.getMessage() for r in caplog.records
+                if "connects once a connection is free" in r.getMessage()]  # fmt: skip
+        assert len(said) == 1, said
+        assert "refuses another connection" in said[0]
+        assert "mail_max_userip_connections" in said[0]
+        assert "\n" not in said[0]
+        assert "login refused" not in said[0]
     finally:
         for ctx in contexts:
             ctx.shutdown()
@@ -176,3 +179,38 @@ def test_a_process_stays_within_max_connections_and_the_next_is_one_clear_error(
     finally:
         talker.shutdown()
         members.shutdown()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_context_made_while_its_account_is_full_waits_for_a_connection(
+    mailserver: MailServer, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    """#58 item 2: a context made while every connection its account allows is held (here
+    max-connections 1, held by another context) is made all the same, says so once, and
+    receives once a connection is free (was: ConnectionLimitError out of Context())."""
+    caplog.set_level(logging.WARNING, logger="emailmw")
+    account, sender = mailserver.fresh_account(), mailserver.fresh_account()
+    config = mailserver.config(account, transport=transport, limits={"max-connections": 1},
+                               timeout=1, **transport_extra(transport))  # fmt: skip
+    holder = emailmw.Context({"email": config})
+    talker = emailmw.Context({"email": mailserver.config(sender, to=account)})
+    late = None
+    try:
+        late = emailmw.Context({"email": config})  # (the account is full: no error)
+        said = [r.getMessage() for r in caplog.records if "connects once a connection is free"
+                in r.getMessage()]  # fmt: skip
+        assert len(said) == 1, said
+        sub = emailmw.Subscription("/late", context=late)
+        late.start_receiving()
+        holder.shutdown()  # its connection given back
+        pub = emailmw.Publisher("/late", context=talker)
+        more = deadline_loop(90)
+        got = None
+        while got is None and more():
+            pub.publish("here")
+            got = emailmw.wait_for_message(sub, 5)
+        assert got == "here"
+    finally:
+        for context in (holder, talker, late):
+            if context is not None:
+                context.shutdown()

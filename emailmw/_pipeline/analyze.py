@@ -114,9 +114,10 @@ class _SparkProgress:
     on a terminal one line rewritten twice a second, ``landing: 45 % (90,000 of ~200,000
     messages, 31,000/s, 4 s left)``; in a log a plain line every 10 s; a last line when
     the phase ends. ``total`` is the messages the phase works through (a rough count),
-    None when it does not count them."""
+    None when it does not count them; ``parts`` the tables it writes (:meth:`part_done`
+    counts them: ``computing tables: 60 % (3 of 5 tables)``), 0 when it does not."""
 
-    def __init__(self, spark: Any, what: str, total: int | None) -> None:
+    def __init__(self, spark: Any, what: str, total: int | None, parts: int = 0) -> None:
         self._tracker = spark.sparkContext.statusTracker()
         self._what = what
         self._total = total
@@ -126,6 +127,12 @@ class _SparkProgress:
         self._thread = threading.Thread(target=self._run, name="analyze-progress", daemon=True)
         self._seen: dict[int, tuple[int, int]] = {}  # stage -> (done, tasks)
         self._shown = 0.0  # the fraction said last (never less after)
+        self._parts, self._parts_done = parts, 0
+
+    def part_done(self, name: str) -> None:
+        """One of the phase's tables is written (from any thread)."""
+        del name
+        self._parts_done += 1
 
     def __enter__(self) -> _SparkProgress:
         self._thread.start()
@@ -149,16 +156,19 @@ class _SparkProgress:
         tasks = sum(t for _, t in self._seen.values())
         if not tasks:
             return None
-        # never backwards: a stage that starts adds tasks (was: 13 %, then 12 %)
-        self._shown = max(self._shown, done / tasks)
+        # never backwards: a stage that starts adds tasks (was: 13 %, then 12 %); never
+        # below the share of tables written
+        share = self._parts_done / self._parts if self._parts else 0.0
+        self._shown = max(self._shown, done / tasks, share)
         return self._shown
 
     def line(self) -> str:
         fraction = self._fraction()
         elapsed = time.monotonic() - self._started
+        tables = f" ({self._parts_done} of {self._parts} tables)" if self._parts else ""
         if fraction is None:
-            return f"[analyze] {self._what}: {elapsed:.0f} s"
-        text = f"[analyze] {self._what}: {100 * fraction:.0f} %"
+            return f"[analyze] {self._what}: {elapsed:.0f} s{tables}"
+        text = f"[analyze] {self._what}: {100 * fraction:.0f} %{tables}"
         if self._total and fraction > 0:
             done = int(self._total * fraction)
             rate = done / max(elapsed, 1e-3)
@@ -615,7 +625,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if "error" in session:
         raise session["error"]
     phases = {"start": time.monotonic() - started}  # listing and Spark's start
-    from .job import run_job
+    from .job import TABLES_WRITTEN, run_job
     from .tables import JobOptions, compute, land
 
     spark = session["spark"]
@@ -678,7 +688,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     options = JobOptions(
         request.since_ns, request.until_ns, request.topic_glob, request.include_internal
     )
-    with _SparkProgress(spark, "computing tables", None):
+    with _SparkProgress(spark, "computing tables", None, parts=TABLES_WRITTEN) as progress:
         # merged runs may hold the same stored email twice
         # merged runs may hold the same stored email twice; a source's own increments
         # never do (each lands only what its earlier landings lack): no shuffle for them
@@ -686,8 +696,9 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         merged = [d for d in earlier if not d.name.startswith(own)] if own else earlier
         tables = compute(spark, dirs, options, deduplicate=bool(merged) or bool(previous))
         overview = run_job(
-            spark, out, tables, on_collected=None if early is None else early.collected
-        )
+            spark, out, tables, on_collected=None if early is None else early.collected,
+            on_written=progress.part_done,
+        )  # fmt: skip
     import pyarrow.compute as pc
 
     from .tables import write_group_stats

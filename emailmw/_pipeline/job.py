@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Final
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,7 +18,7 @@ from pyspark.sql import SparkSession
 from .overview import Overview, overview
 from .tables import Tables
 
-__all__ = ["run_job"]
+__all__ = ["TABLES_WRITTEN", "run_job"]
 
 
 def _write_small(table: pa.Table, directory: Path) -> None:
@@ -28,24 +29,33 @@ def _write_small(table: pa.Table, directory: Path) -> None:
     (directory / "_SUCCESS").touch()
 
 
+#: the tables :func:`run_job` writes (publisher_health, topic_stats, messages,
+#: service_calls, rejects)
+TABLES_WRITTEN: Final = 5
+
+
 def run_job(
     spark: SparkSession,
     out: Path,
     tables: Tables,
     *,
     on_collected: Callable[[str, pa.Table], None] | None = None,
+    on_written: Callable[[str], None] | None = None,
 ) -> Overview:
     """Write every table of ``tables`` (:func:`compute`) under ``out`` and return the
     overview of them. ``messages`` is partitioned by topic and day.
 
     ``on_collected(name, table)`` is called, from a worker thread, as soon as
     ``topic_stats`` or ``publisher_health`` is on the driver (written, as Arrow), while the
-    other tables may still be computing; an exception it raises fails the job."""
+    other tables may still be computing; an exception it raises fails the job.
+    ``on_written(name)``: each of the :data:`TABLES_WRITTEN` tables written (progress)."""
 
     def write(name: str, *partitions: str) -> Callable[[], None]:
         def run() -> None:
             writer = getattr(tables, name).write.mode("overwrite")
             writer.partitionBy(*partitions).parquet(str(out / name))
+            if on_written is not None:
+                on_written(name)
 
         return run
 
@@ -58,6 +68,8 @@ def run_job(
             _write_small(table, out / name)
             if on_collected is not None:
                 on_collected(name, table)
+            if on_written is not None:
+                on_written(name)
             return table
 
         return run

@@ -374,6 +374,11 @@ def test_progress_never_goes_backwards_when_a_stage_adds_tasks() -> None:
     said.append(progress.line())
     assert said == ["[analyze] computing tables: 50 %", "[analyze] computing tables: 50 %",
                     "[analyze] computing tables: 65 %"]  # fmt: skip
+    # in the units a person thinks in: tables written of tables to write, never below
+    counted = _SparkProgress(spark, "computing tables", None, parts=5)
+    for name in ("topic_stats", "publisher_health", "messages", "service_calls"):
+        counted.part_done(name)
+    assert counted.line() == "[analyze] computing tables: 80 % (4 of 5 tables)"
 
 
 def test_a_master_url_where_no_spark_master_listens_is_one_line_in_seconds(

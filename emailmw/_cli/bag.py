@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._core.signalsafe import set_on_signals
 from .._delivery.context import Context
 from .common import CommandError, Commands, resolve, verbs, with_account
 
@@ -55,8 +56,7 @@ def _need_extra() -> None:
 def _stopping() -> threading.Event:
     """An event SIGINT and SIGTERM set (instead of interrupting the work)."""
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    set_on_signals(stop, (signal.SIGINT, signal.SIGTERM))
     return stop
 
 

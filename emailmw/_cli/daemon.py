@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._core.signalsafe import set_on_signals
 from .common import CommandError, Commands, account_context, share_context, verbs
 from .quick import (
     ask,
@@ -177,7 +178,7 @@ def serve(args: argparse.Namespace) -> int:
     context = account_context(argparse.Namespace(config=str(config)))
     version = _version(config)
     stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    set_on_signals(stopping, (signal.SIGTERM,))
     served = 0
     try:
         context.start_receiving()

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+from .._core.signalsafe import set_on_signals
 from .._faces.gateway import load_gateway
 from .common import CommandError, Commands
 
@@ -42,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report_every <= 0:
         raise CommandError("--report-every must be above 0")
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    set_on_signals(stop, (signal.SIGINT, signal.SIGTERM))
     with load_gateway(args.gateway_config) as gateway:
         gateway.start()
         hubs = ", ".join(f"{n} ({c.router.hub})" for n, c in gateway.accounts.items())

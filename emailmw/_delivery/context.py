@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
+from .._core import signalsafe
 from .._core.closeable import Closeable
 from .._core.config import NO_BATCH, SEND_GUARANTEES, Options, load_options
 from .._core.errors import (
@@ -165,6 +166,7 @@ class Context(Closeable):
         self._entities: weakref.WeakSet[Any] = weakref.WeakSet()
         self._shut_down = False
         self._stopping = threading.Event()  # set at the first sign of shutdown
+        self._signalled = False  # a signal asked for shutdown (set in its handler: no lock)
         self._on_shutdown: list[Callable[[], None]] = []
         # what shared() created, by key: closed at shutdown before the entities
         self._shared: dict[str, _Closeable] = {}
@@ -300,7 +302,7 @@ class Context(Closeable):
     def ok(self) -> bool:
         """True until :meth:`shutdown` (or a signal asked for it; a failing receiver does
         not change it: see :attr:`receive_error`)."""
-        return not self._stopping.is_set()
+        return not (self._signalled or self._stopping.is_set())
 
     def on_shutdown(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` when this context starts shutting down (at once if it has);
@@ -320,7 +322,9 @@ class Context(Closeable):
     def request_shutdown(self) -> None:
         """Start shutting down without blocking (what SIGINT does): :meth:`ok` turns
         False, waits end, executors wake; :meth:`shutdown` then releases everything (at
-        exit, if nobody calls it). Safe in a signal handler."""
+        exit, if nobody calls it). Thread-safe; a signal handler must not call it (it takes
+        locks the interrupted thread may hold): :func:`init`'s handlers have it called on
+        a thread of their own."""
         if self._stopping.is_set():
             return
         self._stopping.set()
@@ -545,7 +549,10 @@ def _on_signal(signum: int, frame: Any) -> None:
     default, ending the process, does not: the program ends as its code says)."""
     context = _default
     if context is not None:
-        context.request_shutdown()
+        # (the handler runs between two bytecodes of the main thread, which may hold the
+        # lock a wait set sleeps on: the shutdown's wake-ups run on another thread)
+        context._signalled = True
+        signalsafe.call_soon(context.request_shutdown)
     previous = _installed.get(signum)
     if callable(previous):
         previous(signum, frame)
@@ -560,6 +567,8 @@ def _install(options: SignalHandlerOptions) -> None:
         SignalHandlerOptions.SIGTERM: (signal.SIGTERM,),
         SignalHandlerOptions.ALL: (signal.SIGINT, signal.SIGTERM),
     }[options]
+    if wanted:
+        signalsafe.start()
     for signum in wanted:
         if signum not in _installed:
             _installed[signum] = signal.signal(signum, _on_signal)

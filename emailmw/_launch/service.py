@@ -19,6 +19,7 @@ Thread-safety: :meth:`LaunchService.run` runs in one thread (the main thread, fo
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import queue
 import shlex
@@ -70,7 +71,11 @@ class _Run:
         self.print_lock = threading.Lock()
         self.signalled: int | None = None
         self.by_user = True
-        self.stop_asked = threading.Event()
+        # stops asked for (a counter, not an Event: setting an Event takes a lock the
+        # interrupted main thread may hold, and a signal handler must take none)
+        self._asks = itertools.count(1)
+        self.stops_asked = 0
+        self._stops_seen = 0
         self.stopping: Shutdown | None = None
         self.stop_signal: int = signal.SIGINT
         self.clean = True
@@ -205,7 +210,7 @@ class _Run:
     def request_stop(self, signum: int, by_user: bool = True) -> None:
         """From a signal handler or another thread: only notes it (the loop acts)."""
         self.signalled, self.by_user = signum, by_user
-        self.stop_asked.set()
+        self.stops_asked = next(self._asks)  # (atomic; takes no lock)
 
     # --------------------------------------------------------------------------- loop
 
@@ -232,8 +237,8 @@ class _Run:
         if self.context.shutdown is not None:
             self._shut(self.context.shutdown, signal.SIGINT)
         while True:
-            if self.stop_asked.is_set():
-                self.stop_asked.clear()
+            if self.stops_asked != self._stops_seen:
+                self._stops_seen = self.stops_asked
                 self._stop_asked()
             now = time.monotonic()
             while self.pending and self.pending[0][0] <= now and self.stopping is None:

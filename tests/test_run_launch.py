@@ -544,6 +544,14 @@ def test_a_program_ending_on_a_setup_mistake_says_it_in_one_line(tmp_path: Path)
     assert out.returncode == 1
     assert "Traceback" in out.stderr
     assert out.stderr.splitlines()[-1] == "RuntimeError: a bug of its own"
+    # a mistake in the account init() reads: one line too (was: a traceback out of init)
+    program.write_text("import emailmw\nemailmw.init({'polling-period': 'often'})\n")
+    out = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
+                         timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 1
+    assert len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("emailmw: error: ")
+    assert "polling-period" in out.stderr
 
 
 #: event handlers as upstream files use them (the ROS 2 docs' "using event handlers"

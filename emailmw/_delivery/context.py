@@ -22,13 +22,16 @@ from .._core import signalsafe
 from .._core.closeable import Closeable
 from .._core.config import NO_BATCH, SEND_GUARANTEES, Options, load_options
 from .._core.errors import (
+    AuthenticationError,
     ClosedError,
     ConfigError,
+    ConnectError,
     ContextAlreadyInitializedError,
     ContextNotInitializedError,
     EmailMWError,
     InvalidArgumentError,
     SendError,
+    TLSError,
 )
 from .._core.log import configure_from_env, get_logger
 from .._core.protocol import ack_email
@@ -609,6 +612,7 @@ def init(
     del domain_id  # the mail account is the domain
     if args is None:
         args = sys.argv
+    _install_excepthook()  # (first: a mistake in the account below is one line too)
     if context is not None:
         context.ros_args = context.ros_args.merged(parse_ros_args(args))
         set_levels_from_args(context.ros_args.log_levels)
@@ -629,21 +633,22 @@ def init(
         # themselves only must not look like mail that does not come)
         print(NO_ACCOUNT_LINE, file=sys.stderr, flush=True)
     _install(signal_handler_options or SignalHandlerOptions.ALL)
-    _install_excepthook()
     return created
 
 
 def _install_excepthook() -> None:
-    """A program that called :func:`init` and ends on an uncaught
-    :class:`~emailmw.ConfigError` (a mistake in its setup: a configuration, an extra not
-    installed) says it in one line and exits with status 1, as the command line does;
-    anything else goes to the hook that was there (rclpy installs one too)."""
+    """A program that called :func:`init` and ends on an uncaught mistake in its setup
+    (:class:`~emailmw.ConfigError`: a configuration, an extra not installed; or its account:
+    :class:`~emailmw.AuthenticationError`, :class:`~emailmw.TLSError`, a server
+    :class:`~emailmw.ConnectError` cannot reach) says it in one line and exits with status
+    1, as the command line does; anything else goes to the hook that was there (rclpy
+    installs one too)."""
     previous = sys.excepthook
     if getattr(previous, "_emailmw", False):
         return
 
     def hook(kind: type[BaseException], value: BaseException, trace: Any) -> None:
-        if isinstance(value, ConfigError):
+        if isinstance(value, ConfigError | AuthenticationError | TLSError | ConnectError):
             print(f"emailmw: error: {value}", file=sys.stderr, flush=True)
             return  # (the interpreter exits with status 1 after the hook)
         previous(kind, value, trace)

@@ -241,3 +241,23 @@ def test_an_action_client_gets_the_result_of_a_server_paused_mid_goal(
         timeout=90,
     )
     client.assert_clean(client.wait())
+
+
+def test_a_program_whose_password_is_wrong_says_it_in_one_line(
+    mailserver: MailServer, account: Callable[[], str], tmp_path: Path
+) -> None:
+    """A wrong password (or a server it cannot reach) is a mistake in the program's setup:
+    one line and status 1, as the command line says it (was: a traceback out of init())."""
+    config = mailserver.config(account())
+    config["user"]["password"] = "not-the-password"
+    write_config(tmp_path / "email.yml", config)
+    program = tmp_path / "talker.py"
+    program.write_text("import emailmw\nemailmw.init()\nprint('up')\n")
+    env = {**os.environ, "EMAILMW_CONFIG_FILE": str(tmp_path / "email.yml")}
+    out = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
+                         env=env, timeout=120, check=False)  # fmt: skip
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    assert len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("emailmw: error: "), out.stderr
+    assert "refused" in out.stderr, out.stderr
+    assert "not-the-password" not in out.stderr

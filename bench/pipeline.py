@@ -40,6 +40,9 @@ messages: the landing with its start-up and its hand-over to the JVM).
 ``--since-last``: only the new mail is landed) and ``rerun_ratio`` (target <= 0.2), with
 each run's phases as the command says them (``rerun_first_start_s``, ``..._landing_s``,
 ``..._tables_s``, ``..._report_s``: where a re-run's time goes).
+``spark_parts`` (issue #61): where the last run's Spark time went, as ``emailmw analyze
+--profile`` says it: each table's, the overview's and the report series' wall seconds (the
+tables are computed at once: their seconds overlap), Spark jobs, stages and tasks.
 Prints a table, writes JSON, exits 0.
 """
 
@@ -263,6 +266,7 @@ def baseline(path: Path) -> float:
 
 
 CPU: dict[str, float] = {}
+PROFILE: dict[str, dict[str, float]] = {}  # the last run's --profile
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -347,7 +351,7 @@ def run_analyze(
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "emailmw", "analyze", str(path), "--out", str(out),
-         *(["--master", master] if master else []), *extra],
+         *(["--master", master] if master else []), "--profile", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -392,7 +396,23 @@ def run_analyze(
     if proc.returncode != 0:
         raise SystemExit(f"analyze failed ({proc.returncode})")
     times = [line for line in errors.splitlines() if line.startswith("[analyze] time:")]
+    PROFILE.clear()
+    PROFILE.update(said_profile(output))
     return elapsed, peak, output + "\n" + "\n".join(times)
+
+
+def said_profile(output: str) -> dict[str, dict[str, float]]:
+    """``--profile``'s lines: each part's seconds, Spark jobs, stages and tasks."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("where Spark's time went")]
+    found: dict[str, dict[str, float]] = {}
+    for line in lines[starts[-1] + 1 :] if starts else ():
+        words = line.split()
+        if len(words) != 9 or words[2] != "s":
+            break
+        found[words[0]] = {"seconds": float(words[1]), "jobs": int(words[3]),
+                           "stages": int(words[5]), "tasks": int(words[7])}  # fmt: skip
+    return found
 
 
 def main() -> int:
@@ -454,6 +474,9 @@ def main() -> int:
         "runs": runs,
         **phases,
         "landing_worker_cpu_per_msg_us": round(1e6 * worker_cpu / args.messages, 1),
+        # where Spark's time went in the last run (--profile): each table, the overview,
+        # the report's series (the tables run at once: their seconds overlap)
+        "spark_parts": dict(PROFILE),
     }
     if args.cluster:
         results.update(cluster_figures(archive, args.format, args.messages, analyze_s))
@@ -461,6 +484,9 @@ def main() -> int:
         results.update(rerun_figures(args.messages, args.format))
     target = 4.0 if args.format == "maildir" else 2.5
     print(output.strip())
+    print(f"{'part (last run)':<22}{'seconds':>10}{'jobs':>6}{'stages':>8}{'tasks':>8}")
+    for part, f in results["spark_parts"].items():
+        print(f"{part:<22}{f['seconds']:>10.2f}{f['jobs']:>6}{f['stages']:>8}{f['tasks']:>8}")
     print(f"{'figure':<22}{'value':>14}")
     figures = ("analyze_s", "baseline_s", "floor_read_s", "first_read_s", "analyze_msgs_per_s")
     for key in (*figures, "peak_rss_mb"):

@@ -56,6 +56,11 @@ def register(commands: Commands, common: argparse.ArgumentParser) -> None:
     )
     analyze.add_argument("--no-report", action="store_true", help="tables only")
     analyze.add_argument(
+        "--profile", action="store_true",
+        help="say where Spark's time went: each table's, the overview's and the report "
+        "series' seconds, Spark jobs, stages and tasks",
+    )  # fmt: skip
+    analyze.add_argument(
         "--since-last", action="store_true",
         help="an earlier run's --out DIR: land only what each source gained since (the "
         "same as giving DIR as a source too)",
@@ -159,6 +164,12 @@ def run(args: argparse.Namespace) -> int:
         f"{summary['quarantined']} emails in quarantine folders\n"
         f"tables and report in {args.out} ({summary['seconds']} s)"
     )
+    if args.profile:
+        print("where Spark's time went (the tables are computed at once: their seconds "
+              "overlap):")  # fmt: skip
+        for part, figures in summary.get("spark_parts", {}).items():
+            print(f"  {part:<17} {figures['seconds']:8.2f} s  {figures['jobs']:3.0f} jobs  "
+                  f"{figures['stages']:3.0f} stages  {figures['tasks']:5.0f} tasks")  # fmt: skip
     if summary["unreadable"]:
         print(
             f"emailmw: warning: {summary['unreadable']} stored email(s) could not be read and "

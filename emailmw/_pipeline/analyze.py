@@ -625,7 +625,7 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     if "error" in session:
         raise session["error"]
     phases = {"start": time.monotonic() - started}  # listing and Spark's start
-    from .job import TABLES_WRITTEN, run_job
+    from .job import TABLES_WRITTEN, Profile, run_job
     from .tables import JobOptions, compute, land
 
     spark = session["spark"]
@@ -695,9 +695,10 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         own = tuple(f"src={digest}" for digest in incremental)
         merged = [d for d in earlier if not d.name.startswith(own)] if own else earlier
         tables = compute(spark, dirs, options, deduplicate=bool(merged) or bool(previous))
+        profile = Profile(spark)
         overview = run_job(
             spark, out, tables, on_collected=None if early is None else early.collected,
-            on_written=progress.part_done,
+            on_written=progress.part_done, profile=profile,
         )  # fmt: skip
     import pyarrow.compute as pc
 
@@ -709,11 +710,12 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         firsts = [s["first"] for s in overview.topic_stats if s["first"] is not None]
         lasts = [s["last"] for s in overview.topic_stats if s["last"] is not None]
         span_ns = int((max(lasts) - min(firsts)).total_seconds() * 1e9) if firsts else 0
-        with _SparkProgress(spark, "the report's series", None):
+        with _SparkProgress(spark, "the report's series", None), profile.part("series"):
             written = spark.read.schema(tables.messages.schema).parquet(str(out / "messages"))
             report_details = details(written, span_ns, windowed=options.windowed)
     groups = write_group_stats(out, {a.label: a.path for a in archives if a.kind == "maildir"})
     phases["tables"] = time.monotonic() - mark
+    spark_parts = profile.figures()  # (before a release stops the session)
     summary = overview.summary()
     summary["group_members"] = groups.num_rows
     summary["group_processed"] = pc.sum(groups["processed"]).as_py() or 0
@@ -762,5 +764,6 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
         gc.freeze()
     summary["seconds"] = round(time.monotonic() - started, 2)
     summary["phases"] = {name: round(value, 2) for name, value in phases.items()}
+    summary["spark_parts"] = spark_parts
     _say("time: " + ", ".join(f"{name} {value:.1f} s" for name, value in phases.items()))
     return summary

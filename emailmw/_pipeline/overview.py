@@ -372,7 +372,12 @@ def details(
         )
         return found
 
-    # the three jobs at once: each is narrower than the cores for most of its time
+    # the three jobs at once: each is narrower than the cores for most of its time (in
+    # the caller's job group: PySpark pins one to each Python thread)
+    from pyspark import inheritable_thread_target
+
     with ThreadPoolExecutor(3, thread_name_prefix="emailmw-details") as pool:
-        topic_bins, publisher_bins, worst = pool.map(rows, queries)
+        topic_bins, publisher_bins, worst = pool.map(
+            inheritable_thread_target(spark)(rows), queries
+        )
     return Details(width, topic_bins, publisher_bins, worst)

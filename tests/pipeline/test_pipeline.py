@@ -453,7 +453,7 @@ def test_a_merge_of_a_run_gives_the_run_s_tables(spark: SparkSession, tmp_path: 
         merged = _run(
             spark, [tmp_path / "landed0"], tmp_path / f"merged{i}", report=False, **filters
         )
-        assert landed == merged | {"seconds": landed["seconds"], "phases": landed["phases"]}
+        assert landed == merged | {k: landed[k] for k in ("seconds", "phases", "spark_parts")}
         a, b = tmp_path / f"landed{i}", tmp_path / f"merged{i}"
         for name in ("messages", "rejects", "topic_stats", "service_calls", "publisher_health"):
             assertDataFrameEqual(
@@ -514,6 +514,7 @@ def test_command_line(tmp_path: Path) -> None:
             str(tmp_path / "out"),
             "--conf",
             "spark.driver.memory=1g",
+            "--profile",
         ],
         capture_output=True,
         text=True,
@@ -523,6 +524,15 @@ def test_command_line(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "messages" in ok.stdout
     assert (tmp_path / "out" / "report.html").exists()
+    # --profile: where Spark's time went, each table, the overview and the series a line
+    lines = ok.stdout.splitlines()
+    said = lines[lines.index(next(x for x in lines if x.startswith("where Spark's time went"))) :]
+    parts = {line.split()[0]: line.split() for line in said[1:]}
+    assert set(parts) == {"publisher_health", "topic_stats", "messages", "service_calls",
+                          "rejects", "overview", "series"}, said  # fmt: skip
+    for part, words in parts.items():  # NAME S s N jobs N stages N tasks
+        assert words[2:] == ["s", words[3], "jobs", words[5], "stages", words[7], "tasks"]
+        assert int(words[3]) >= 1, (part, said)  # every part ran Spark jobs of its own
     # nothing but its own lines: not the JVM's (every Spark 4 start printed "WARNING:
     # Using incubator modules: jdk.incubator.vector"), not Spark's
     assert [line for line in ok.stderr.splitlines() if not line.startswith("[analyze]")] == []

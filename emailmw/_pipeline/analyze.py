@@ -629,6 +629,9 @@ def analyze(request: AnalyzeRequest) -> dict[str, Any]:
     from .tables import JobOptions, compute, land
 
     spark = session["spark"]
+    from .session import set_codegen
+
+    set_codegen(spark, expected, request.conf)
     mark = time.monotonic()
     # a source an earlier run landed and this one lands again whole: what it landed then
     # is set aside, and what the source no longer holds (mail removed since) is kept

@@ -26,6 +26,7 @@ __all__ = [
     "build_session",
     "executors_verdict",
     "require_executors",
+    "set_codegen",
 ]
 
 # below this many messages (the rough count made before landing) the JVMs JIT-compile with
@@ -33,6 +34,26 @@ __all__ = [
 # tiered; 2M mbox messages (counted as 2.4M) 44 s with C1, 35 s tiered, where C2 pays off
 # in the Parquet writers and publisher_health's window sort.
 SHORT_JOB_MESSAGES = 1_000_000
+
+# below this many messages a run's queries are interpreted, not compiled to Java by Spark's
+# whole-stage code generation: over a few thousand rows compiling each plan costs more than
+# it saves (three runs over the test archives' 674 emails, alternated: 41 and 45 CPU-s
+# against 48 and 47; two of the pipeline's in-process test files: 116 against 133); at 200k
+# it made no difference beyond the noise. Decided per run (a session may serve runs of
+# both sizes); a --conf naming spark.sql.codegen.wholeStage wins.
+SMALL_RUN_MESSAGES = 20_000
+
+
+def set_codegen(spark: SparkSession, expected_messages: int | None, conf: dict[str, str]) -> None:
+    """Whole-stage code generation for this run: off below :data:`SMALL_RUN_MESSAGES`
+    (``expected_messages`` None: unknown, on), unless ``conf`` names it."""
+    key = "spark.sql.codegen.wholeStage"
+    if key in conf:
+        spark.conf.set(key, conf[key])
+        return
+    small = expected_messages is not None and expected_messages < SMALL_RUN_MESSAGES
+    spark.conf.set(key, "false" if small else "true")
+
 
 _log = get_logger("spark")
 #: the driver JVM's last lines on its standard error (what a failed start said)

@@ -1004,3 +1004,25 @@ def test_a_truncated_mbox_is_said_on_the_terminal(
     assert (summary["publish"], summary["malformed"]) == (1, 1)
     said = capfd.readouterr().err
     assert f"{mbox} ends inside its last message (a copy cut short?)" in said
+
+
+def test_a_small_run_is_interpreted_and_a_large_one_compiled(spark: SparkSession) -> None:
+    """Whole-stage code generation is decided per run: off below 20,000 messages (compiling
+    each plan costs more than it saves there), on above or when the size is unknown, and
+    a --conf naming it decides."""
+    from emailmw._pipeline.session import SMALL_RUN_MESSAGES, set_codegen
+
+    key = "spark.sql.codegen.wholeStage"
+    try:
+        set_codegen(spark, 674, {})
+        assert spark.conf.get(key) == "false"
+        set_codegen(spark, SMALL_RUN_MESSAGES, {})
+        assert spark.conf.get(key) == "true"
+        set_codegen(spark, None, {})
+        assert spark.conf.get(key) == "true"
+        set_codegen(spark, 674, {key: "true"})
+        assert spark.conf.get(key) == "true"
+        set_codegen(spark, 2_000_000, {key: "false"})
+        assert spark.conf.get(key) == "false"
+    finally:
+        spark.conf.unset(key)

@@ -18,6 +18,10 @@ import textwrap
 SPIN_INTERRUPTED_IN_ITS_WAIT = textwrap.dedent("""\
     import signal, sys
     import emailmw
+
+    # (as a program started from a terminal has it: a test runner started in the
+    # background has SIGINT ignored, and its children inherit that)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from emailmw.std_msgs.msg import String
 
     emailmw.init({})

@@ -16,24 +16,22 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import signal
 import threading
 from collections.abc import Callable
 
 __all__ = ["call_soon", "set_on_signals"]
 
 _pending: collections.deque[Callable[[], object]] = collections.deque()
-_pipe: tuple[int, int] | None = None
-_owner = 0  # the process whose thread reads the pipe
+_pipe: tuple[int, int] | None = None  # None: no thread in this process yet (or forked)
 _start_lock = threading.Lock()
 
 
 def _run(read_end: int) -> None:
     while True:
         try:
-            if not os.read(read_end, 512):
+            if not os.read(read_end, 512):  # (EINTR is retried by os.read itself)
                 return
-        except InterruptedError:  # pragma: no cover - retried by os.read itself
-            continue
         except OSError:
             return
         while _pending:
@@ -49,15 +47,15 @@ def _run(read_end: int) -> None:
 def start() -> None:
     """Start the thread (done by whoever installs a handler that uses :func:`call_soon`,
     outside the handler: starting a thread takes locks). Idempotent."""
-    global _pipe, _owner
+    global _pipe
     with _start_lock:
-        if _pipe is not None and _owner == os.getpid():
+        if _pipe is not None:
             return
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
         os.set_inheritable(read_end, False)
         os.set_inheritable(write_end, False)
-        _pipe, _owner = (read_end, write_end), os.getpid()
+        _pipe = (read_end, write_end)
         threading.Thread(target=_run, args=(read_end,), name="emailmw-signals", daemon=True).start()
 
 
@@ -75,8 +73,6 @@ def set_on_signals(event: threading.Event, signums: tuple[int, ...]) -> None:
     """Install handlers that set ``event`` when one of ``signums`` arrives, from the
     ``emailmw-signals`` thread (setting an event in the handler itself can deadlock, see
     above). Call on the main thread."""
-    import signal
-
     start()
     for signum in signums:
         signal.signal(signum, lambda *_: call_soon(event.set))

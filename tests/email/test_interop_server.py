@@ -121,16 +121,24 @@ def test_a_cpp_subscriber_gets_one_message_per_email_whatever_the_configuration(
     assert sorted(bodies) == sorted(f"data: {i}\r\n".encode() for i in range(20))
 
 
-def _cpp_bodies(mailserver: MailServer, cpp: str, count: int) -> list[bytes]:
-    """The /chatter bodies a C++ reader of ``cpp`` gets from its first ``count`` emails
-    (None of them a batch: each parses as one message)."""
-    bodies = []
-    for uid in uids(mailserver, cpp, count):
-        raw = curl_fetch(mailserver, cpp, uid)
-        parsed = cpp_parse(raw.replace(b"\r\nSubject: ", b"\r\nBcc: \r\nSubject: ", 1))
-        assert parsed is not None, raw[:400]
-        if parsed.subject == b"/chatter":
-            bodies.append(parsed.body)
+def _cpp_bodies(mailserver: MailServer, cpp: str, count: int, timeout: float = 30) -> list[bytes]:
+    """The /chatter bodies a C++ reader of ``cpp`` gets, once ``count`` of its emails are
+    /chatter emails (the account's other mail, such as a reader's answer to a probe, does
+    not count; none of them a batch: each parses as one message)."""
+    bodies: list[bytes] = []
+    read: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while len(bodies) < count:
+        assert time.monotonic() < deadline, f"{len(bodies)} of {count} /chatter emails arrived"
+        for uid in uids(mailserver, cpp, len(read) + 1, timeout=deadline - time.monotonic()):
+            if uid in read:
+                continue
+            read.add(uid)
+            raw = curl_fetch(mailserver, cpp, uid)
+            parsed = cpp_parse(raw.replace(b"\r\nSubject: ", b"\r\nBcc: \r\nSubject: ", 1))
+            assert parsed is not None, raw[:400]
+            if parsed.subject == b"/chatter":
+                bodies.append(parsed.body)
     return bodies
 
 

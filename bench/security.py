@@ -283,6 +283,11 @@ def relay_run(
     from emailmw import stem
 
     la, ga, fb, gb = a.fresh_account(), a.fresh_account(), b.fresh_account(), b.fresh_account()
+    if keystore is not None:  # the gateway's identity is bound to the accounts it reads
+        (keystore.path / "permissions.yaml").write_text(
+            PATH_PERMISSIONS.replace('gw: {relay: ["/stem/**"]}',
+                                     f'gw: {{relay: ["/stem/**"], accounts: [{ga}, {gb}]}}')
+        )  # fmt: skip
     lab = emailmw.Context({"email": a.config(la, routing={"hub": "lab", "routes": {"far": ga}},
                                              **_secure(keystore, "talker"))})  # fmt: skip
     far = emailmw.Context({"email": b.config(fb, routing={"hub": "far", "routes": {"lab": gb}},

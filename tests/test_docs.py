@@ -106,3 +106,31 @@ def test_a_documented_configuration_loads(page: str, line: int, text: str, tmp_p
     path = tmp_path / "email.yml"
     path.write_text(text)
     load_options(path)
+
+
+def _permission_blocks() -> list[tuple[str, int, str]]:
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for match in re.finditer(r"```yaml\n(identities:.*?)```", text, re.S):
+            line = text.count("\n", 0, match.start(1)) + 1
+            found.append((str(page.relative_to(ROOT)), line, match.group(1)))
+    return found
+
+
+PERMISSION_BLOCKS = _permission_blocks()
+
+
+def test_the_pages_show_permissions() -> None:
+    assert len(PERMISSION_BLOCKS) >= 2
+
+
+@pytest.mark.parametrize(("page", "line", "text"), PERMISSION_BLOCKS,
+                         ids=[f"{p}:{n}" for p, n, _ in PERMISSION_BLOCKS])  # fmt: skip
+def test_a_documented_permissions_file_loads(page: str, line: int, text: str) -> None:
+    """Every permissions file the pages show is one emailmw accepts (grants, accounts)."""
+    import yaml
+
+    from emailmw._security import Permissions
+
+    Permissions.from_mapping(yaml.safe_load(text), source=f"{page}:{line}")

@@ -44,7 +44,7 @@ from .._core.faces import face
 from .._core.log import get_logger
 from .._core.protocol import Route, RoutedRoute, address_domain, routed_email
 from .._core.types import Email, RoutedInfo
-from .._security import ORIGIN_HEADER, VIA_HEADER, Security
+from .._security import CUSTODY_HEADER, ORIGIN_HEADER, VIA_HEADER, Security
 from .._transport.base import EmailSender
 from .handlers import Table
 from .polling import NO_TICKET, Ticket
@@ -64,8 +64,9 @@ __all__ = [
 
 _log = get_logger("routing")
 W = TypeVar("W")
-#: what a relay carries over: the originator's signature, the relays so far
-_CUSTODY: Final = frozenset({ORIGIN_HEADER.lower(), VIA_HEADER.lower()})
+#: what a relay carries over: the originator's signature, the relays so far and what each
+#: hop signed it sent to whom
+_CUSTODY: Final = frozenset({ORIGIN_HEADER.lower(), VIA_HEADER.lower(), CUSTODY_HEADER.lower()})
 #: what a relayed part of a message keeps (a relay passes parts on as they came: the hub
 #: they are for joins them, each verified on its own)
 _CARRIED: Final = frozenset({"part", "part-of", "body-encoding"})

@@ -13,6 +13,7 @@ from ._permissions import Permissions, load_permissions, name_matches
 from ._policy import Decision, ReplayGuard, Security, route_action, signer_key
 from ._sender import SecureSender
 from ._signing import (
+    CUSTODY_HEADER,
     ENCRYPTION_HEADER,
     ORIGIN_HEADER,
     RECIPIENTS_HEADER,
@@ -27,6 +28,7 @@ from ._signing import (
 )
 
 __all__ = [
+    "CUSTODY_HEADER",
     "ENCRYPTION_HEADER",
     "ORIGIN_HEADER",
     "RECIPIENTS_HEADER",

@@ -16,17 +16,19 @@ A YAML file in the spirit of SROS2's permissions (grants per identity, default d
         floctrl: {as: ["/plant/line1"], to: ["/plant/*"], topics: [status]}
       gw:
         relay: ["/stem/far", "/ymp/**"]
+        accounts: [gw@lab.example, gw@far.example]
       adder:
         serve: [/add_two_ints]
         accounts: [adder@lab.example]
 
-``accounts`` names the mail accounts (addresses) the identity answers from: a client with
-``only_recipients`` accepts a response only from an identity bound to the account the
-request went to (:meth:`Permissions.answers_from`).
+``accounts`` names the mail accounts (addresses) the identity reads and answers from: a
+client with ``only_recipients`` accepts a response only from an identity bound to the
+account the request went to (:meth:`Permissions.answers_from`), and a relay's copy counts
+only when the hop before it sent the message to one of the relay's accounts.
 
 ``relay`` names ``/FACE/HUB``: the routed mail (of that face, to that hub) the identity may
-relay as a hub or gateway (every relay a message names in ``Route-Via`` needs it, checked
-at every hop).
+relay as a hub or gateway (every relay a message names in ``Route-Via`` needs it, and
+accounts that the hop before it sent the message to, checked at every hop).
 
 The faces have grants in their own vocabulary (``docs/security.md``): Stem ``send`` names
 ``/hub/cell/TYPE`` (``/hub/cell/cmd/CMD`` for a command) and ``as`` the cells
@@ -114,6 +116,10 @@ class Permissions:
         compared as bare lower-case addresses)."""
         accounts = self.grants.get(identity, {}).get("accounts", ())
         return address.strip().lower() in {a.lower() for a in accounts}
+
+    def accounts_of(self, identity: str) -> tuple[str, ...]:
+        """The accounts ``identity`` is bound to (its ``accounts``, as written)."""
+        return tuple(self.grants.get(identity, {}).get("accounts", ()))
 
     def bound_to(self, addresses: frozenset[str]) -> bool:
         """True when some identity is bound to one of ``addresses`` (bare, lower-case)."""

@@ -21,6 +21,7 @@ thread :meth:`outgoing` and :meth:`check_local`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -50,18 +51,24 @@ from ._keystore import Identity, Keystore, PublicIdentity
 from ._permissions import Permissions, load_permissions, name_matches
 from ._signing import (
     ALWAYS_SIGNED,
+    CUSTODY_HEADER,
     RECIPIENTS_HEADER,
     TRANSIT_HEADERS,
     VIA_HEADER,
+    Hop,
+    Origin,
     Signature,
     check_signature,
+    read_custody,
     read_origin,
     read_signature,
     recipients_header,
     sign,
+    sign_custody,
     sign_origin,
     signed_for,
     trusted_key,
+    verify_custody,
     verify_origin,
 )
 
@@ -349,8 +356,12 @@ class Security:
                 headers = [(k, v) for k, v in headers if k.lower() != _VIA]
                 headers.append((VIA_HEADER, ", ".join([*(v.strip() for v in via), signer])))
             email = email.replace(headers=headers)
-            if isinstance(route, RoutedRoute) and not relayed:
-                email = sign_origin(email, self.identity)
+            if isinstance(route, RoutedRoute):  # the originator signs what no relay changes,
+                if not relayed:  # and every hop whom it sent its copy to (Route-Custody)
+                    email = sign_origin(email, self.identity)
+                origin = read_origin(email)
+                origin_id = origin.message_id if isinstance(origin, Origin) else ""
+                email = sign_custody(email, self.identity, origin_id or email.message_id or "")
             email = sign(email, self.identity)
         return email
 
@@ -426,7 +437,29 @@ class Security:
                             f"relay {relay!r} (Route-Via) has no grant to relay {relaying!r}",
                             who,
                         )
+                unbound = self._custody_holds(who.custody)
+                if unbound is not None:
+                    return "denied", unbound, who
         return "verified", "", who
+
+    def _custody_holds(self, hops: tuple[Hop, ...]) -> str | None:
+        """Why the chain ``hops`` was not passed from hand to hand (None when it was): each
+        relay must be bound (``accounts``) to an account the hop before it sent its copy
+        to, so an identity never sent the copy cannot relay it, however granted."""
+        assert self.permissions is not None
+        for before, relay in itertools.pairwise(hops):
+            accounts = self.permissions.accounts_of(relay.identity)
+            if not accounts:
+                return (
+                    f"relay {relay.identity!r} is bound to no account: add its accounts "
+                    f"(identities.{relay.identity}.accounts) to {self.permissions.source}"
+                )
+            if not any(before.sent_to(a) for a in accounts):
+                return (
+                    f"relay {relay.identity!r} was not sent this message: {before.identity!r} "
+                    f"sent it to none of its accounts ({CUSTODY_HEADER})"
+                )
+        return None
 
     def _custody(
         self, email: Email, route: Route, signature: Signature, now_ns: int
@@ -456,7 +489,24 @@ class Security:
                 "invalid",
                 f"signed by {signature.identity!r}, but the last hop is {last!r} (Route-Via)",
             )
-        return _Verified(origin.identity, origin.message_id, via)
+        hops = read_custody(email)
+        if hops is None:
+            if via:
+                return "invalid", f"relayed without its chain of custody ({CUSTODY_HEADER})"
+            hops = ()
+        if isinstance(hops, str):
+            return "invalid", hops
+        if hops:
+            if [h.identity for h in hops] != [origin.identity, *via]:
+                return "invalid", f"{CUSTODY_HEADER} names other hops than Route-Via"
+            if hops[0].message_id != origin.message_id or hops[-1].message_id != (
+                email.message_id or ""
+            ):
+                return "invalid", f"{CUSTODY_HEADER} is another message's"
+            broken = verify_custody(hops, origin.message_id, self._trusted(), now_ns)
+            if broken is not None:
+                return broken
+        return _Verified(origin.identity, origin.message_id, via, hops)
 
     def incoming(
         self,
@@ -536,6 +586,7 @@ class _Verified:
     identity: str
     message_id: str | None
     via: tuple[str, ...]
+    custody: tuple[Hop, ...] = ()
 
     @property
     def replay_key(self) -> str | None:

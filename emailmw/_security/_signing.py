@@ -39,7 +39,9 @@ from ._keystore import NAME_RE, Identity, PublicIdentity
 
 __all__ = [
     "ALWAYS_SIGNED",
+    "CUSTODY_HEADER",
     "ENCRYPTION_HEADER",
+    "Hop",
     "ORIGIN_HEADER",
     "RECIPIENTS_HEADER",
     "VIA_HEADER",
@@ -50,15 +52,18 @@ __all__ = [
     "SignatureCheck",
     "canonical",
     "check_signature",
+    "read_custody",
     "read_origin",
     "read_signature",
     "recipient_tag",
     "recipients_header",
     "sign",
+    "sign_custody",
     "sign_origin",
     "signed_for",
     "trusted_key",
     "verify",
+    "verify_custody",
     "verify_origin",
 ]
 
@@ -70,6 +75,8 @@ ORIGIN_HEADER: Final = "Emailmw-Origin"
 RECIPIENTS_HEADER: Final = "Emailmw-Recipients"
 #: the identities of the relays a routed message passed, in order
 VIA_HEADER: Final = "Route-Via"
+#: each hop's signed word on whom it sent a routed message to, the originator's first
+CUSTODY_HEADER: Final = "Route-Custody"
 _SIGNATURE_LOWER: Final = SIGNATURE_HEADER.lower()
 ALWAYS_SIGNED: Final = (
     "subject",
@@ -353,3 +360,108 @@ def signed_for(email: Email, accounts: tuple[str, ...]) -> bool | None:
     listed = set(value.partition("t=")[2].split())
     message_id = email.message_id or ""
     return any(recipient_tag(message_id, a) in listed for a in accounts)
+
+
+# ------------------------------------------------------------------ hop by hop
+
+
+_CUSTODY_MAGIC: Final = b"emailmw-custody/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One entry of a routed message's ``Route-Custody``: hop ``identity`` sent the copy
+    with Message-ID ``message_id`` to the accounts whose recipient tags are ``tags``, and
+    signed that (with the entry before it: the chain)."""
+
+    identity: str
+    message_id: str
+    tags: frozenset[str]
+    signature: bytes
+
+    def sent_to(self, address: str) -> bool:
+        """True when this hop sent its copy to ``address``."""
+        return recipient_tag(self.message_id, address) in self.tags
+
+
+def _hop_canonical(
+    origin_id: str, index: int, identity: str, message_id: str, tags: frozenset[str],
+    previous: bytes,
+) -> bytes:  # fmt: skip
+    """The bytes hop ``index`` signs: the message (its originator's Message-ID), its place
+    in the chain, who sent which copy to whom, and the signature of the hop before it (last:
+    it is the only field that may hold any byte)."""
+    fields = (_CUSTODY_MAGIC, origin_id.encode(), str(index).encode(), identity.encode(),
+              message_id.encode(), " ".join(sorted(tags)).encode())  # fmt: skip
+    return b"\0".join((*fields, previous))
+
+
+def _entry(hop: Hop) -> str:
+    tags = ".".join(sorted(hop.tags))
+    signature = base64.b64encode(hop.signature).decode("ascii")
+    return f"i={hop.identity} m={hop.message_id} t={tags} s={signature}"
+
+
+def read_custody(email: Email) -> tuple[Hop, ...] | str | None:
+    """The email's chain of custody, hop 0 (the originator) first; None without one; a
+    reason when it is malformed."""
+    value = email.headers.get(CUSTODY_HEADER)
+    if value is None:
+        return None
+    hops: list[Hop] = []
+    for text in value.split(","):
+        tags: dict[str, str] = {}
+        for part in text.split():
+            key, eq, val = part.partition("=")
+            if not eq or key in tags or key not in ("i", "m", "t", "s"):
+                return f"malformed {CUSTODY_HEADER} header"
+            tags[key] = val
+        identity, message_id = tags.get("i", ""), tags.get("m", "")
+        if not NAME_RE.fullmatch(identity) or not message_id or len(tags) != 4:
+            return f"malformed {CUSTODY_HEADER} header"
+        raw = _ed25519(tags, CUSTODY_HEADER)
+        if isinstance(raw, str):
+            return raw
+        listed = frozenset(t for t in tags["t"].split(".") if t)
+        hops.append(Hop(identity, message_id, listed, raw))
+    return tuple(hops)
+
+
+def sign_custody(email: Email, identity: Identity, origin_id: str) -> Email:
+    """``email`` (a routed copy leaving a hop: Message-ID and recipients set) with one more
+    ``Route-Custody`` entry: ``identity`` sent this copy to its To, Cc and Bcc accounts,
+    signed together with the entry before it. ``origin_id``: the originator's Message-ID
+    (the email's own when it is the originator's)."""
+    chain = read_custody(email)
+    hops = chain if isinstance(chain, tuple) else ()
+    message_id = email.message_id or ""
+    if any(c in message_id for c in ", \t"):
+        raise ValueError(f"a routed message's Message-ID cannot hold , or a space: {message_id!r}")
+    tags = frozenset(recipient_tag(message_id, a) for a in (*email.to, *email.cc, *email.bcc))
+    previous = hops[-1].signature if hops else b""
+    raw = identity.signing_key.sign(
+        _hop_canonical(origin_id, len(hops), identity.name, message_id, tags, previous)
+    )
+    entries = [*hops, Hop(identity.name, message_id, tags, raw)]
+    headers = [(k, v) for k, v in email.headers.items() if k.lower() != CUSTODY_HEADER.lower()]
+    value = ", ".join(_entry(hop) for hop in entries)
+    return email.replace(headers=[*headers, (CUSTODY_HEADER, value)])
+
+
+def verify_custody(
+    hops: tuple[Hop, ...], origin_id: str, trusted: Mapping[str, PublicIdentity], at_ns: int
+) -> tuple[str, str] | None:
+    """None when every hop's signature of ``hops`` verifies (each with the one before it);
+    else (status, reason): ``untrusted`` or ``invalid``. Pure."""
+    previous = b""
+    for index, hop in enumerate(hops):
+        public = trusted_key(trusted, hop.identity, at_ns)
+        if isinstance(public, str):
+            return "untrusted", f"hop {index} of {CUSTODY_HEADER}: {public}"
+        form = _hop_canonical(origin_id, index, hop.identity, hop.message_id, hop.tags, previous)
+        try:
+            public.verify_key.verify(hop.signature, form)
+        except InvalidSignature:
+            return "invalid", f"hop {index} of {CUSTODY_HEADER} ({hop.identity!r}) does not verify"
+        previous = hop.signature
+    return None

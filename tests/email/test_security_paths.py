@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import emailmw
 from emailmw import Email, Keystore, floctrl, stem, ymp
@@ -43,6 +44,7 @@ identities:
   robot: {publish: [/secret], serve: [/add]}
   mallory: {}
   gw: {relay: ["/stem/**", "/ymp/**"]}
+  rogue: {relay: ["/stem/**", "/ymp/**"]}
 """
 ALLOW_ALL = """\
 identities:
@@ -61,7 +63,7 @@ identities:
 @pytest.fixture(scope="module")
 def keystore(tmp_path_factory: pytest.TempPathFactory) -> Keystore:
     store = Keystore.create(tmp_path_factory.mktemp("paths") / "keystore")
-    for name in ("station", "arm", "talker", "robot", "mallory", "gw"):
+    for name in ("station", "arm", "talker", "robot", "mallory", "gw", "rogue"):
         store.create_key(name)
     (store.path / "permissions.yaml").write_text(PERMISSIONS)
     (store.path.parent / "allow-all.yaml").write_text(ALLOW_ALL)
@@ -75,6 +77,18 @@ def secure(keystore: Keystore, identity: str, **more: Any) -> dict[str, Any]:
         more["permissions"] = str(keystore.path.parent / "allow-all.yaml")
     return {"security": {"keystore": str(keystore.path), "identity": identity,
                          "verify": "enforce", **more}}  # fmt: skip
+
+
+def bound(keystore: Keystore, tmp_path: Path, **accounts: list[str]) -> str:
+    """A permissions file: :data:`PERMISSIONS` with each named identity bound to its
+    ``accounts`` (a relay's copy counts only when the hop before it sent the message to one
+    of them)."""
+    document = yaml.safe_load(PERMISSIONS)
+    for identity, addresses in accounts.items():
+        document["identities"][identity]["accounts"] = addresses
+    path = tmp_path / "bound-permissions.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
 
 
 def hub(hub: str, routes: dict[str, str]) -> dict[str, Any]:
@@ -201,6 +215,7 @@ def test_a_relay_keeps_the_originators_signature_and_cannot_speak_for_others(
     second_mailserver: MailServer,
     made: Made,
     keystore: Keystore,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     transport: str,
 ) -> None:
@@ -212,10 +227,11 @@ def test_a_relay_keeps_the_originators_signature_and_cannot_speak_for_others(
     a, b = mailserver, second_mailserver
     la, ga, ea = a.fresh_account(), a.fresh_account(), a.fresh_account()
     fb, gb = b.fresh_account(), b.fresh_account()
-    lab = made(la, "station", **hub("lab", {"far": ga}))
+    permissions = bound(keystore, tmp_path, gw=[ga, gb])
+    lab = made(la, "station", permissions=permissions, **hub("lab", {"far": ga}))
     far = emailmw.Context({"email": b.config(fb, transport=transport,
                                              **transport_extra(transport),
-                                             **secure(keystore, "arm"),
+                                             **secure(keystore, "arm", permissions=permissions),
                                              **hub("far", {"lab": gb}))})  # fmt: skip
     evil = made(ea, "mallory", **hub("lab", {"far": ga}))
     seen: list[tuple[Any, ...]] = []
@@ -227,7 +243,7 @@ def test_a_relay_keeps_the_originators_signature_and_cannot_speak_for_others(
             return "fine"
 
     Arm("arm", context=far)
-    gateway_security = secure(keystore, "gw")
+    gateway_security = secure(keystore, "gw", permissions=permissions)
 
     def relay(server: MailServer, address: str, name: str) -> emailmw.Context:
         config = server.config(address, routing={"hub": name}, **gateway_security)
@@ -254,19 +270,22 @@ def test_a_relay_keeps_the_originators_signature_and_cannot_speak_for_others(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_a_relayed_command_re_targeted_by_an_identity_without_the_relay_grant_is_refused(
+def test_a_relayed_command_re_targeted_to_another_account_is_refused(
     mailserver: MailServer,
     second_mailserver: MailServer,
     third_mailserver: MailServer,
     keystore: Keystore,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     transport: str,
 ) -> None:
-    """Three servers, two gateways (identity gw, granted relaying): the station's command
-    goes a -> b -> c. Mallory (a trusted key, no grants) takes the stored relayed copy,
-    names herself in Route-Via as a relay does, re-signs it and sends it to another account
-    on c that also hosts hub ``far``: refused there (her relay hop has no grant), and that
-    receiver goes on with legitimate mail."""
+    """Three servers, two gateways (identity gw, granted relaying, bound to the gateways'
+    accounts): the station's command goes a -> b -> c. Two identities take the stored
+    relayed copy, name themselves in Route-Via and Route-Custody as a relay does, re-sign
+    it and send it to another account on c that also hosts hub ``far``: mallory (a trusted
+    key, no grants: her relay hop has no grant) and rogue (granted relaying, bound to an
+    account of its own: the last gateway never sent the command there). Both are refused
+    there, the command runs once, and that receiver goes on with legitimate mail."""
     from emailmw._core.addressing import Envelope
     from emailmw._core.protocol import routed_email
     from emailmw._core.wire import build, parse
@@ -275,10 +294,13 @@ def test_a_relayed_command_re_targeted_by_an_identity_without_the_relay_grant_is
     la, ga, gb1, gb2, gc = (a.fresh_account(), a.fresh_account(), b.fresh_account(),
                             b.fresh_account(), c.fresh_account())  # fmt: skip
     fc, other, direct = c.fresh_account(), c.fresh_account(), c.fresh_account()  # hosts of far
+    rogue_box = c.fresh_account()
     contexts: list[emailmw.Context] = []
+    permissions = bound(keystore, tmp_path, gw=[ga, gb1, gb2, gc], rogue=[rogue_box])
 
     def context(server: MailServer, address: str, identity: str, **more: Any) -> Any:
-        config = server.config(address, **secure(keystore, identity), **more)
+        mine = {} if identity == "mallory" else {"permissions": permissions}
+        config = server.config(address, **secure(keystore, identity, **mine), **more)
         contexts.append(emailmw.Context({"email": config}))
         return contexts[-1]
 
@@ -312,20 +334,26 @@ def test_a_relayed_command_re_targeted_by_an_identity_without_the_relay_grant_is
             assert seen == [(fc, "station", ("gw", "gw"))]
             command = next(parse(_verbatim(p)) for p in wait_for_files(c.maildir(fc), 1)
                            if b"Route-Hops: 2" in p.read_bytes())  # fmt: skip
-            # mallory: one hop more, herself in Route-Via, re-signed for the other account
+            # each: one hop more, itself in Route-Via, re-signed for the other account
             route = emailmw._core.protocol.classify(command, 0)
             envelope: Envelope = route.envelope.forwarded()  # type: ignore[union-attr]
             copy = routed_email(envelope, command.subject, command.body, to=other,
                                 from_=c.address("alice"),
                                 timestamp_ns=route.info.source_timestamp)  # type: ignore[union-attr]  # fmt: skip
-            custody = [(k, v) for k, v in command.headers.items()
-                       if k.lower() in ("emailmw-origin", "route-via")]  # fmt: skip
+            kept = ("emailmw-origin", "route-via", "route-custody")
+            custody = [(k, v) for k, v in command.headers.items() if k.lower() in kept]
             copy = copy.replace(headers=[*copy.headers.items(), *custody])
             evil = context(c, c.fresh_account(), "mallory")
             inject(c, other, build(evil.security.outgoing(copy, c.address("alice"))))
             (reason,) = wait_for_quarantined(caplog, 1)
             assert "denied" in reason
             assert "relay 'mallory' (Route-Via) has no grant to relay '/stem/far'" in reason
+            rogue = context(c, rogue_box, "rogue")
+            inject(c, other, build(rogue.security.outgoing(copy, rogue_box)))
+            reasons = wait_for_quarantined(caplog, 2)
+            assert len(reasons) == 2, reasons
+            assert "denied" in reasons[1]
+            assert "relay 'rogue' was not sent this message: 'gw' sent it to none" in reasons[1]
             # the receiver goes on: a command sent to it straight is run
             straight = stem.Cell("station", context=context(
                 c, direct, "station", **hub("lab", {"far": other})))  # fmt: skip
@@ -342,6 +370,7 @@ def test_ymp_through_a_gateway_needs_its_originators_signature(
     mailserver: MailServer,
     second_mailserver: MailServer,
     keystore: Keystore,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     transport: str,
 ) -> None:
@@ -355,9 +384,11 @@ def test_ymp_through_a_gateway_needs_its_originators_signature(
     a, b = mailserver, second_mailserver
     la, ga, rb, gb = a.fresh_account(), a.fresh_account(), b.fresh_account(), b.fresh_account()
     contexts: list[emailmw.Context] = []
+    permissions = bound(keystore, tmp_path, gw=[ga, gb])
 
     def context(server: MailServer, address: str, identity: str, **more: Any) -> Any:
-        security = secure(keystore, identity)
+        security = secure(keystore, identity, **(
+            {} if identity == "mallory" else {"permissions": permissions}))  # fmt: skip
         security["security"]["verify"] = more.pop("verify", "enforce")
         contexts.append(emailmw.Context({"email": server.config(address, **security, **more)}))
         return contexts[-1]

@@ -35,6 +35,7 @@ from emailmw._security import (
     sign,
     verify,
 )
+from emailmw._security._signing import sign_custody
 
 RECIPIENTS = Recipients("talker@example.test", ("inbox@example.test",))
 
@@ -491,7 +492,9 @@ identities:
     stem: {as: ["/robot/arm"]}
     ymp: {as: [robot]}
     floctrl: {as: ["/plant/*"], to: ["/plant/*"], topics: [status]}
-  robot: {relay: ["/stem/robot"]}
+  robot: {relay: ["/stem/robot"], accounts: [robot@example.test]}
+  gw2: {relay: ["/stem/robot"], accounts: [gw2@example.test]}
+  gw3: {relay: ["/stem/robot"]}
 """
 
 
@@ -633,7 +636,9 @@ def test_a_relayed_message_keeps_its_originators_signature(
                             to="robot@example.test", from_="gw@example.test",
                             timestamp_ns=stamp)  # fmt: skip
         copy = copy.with_message_id(forwarded_message_id(email.message_id, envelope))
-        keep = {"emailmw-origin", "route-via"} - set(change.get("strip", "").split(","))
+        keep = {"emailmw-origin", "route-via", "route-custody"} - set(
+            change.get("strip", "").split(",")
+        )
         custody = [(k, v) for k, v in email.headers.items() if k.lower() in keep]
         return relay.outgoing(copy.replace(headers=[*copy.headers.items(), *custody]),
                               "gw@example.test")  # fmt: skip
@@ -684,10 +689,12 @@ def test_relaying_is_a_grant_checked_for_every_relay_at_every_hop(
                             timestamp_ns=route.info.source_timestamp)  # type: ignore[union-attr]  # fmt: skip
         via = [v for v in [email.headers.get("Route-Via", ""), relay] if v]
         custody = [("Emailmw-Origin", email.headers["Emailmw-Origin"]),
-                   ("Route-Via", ", ".join(via))]  # fmt: skip
+                   ("Route-Via", ", ".join(via)),
+                   ("Route-Custody", email.headers["Route-Custody"])]  # fmt: skip
         copy = copy.replace(headers=[*copy.headers.items(), *custody])
         copy = prepare_outgoing(copy.with_message_id(f"<{relay}.{time.time_ns()}@x>"), "r@x")
-        return sign(copy, keystore.identity(relay))
+        origin = email.headers["Emailmw-Origin"].split("m=")[1].split(";")[0]
+        return sign(sign_custody(copy, keystore.identity(relay), origin), keystore.identity(relay))
 
     granted = copy_by(first, "robot")
     assert _decide_routed(robot, granted)[:2] == (True, "verified")
@@ -708,6 +715,98 @@ def test_relaying_is_a_grant_checked_for_every_relay_at_every_hop(
                              timestamp_ns=time.time_ns())  # fmt: skip
     with pytest.raises(PermissionDeniedError, match="may not relay '/stem/far'"):
         relay.outgoing(forwarded, "gw@example.test")
+
+
+def _relay_copy(
+    email: Email, relay: str, keystore: Keystore, tmp_path: Path, to: str, *, hop: bool = True
+) -> Email:
+    """What relay ``relay`` sends on to ``to``, as a gateway does (through its own
+    ``Security.outgoing``): one hop more, its identity appended to Route-Via and
+    Route-Custody, signed by it. ``hop=False``: the relay replaces the last hop instead."""
+    from emailmw._core.protocol import routed_email
+
+    route = classify(email, 0)
+    envelope = route.envelope.forwarded() if hop else route.envelope  # type: ignore[union-attr]
+    copy = routed_email(envelope, email.subject, email.body, to=to, from_=to,
+                        timestamp_ns=route.info.source_timestamp)  # type: ignore[union-attr]  # fmt: skip
+    via = [v.strip() for v in email.headers.get("Route-Via", "").split(",") if v.strip()]
+    chain = email.headers["Route-Custody"].split(", ")
+    if not hop:
+        via, chain = via[:-1], chain[:-1]
+    custody = [("Emailmw-Origin", email.headers["Emailmw-Origin"]),
+               ("Route-Via", ", ".join(via)), ("Route-Custody", ", ".join(chain))]  # fmt: skip
+    copy = copy.replace(headers=[*copy.headers.items(), *custody])
+    copy = copy.with_message_id(f"<{relay}.{time.time_ns()}@x>")
+    return _face_security(keystore, tmp_path, relay, hub="gw").outgoing(copy, to)
+
+
+def test_a_relayed_copy_counts_only_where_each_hop_sent_it(tmp_path: Path) -> None:
+    """Route-Custody: each hop signs whom it sent its copy to, chained to the hop before.
+    A relay's copy counts only when the hop before it sent the message to one of the
+    relay's accounts: an identity that holds the relay grant but was never sent the
+    message (it took a stored copy) cannot relay it, however it signs; a relay bound to
+    no account, a chain with a hop left out, and a relayed copy without a chain are
+    refused. The legitimate two-hop path is delivered."""
+    keystore = Keystore.create(tmp_path / "relays")
+    for name in ("talker", "listener", "robot", "gw2", "gw3"):
+        keystore.create_key(name)
+    base = _face_security(keystore, tmp_path, "talker", hub="base")
+    status = '{"type":"cmd","cmd":"status","msg_id":9}'
+    # the originator sends to the first gateway's account; gateway robot sends on to gw2's
+    first = base.outgoing(
+        _routed("stem", "robot:arm", "base:station", status).replace(to=("robot@example.test",)),
+        "b@example.test",
+    )
+    one = _relay_copy(first, "robot", keystore, tmp_path, "gw2@example.test")
+    two = _relay_copy(one, "gw2", keystore, tmp_path, "arm@example.test")
+    arm = _face_security(keystore, tmp_path, "listener", hub="robot",
+                         accounts=("arm@example.test",))  # fmt: skip
+    deliver, status_, reason = _decide_routed(arm, two)
+    assert (deliver, status_) == (True, "verified"), reason
+    # gw2 holds the grant but was never sent the originator's copy (it went to robot's
+    # account): gw2 takes it from there and relays it itself
+    for copy, why in (
+        (_relay_copy(first, "gw2", keystore, tmp_path, "arm@example.test"),
+         "relay 'gw2' was not sent this message: 'talker' sent it to none of its accounts"),
+        # the same after the legitimate path: gw2 appends a hop to the copy it delivered
+        (_relay_copy(two, "gw2", keystore, tmp_path, "arm@example.test"),
+         "relay 'gw2' was not sent this message: 'gw2' sent it to none of its accounts"),
+        # a granted relay bound to no account
+        (_relay_copy(first, "gw3", keystore, tmp_path, "arm@example.test"),
+         "relay 'gw3' is bound to no account: add its accounts (identities.gw3.accounts)"),
+    ):  # fmt: skip
+        fresh = _face_security(keystore, tmp_path, "listener", hub="robot",
+                               accounts=("arm@example.test",))  # fmt: skip
+        deliver, status_, reason = _decide_routed(fresh, copy)
+        assert (deliver, status_) == (False, "denied"), reason
+        assert why in reason
+    # gw2 puts itself in robot's place (the chain one hop shorter, robot's hop left out)
+    skipped = _relay_copy(one, "gw2", keystore, tmp_path, "arm@example.test", hop=False)
+    fresh = _face_security(keystore, tmp_path, "listener", hub="robot")
+    deliver, status_, reason = _decide_routed(fresh, skipped)
+    assert (deliver, status_) == (False, "denied"), reason
+    assert "relay 'gw2' was not sent this message: 'talker' sent it" in reason
+    # a chain that does not name the hops Route-Via names
+    short = ", ".join(two.headers["Route-Custody"].split(", ")[::2])
+    cut = two.replace(headers=two.headers.merged({"Route-Custody": short}))
+    deliver, status_, reason = _decide_routed(fresh, sign(cut, keystore.identity("gw2")))
+    assert (deliver, status_) == (False, "invalid")
+    assert reason == "Route-Custody names other hops than Route-Via"
+    # a relayed copy without the chain
+    bare = two.replace(headers=[(k, v) for k, v in two.headers.items()
+                                if k.lower() != "route-custody"])  # fmt: skip
+    deliver, status_, reason = _decide_routed(fresh, sign(bare, keystore.identity("gw2")))
+    assert (deliver, status_) == (False, "invalid")
+    assert "relayed without its chain of custody (Route-Custody)" in reason
+    # a chain whose hop names other accounts than the ones it signed
+    entries = two.headers["Route-Custody"].split(", ")
+    hop1 = entries[1].split(" ")
+    hop1[2] = "t=" + "A" * 16
+    forged = ", ".join([entries[0], " ".join(hop1), entries[2]])
+    tampered = two.replace(headers=two.headers.merged({"Route-Custody": forged}))
+    deliver, status_, reason = _decide_routed(fresh, sign(tampered, keystore.identity("gw2")))
+    assert (deliver, status_) == (False, "invalid")
+    assert reason == "hop 1 of Route-Custody ('robot') does not verify"
 
 
 def test_signed_mail_is_for_its_recipients_only(keystore: Keystore, tmp_path: Path) -> None:

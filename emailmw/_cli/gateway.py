@@ -10,11 +10,16 @@ import sys
 import threading
 import time
 
+from .._core.errors import ConnectError
 from .._core.signalsafe import set_on_signals
-from .._faces.gateway import load_gateway
+from .._faces.gateway import Gateway, load_gateway
 from .common import CommandError, Commands
 
 __all__ = ["register"]
+
+#: seconds between tries to open the accounts while a server does not answer: first, most
+_RETRY_FIRST = 1.0
+_RETRY_MAX = 30.0
 
 
 def register(commands: Commands, common: argparse.ArgumentParser) -> None:
@@ -44,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--report-every must be above 0")
     stop = threading.Event()
     set_on_signals(stop, (signal.SIGINT, signal.SIGTERM))
-    with load_gateway(args.gateway_config) as gateway:
+    opened = _open(args.gateway_config, stop)
+    if opened is None:
+        return 0
+    with opened as gateway:
         gateway.start()
         hubs = ", ".join(f"{n} ({c.router.hub})" for n, c in gateway.accounts.items())
         print(f"emailmw gateway: relaying between {hubs}", file=sys.stderr, flush=True)
@@ -59,3 +67,24 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps(gateway.report()), flush=True)
         print(json.dumps({**gateway.report(), "final": True}), flush=True)
     return 0
+
+
+def _open(path: str, stop: threading.Event) -> Gateway | None:
+    """The gateway of ``path``, its accounts opened; while a server cannot be reached or
+    the account has no connection free (a temporary failure: a server restarting, the
+    account's other sessions), tried again with backoff, said once, until it opens or a
+    signal stops it (None). A gateway is a daemon: it waits for its servers, never exits
+    because one is down. Mistakes (configuration, password, certificate) raise."""
+    delay = _RETRY_FIRST
+    said = False
+    while True:
+        try:
+            return load_gateway(path)
+        except ConnectError as exc:
+            if not said:
+                print(f"emailmw gateway: {exc}; trying again until it answers", file=sys.stderr,
+                      flush=True)  # fmt: skip
+                said = True
+        if stop.wait(delay):
+            return None
+        delay = min(delay * 2, _RETRY_MAX)

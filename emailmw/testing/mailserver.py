@@ -463,7 +463,10 @@ class MailServer:
         """Write the configuration, (re)start both daemons and wait until they answer.
 
         ``fresh`` (the default) stops a running instance of this state dir and deletes every
-        mailbox first, so each run starts from empty mailboxes.
+        mailbox first, so each run starts from empty mailboxes. ``fresh=False`` is a restart,
+        as a provider's: the mail stays and so do the ports it had (its clients and the
+        sites it is federated with reach it where they did), unless another process took
+        one meanwhile.
         """
         if os.geteuid() != 0:
             raise MailServerError("the mail server must be started as root")
@@ -478,10 +481,12 @@ class MailServer:
             shutil.rmtree(self.state_dir / "postfix" / "spool", ignore_errors=True)
             # (the sites of an earlier run: their ports are others now; federate again)
             (self.state_dir / "postfix/conf/transport").unlink(missing_ok=True)
+        keep = not fresh and all(getattr(self, name) for name in self._chosen)
         for attempt in range(3):
             # a chosen port another process took between the choice and the bind: choose again
-            for name, port in zip(self._chosen, free_ports(len(self._chosen)), strict=True):
-                setattr(self, name, port)
+            if not (keep and attempt == 0):
+                for name, port in zip(self._chosen, free_ports(len(self._chosen)), strict=True):
+                    setattr(self, name, port)
             self._prepare()
             (self.state_dir / "ports.json").write_text(json.dumps(self.ports))
             try:

@@ -477,3 +477,48 @@ def test_a_gateway_forwards_what_came_while_the_next_server_was_down(
         report = gateway.report()
         assert report["dropped"] == 0
         assert report["relayed"] == 6
+
+
+def test_the_gateway_command_started_while_a_server_is_down_waits_for_it(
+    mailserver: MailServer,
+    stoppable_server: MailServer,
+    contexts: list[emailmw.Context],
+    tmp_path: Path,
+) -> None:
+    """``emailmw gateway`` started while one of its servers does not answer (restarting)
+    says so in one line and tries again until it answers, then relays; a gateway is a
+    daemon, it never exits because a server is down. Was: exit 1 with the connect error,
+    and nothing relayed until someone started it again (the fleet soak, bench/fleet.py)."""
+    a, b = mailserver, stoppable_server
+    la, ga, fb, gb = a.fresh_account(), a.fresh_account(), b.fresh_account(), b.fresh_account()
+    lab = hub_maker(a, contexts)(la, "lab", {"far": ga})
+    config = tmp_path / "gateway.yml"
+    config.write_text(yaml.safe_dump({
+        "accounts": {"a": a.config(ga, routing={"hub": "gwa"}),
+                     "b": b.config(gb, routing={"hub": "gwb"})},
+        "routes": {"lab": {"to": la, "via": "a"}, "far": {"to": fb, "via": "b"}},
+    }))  # fmt: skip
+    err = tmp_path / "err"
+    b.stop_dovecot()
+    try:
+        with err.open("wb") as stream:
+            gateway = subprocess.Popen(
+                [sys.executable, "-m", "emailmw", "gateway", str(config)],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stream,
+            )  # fmt: skip
+        try:
+            assert wait_until(lambda: "trying again until it answers" in err.read_text(), 60)
+            assert gateway.poll() is None, err.read_text()
+        finally:
+            b.start_dovecot()
+        assert wait_until(lambda: "relaying between" in err.read_text(), 90), err.read_text()
+        lines = err.read_text().splitlines()
+        assert len([line for line in lines if "trying again" in line]) == 1, lines
+        calls = Calls()
+        far = hub_maker(b, contexts)(fb, "far", {"lab": gb})
+        Recording("cell", calls, context=far)
+        stem.Cell("s", context=lab).send("far:cell", type="foo", data=1)
+        assert calls.wait(lambda c: len(c) == 1, 90)
+    finally:
+        gateway.send_signal(signal.SIGINT)
+        assert gateway.wait(30) == 0

@@ -7,6 +7,8 @@ on one site to an account on the other, as every deployment across providers doe
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,3 +171,36 @@ def _wait_for_one(maildir: Path, timeout: float = 60) -> bytes:
 
     assert wait_for(lambda: bool(found()), timeout), f"nothing reached {maildir}"
     return found()[0].read_bytes()
+
+
+def test_a_site_restarted_keeps_its_ports_and_mail_and_is_reached_again(
+    mailserver: MailServer, tmp_path: Path
+) -> None:
+    """A site's server stopped and started again (``start(fresh=False)``, a provider's
+    restart) answers where it did, with the mail it held, and the other site's MTA
+    delivers to it again. Was: every port chosen anew, so its clients and the sites
+    federated with it could not reach it again (the fleet soak, bench/fleet.py)."""
+    from emailmw.testing.mailserver import federate
+
+    state = Path(tempfile.mkdtemp(prefix="emailmw-sitec-", dir="/tmp"))
+    site = MailServer(state_dir=state, domain="site-r.test", pool_size=5)
+    try:
+        site.start(fresh=True)
+        federate(mailserver, site)
+        sender, receiver = mailserver.fresh_account(), site.fresh_account()
+        with emailmw.Context({"email": mailserver.config(sender, to=receiver)}) as context:
+            publisher = emailmw.Publisher("/crossing", context=context)
+            publisher.publish("before")
+            assert context.flush(60)
+            _wait_for_one(site.maildir(receiver))
+            ports = site.ports
+            site.stop()
+            site.start(fresh=False)
+            assert site.ports == ports
+            publisher.publish("after")
+            assert context.flush(60)
+        maildir = site.maildir(receiver)
+        assert wait_for(lambda: len(list(maildir.glob("*/*"))) == 2, 60)
+    finally:
+        site.stop()
+        shutil.rmtree(state, ignore_errors=True)

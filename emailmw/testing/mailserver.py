@@ -492,7 +492,7 @@ class MailServer:
             try:
                 self.start_dovecot()
                 if self.imap_server == "cyrus":
-                    self._start_cyrus()
+                    self._start_cyrus(fresh=not (keep and attempt == 0))
                 elif self.imap_server == "courier":
                     self._start_courier()
                 self.start_postfix()
@@ -523,16 +523,19 @@ class MailServer:
         self._wait(lambda: self._banner(imap, b"* OK", tls=False), "imap")
         self._wait(lambda: self._banner(imaps, b"* OK", tls=True), "imaps")
 
-    def _start_cyrus(self) -> None:
-        """Start Cyrus on the IMAP ports (fresh: no mailbox, the fixed accounts) and wait
-        until it answers and its LMTP socket is there."""
+    def _start_cyrus(self, *, fresh: bool = True) -> None:
+        """Start Cyrus on the IMAP ports and wait until it answers and its LMTP socket is
+        there. ``fresh``: no mailbox, the fixed accounts; else (a restart on the same ports)
+        its mailboxes and accounts as they were."""
         cyrus = self._cyrus()
-        cyrus.prepare([self.address(u) for u in ("alice", "bob", "robot")])
+        fresh = fresh or not (cyrus.directory / "imapd.conf").exists()
+        if fresh:
+            cyrus.prepare([self.address(u) for u in ("alice", "bob", "robot")])
         cyrus.start()
         self._wait(cyrus.lmtp.exists, "cyrus lmtp socket")
         self._wait(lambda: self._banner(self.imap_port, b"* OK", tls=False), "cyrus imap")
         self._wait(lambda: self._banner(self.imaps_port, b"* OK", tls=True), "cyrus imaps")
-        for user in ("alice", "bob", "robot"):
+        for user in ("alice", "bob", "robot") if fresh else ():
             cyrus.make_mailboxes(self.address(user))
 
     def _start_courier(self) -> None:

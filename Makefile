@@ -53,11 +53,15 @@ unit: $(STAMP) mailserver browser
 		$(if $(filter 1,$(RANDOM_ORDER)),,-p no:randomly) $(PYTEST_ARGS)
 
 # The long checks under a CPU squeeze (one busy process per core beside them): the delivery
-# groups over the real server, their in-process protocol tests and the combination matrix
+# groups over the real server, their in-process protocol tests and the combination matrix;
+# then the fleet (bench/fleet.py: three federated sites, twelve processes, faults on a
+# schedule) for FLEET_MINUTES, failing when it lost, repeated silently, hung or dropped
+FLEET_MINUTES ?= 20
 soak: $(STAMP) mailserver
 	EMAILMW_SIM_SEEDS=2000 $(PY) -m emailmw.testing.squeeze -- $(PY) -m pytest -n 2 -p no:randomly \
 		tests/test_groups.py tests/test_group_simulation.py tests/email/test_delivery_modes.py \
 		tests/email/test_composition.py tests/email/test_matrix.py $(PYTEST_ARGS)
+	$(PY) bench/fleet.py --minutes $(FLEET_MINUTES) --squeeze --check --json bench/results/fleet.json
 
 # ruff and mypy, while Spark's class-data archive is recorded beside them when this
 # installation has none (tests/spark_archive.py: the suite's JVMs start from it), then the tests

@@ -407,7 +407,7 @@ def main() -> int:
     results["sign_plus_verify_us"] = results["sign_us"] + results["verify_us"]
 
     both = dkim_signer.sign(build(signed))  # one email with both signatures
-    server = MailServer(state_dir=Path("/tmp/emailmw-benchsec"), pool_size=60)
+    server = MailServer(state_dir=Path("/tmp/emailmw-benchsec"), pool_size=200)
     server.start(fresh=True)
     try:
         stored = through_server(server, both)
@@ -433,7 +433,7 @@ def main() -> int:
         relayed: dict[str, list[float]] = {"off": [], "verify": []}
         flooded: dict[str, list[dict[str, float]]] = {"quiet": [], "flood": []}
         second = MailServer(state_dir=Path("/tmp/emailmw-benchsec-b"), domain="b.test",
-                            pool_size=60)  # fmt: skip
+                            pool_size=200)  # fmt: skip
         second.start(fresh=True)
         try:
             for _ in range(args.rounds):

@@ -114,8 +114,7 @@ class Permissions:
     def answers_from(self, identity: str, address: str) -> bool:
         """True when ``identity`` is bound to the account ``address`` (its ``accounts``,
         compared as bare lower-case addresses)."""
-        accounts = self.grants.get(identity, {}).get("accounts", ())
-        return address.strip().lower() in {a.lower() for a in accounts}
+        return address.strip().lower() in {a.lower() for a in self.accounts_of(identity)}
 
     def accounts_of(self, identity: str) -> tuple[str, ...]:
         """The accounts ``identity`` is bound to (its ``accounts``, as written)."""

@@ -34,6 +34,7 @@ from typing import Final
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from .._core.errors import InvalidHeaderError
 from .._core.types import Email
 from ._keystore import NAME_RE, Identity, PublicIdentity
 
@@ -436,7 +437,9 @@ def sign_custody(email: Email, identity: Identity, origin_id: str) -> Email:
     hops = chain if isinstance(chain, tuple) else ()
     message_id = email.message_id or ""
     if any(c in message_id for c in ", \t"):
-        raise ValueError(f"a routed message's Message-ID cannot hold , or a space: {message_id!r}")
+        raise InvalidHeaderError(
+            f"a routed message's Message-ID cannot hold , or a space: {message_id!r}"
+        )
     tags = frozenset(recipient_tag(message_id, a) for a in (*email.to, *email.cc, *email.bcc))
     previous = hops[-1].signature if hops else b""
     raw = identity.signing_key.sign(

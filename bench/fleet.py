@@ -641,15 +641,21 @@ STREAMS = {
 }
 
 
+def _lines(
+    processes: dict[str, Process], names: tuple[str, ...], kind: str, stream: str
+) -> list[dict[str, Any]]:
+    """The ``kind`` lines (``sent``, ``got``, ``failed``) of ``stream`` that the processes
+    ``names`` printed."""
+    return [line for n in names for line in processes[n].lines if line.get(kind) == stream]
+
+
 def _missing(processes: dict[str, Process]) -> bool:
-    for stream, (senders, receivers, _, _) in STREAMS.items():
-        sent = {line["i"] for s in senders for line in processes[s].lines
-                if line.get("sent") == stream}  # fmt: skip
-        got = {line["i"] for r in receivers for line in processes[r].lines
-               if line.get("got") == stream}  # fmt: skip
-        if sent - got:
-            return True
-    return False
+    """Whether something sent has not been processed or answered yet."""
+    return any(
+        {line["i"] for line in _lines(processes, senders, "sent", stream)}
+        - {line["i"] for line in _lines(processes, receivers, "got", stream)}
+        for stream, (senders, receivers, _, _) in STREAMS.items()
+    )
 
 
 def _account(
@@ -662,16 +668,14 @@ def _account(
     latency: dict[str, list[float]] = defaultdict(list)
     failed: Counter[str] = Counter()
     for stream, (senders, receivers, consumers, crosses) in STREAMS.items():
-        sent = {line["i"]: line["t"] for s in senders for line in processes[s].lines
-                if line.get("sent") == stream}  # fmt: skip
+        sent = {line["i"] for line in _lines(processes, senders, "sent", stream)}
         got: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        for r in receivers:
-            for line in processes[r].lines:
-                if line.get("got") == stream:
-                    got[line["i"]].append(line)
-                elif line.get("failed") == stream:
-                    failed[stream] += 1
-        lost[stream] = len(set(sent) - set(got))
+        for line in _lines(processes, receivers, "got", stream):
+            got[line["i"]].append(line)
+        failures = len(_lines(processes, receivers, "failed", stream))
+        if failures:
+            failed[stream] = failures
+        lost[stream] = len(sent - set(got))
         down = [w for c in consumers for w in processes[c].down]
         down += outages if crosses else []
         for copies in got.values():
@@ -682,15 +686,12 @@ def _account(
             flagged += len(copies) - unflagged
             copies.sort(key=lambda line: line["t"])
             first = copies[0]
-            wait = first["t"] - first["sent"] - _overlap(down, first["sent"], first["t"])
+            waited_down = _overlap(down, first["sent"], first["t"])
+            wait = first["t"] - first["sent"] - waited_down
             waits.append(wait)
             longest[stream] = round(max(longest.get(stream, 0.0), wait), 1)
-            if stream in ("chatter", "local", "stem") and not _overlap(
-                down, first["sent"], first["t"]
-            ):
+            if stream in ("chatter", "local", "stem") and not waited_down:
                 latency[stream].append(first["t"] - first["sent"])
-    talker_chatter = sorted(line["t"] for line in processes["talker"].lines
-                            if line.get("sent") == "chatter")  # fmt: skip
     reports = [line for g in ("gw1", "gw2") for line in processes[g].lines if "dropped" in line]
     dropped = sum(
         max((line["dropped"] for line in processes[g].lines if "dropped" in line), default=0)
@@ -710,7 +711,7 @@ def _account(
         "chatter_p50_s": _p50(latency["chatter"]),
         "local_p50_s": _p50(latency["local"]),
         "stem_round_trip_p50_s": _p50(latency["stem"]),
-        "talker_chatter_messages": len(talker_chatter),
+        "talker_chatter_messages": len(_lines(processes, ("talker",), "sent", "chatter")),
         "run_s": round(ended - started, 1),
     }
 

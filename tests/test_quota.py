@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from emailmw import ConfigError, Email, SendError
-from emailmw._core.config import SendLimits, load_options
+from emailmw._core.config import NO_BATCH, SendLimits, load_options
+from emailmw._core.packing import batch_parts
+from emailmw._transport.base import CONTROL, ReadersBatch
 from emailmw._transport.errors import is_throttle
 from emailmw._transport.ledger import DAY, SendLedger, sent_within
 from emailmw._transport.outbox import Outbox, Submission
@@ -354,3 +357,84 @@ def test_processes_sending_as_one_account_share_its_budget(tmp_path: Path) -> No
     times = sorted(t for out in outputs for t in json.loads(out))
     assert len(times) == 16
     assert times[-1] - times[0] >= 9.0, [round(t - times[0], 2) for t in times]
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _carried(envelope: Submission) -> int:
+    parts = batch_parts(envelope.raw)
+    return 1 if parts is None else len(parts)
+
+
+def test_mail_queued_while_its_readers_were_unknown_goes_batched_once_they_answered(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    """(#57: after a reader's server was down past its record, a talker at 4x the budget
+    queued single emails and batched mail waited behind them for minutes) 30 a minute,
+    20 messages queued while no reader is known: the first go single, paced; once the
+    readers answered, what is still queued leaves as one batch, not one email every 2 s.
+    While they stay unknown (a C++ reader), each goes single."""
+    submitter = Recording()
+    outbox = closing(_outbox(submitter, limits={"emails-per-minute": 30}))
+    known = threading.Event()
+    policy = ReadersBatch(5, 100, 1 << 20, allowed=known.is_set)
+    for i in range(20):
+        outbox.send(_email(i), guarantee="memory", batch=policy)
+    assert _wait_for(lambda: len(submitter.envelopes) >= 4, 30)
+    singles = len(submitter.envelopes)
+    assert all(_carried(env) == 1 for _, env in submitter.envelopes)
+    known.set()
+    assert outbox.flush(10)  # (single, the other 16 would take 32 s)
+    assert len(submitter.envelopes) <= singles + 2
+    assert sum(_carried(env) for _, env in submitter.envelopes) == 20
+
+    unknown = Recording()
+    outbox = closing(_outbox(unknown, limits={"emails-per-minute": 600}))
+    never = ReadersBatch(5, 100, 1 << 20, allowed=lambda: False)
+    for i in range(8):
+        outbox.send(_email(i), guarantee="memory", batch=never)
+    assert outbox.flush(10)
+    assert [_carried(env) for _, env in unknown.envelopes] == [1] * 8
+
+
+def test_readers_that_withdraw_while_a_batch_waits_for_the_budget_get_it_single(
+    closing: Callable[[Outbox], Outbox],
+) -> None:
+    """A batch gathering while the budget holds goes back to single emails when its
+    readers stop reading batches meanwhile (one withdrew: a C++ reader may be left)."""
+    submitter = Recording()
+    outbox = closing(_outbox(submitter, limits={"emails-per-minute": 60}))
+    reads = threading.Event()
+    reads.set()
+    policy = ReadersBatch(5, 100, 1 << 20, allowed=reads.is_set)
+    for i in range(6):  # (a minute's burst: spent at once)
+        outbox.send(_email(i), guarantee="memory")
+    assert _wait_for(lambda: len(submitter.envelopes) >= 6, 10)
+    for i in range(6, 12):
+        outbox.send(_email(i), guarantee="memory", batch=policy)
+    reads.clear()
+    assert outbox.flush(15)
+    assert [_carried(env) for _, env in submitter.envelopes[6:]] == [1] * 6
+
+
+def test_control_mail_goes_ahead_of_queued_data(closing: Callable[[Outbox], Outbox]) -> None:
+    """(#57) A probe or a reader record queued behind paced data goes next, not after it:
+    it decides how the data goes. In order among control mail."""
+    submitter = Recording()
+    outbox = closing(_outbox(submitter, limits={"emails-per-minute": 60}))
+    for i in range(10):
+        outbox.send(_email(i), guarantee="memory", batch=NO_BATCH)
+    assert _wait_for(lambda: len(submitter.envelopes) >= 6, 10)  # (the burst; then 1 a s)
+    outbox.send(_email(100), guarantee="memory", batch=CONTROL)
+    outbox.send(_email(101), guarantee="memory", batch=CONTROL)
+    assert outbox.flush(15)
+    order = [env.message_id for _, env in submitter.envelopes]
+    assert order.index("<100@x>") <= 7 < order.index("<9@x>")
+    assert order.index("<101@x>") == order.index("<100@x>") + 1

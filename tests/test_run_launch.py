@@ -576,6 +576,16 @@ def generate_launch_description():
                  parameters=[{'linger': True}])
     again = ExecuteProcess(cmd=['echo', 'once more'], name='again', respawn=True,
                            respawn_max_retries=2)
+    ended = []
+
+    def end_once_all_ended(event, context):
+        # (first and second race each other, and again's respawns race both: the launch
+        # ends once all of them ended, whatever the order, so a busy machine cannot cut one)
+        ended.append(event.action)
+        if first in ended and second in ended and ended.count(again) == 3:
+            return [EmitEvent(event=Shutdown(reason='first, second and again ended'))]
+        return []
+
     return LaunchDescription([
         stays,
         first,
@@ -588,8 +598,8 @@ def generate_launch_description():
         RegisterEventHandler(OnExecutionComplete(target_action=first, on_completion=[
             LogInfo(msg='first complete')])),
         RegisterEventHandler(OnProcessExit(target_action=second, on_exit=[
-            LogInfo(msg=['second ended with ', LocalSubstitution('event.returncode')]),
-            EmitEvent(event=Shutdown(reason='second is done'))])),
+            LogInfo(msg=['second ended with ', LocalSubstitution('event.returncode')])])),
+        RegisterEventHandler(OnProcessExit(on_exit=end_once_all_ended)),
         RegisterEventHandler(OnShutdown(on_shutdown=[LogInfo(
             msg=['Launch was asked to shutdown: ', LocalSubstitution('event.reason')])])),
     ])
@@ -618,7 +628,8 @@ def test_event_handlers_start_processes_and_end_the_launch(programs: Path, tmp_p
     assert "[INFO] [launch.user]: first says /first" in lines
     assert at("[INFO] [first-2]: process has finished cleanly") < at("first complete")
     assert at("[INFO] [second-4]: process has finished cleanly") < at("second ended with 0")
-    assert at("second ended with 0") < at("Launch was asked to shutdown: second is done")
+    assert at("second ended with 0") < at("Launch was asked to shutdown: first, second and")
+    assert at("first complete") < at("Launch was asked to shutdown")
     assert lines.count("[again-3] once more") == 3  # (started, then twice again)
     assert at("Launch was asked to shutdown") < at("[stays-1]: process has died")
     assert took < 45  # (stays would have run a minute: it was stopped at the shutdown)

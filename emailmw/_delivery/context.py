@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from .._core import signalsafe
 from .._core.closeable import Closeable
-from .._core.config import NO_BATCH, SEND_GUARANTEES, Options, load_options
+from .._core.config import SEND_GUARANTEES, Options, load_options
 from .._core.errors import (
     AuthenticationError,
     ClosedError,
@@ -39,7 +39,7 @@ from .._core.ros_args import RosArgs, parse_ros_args
 from .._core.ros_logging import set_levels_from_args
 from .._core.types import Email
 from .._security import SecureSender, Security
-from .._transport.base import EmailReceiver, EmailSender
+from .._transport.base import CONTROL, EmailReceiver, EmailSender
 from .._transport.budget import ReceiveBudget
 from .._transport.factory import make_transport
 from .._transport.group import GroupStore, Head
@@ -155,7 +155,7 @@ class Context(Closeable):
             self._peers = Peers(
                 self.address,
                 own_features(self._security.can_decrypt),
-                send=lambda email: inner.send(email, guarantee="memory", batch=NO_BATCH),
+                send=lambda email: inner.send(email, guarantee="memory", batch=CONTROL),
                 history=lambda: receiver.history(GRAPH_TOPIC, 200),
                 trusts=self._security.trusts,
                 receiving=lambda: self._receiving,

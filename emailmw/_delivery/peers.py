@@ -38,11 +38,11 @@ from typing import Final
 
 import yaml
 
-from .._core.config import NO_BATCH, BatchPolicy
+from .._core.config import BatchPolicy
 from .._core.log import get_logger
 from .._core.protocol import PublishRoute, Recipients, Route, Unroutable, classify, publish_email
 from .._core.types import Email, Gid
-from .._transport.base import EmailSender, FailureCallback, SenderWrapper
+from .._transport.base import EmailSender, FailureCallback, ReadersBatch, SenderWrapper
 
 __all__ = [
     "FEATURES",
@@ -225,7 +225,8 @@ class Peers:
     """One context's knowledge of its peers' readers, and its own reader records.
 
     ``account``: the address this context reads; ``features``: what it reads;
-    ``send``: sends one email (records and probes: memory guarantee, never batched);
+    ``send``: sends one email (records and probes: memory guarantee, as control mail:
+    never batched, ahead of queued data);
     ``history``: the graph topic's newest emails in this context's mailbox (None: no
     store); ``trusts``: whether an email read from history may be believed (``enforce``:
     its signature verifies); ``receiving``: whether this context's polling thread runs
@@ -357,6 +358,17 @@ class Peers:
         self._say(accounts, feature, missing)
         return not missing
 
+    def reads(self, accounts: Sequence[str], feature: str) -> bool:
+        """Whether every reader of every account of ``accounts`` (bare addresses, as
+        :meth:`accept` makes them) said it reads ``feature``, by what is known now: a
+        look-up (no probe, no wait, no log; takes only this object's lock), for a sender
+        that asks again when the email leaves its queue (:class:`ReadersBatch`)."""
+        if not accounts or any(a in self.plain for a in accounts):
+            return False
+        with self._lock:
+            return not self._table.missing(accounts, feature, time.time_ns(),
+                                           own=str(self._gid.value))  # fmt: skip
+
     def refusing(self, recipients: Sequence[str], feature: str) -> list[str]:
         """The accounts of ``recipients`` named in ``plain-readers`` (never asked: their
         readers announce nothing, so they never read ``feature``)."""
@@ -473,8 +485,18 @@ class PeerSender(SenderWrapper):
         batch: BatchPolicy | None = None,
     ) -> None:
         policy = batch if batch is not None else self._default
-        if policy.enabled and not self._peers.accept(_recipients(email), "batch"):
-            batch = NO_BATCH
+        if policy.enabled:
+            # (asked now, to probe readers not known and say a change once; asked again
+            # when the email leaves the outbox, for what is known then: mail queued while
+            # the readers' server was down goes batched once they answered)
+            recipients = _recipients(email)
+            self._peers.accept(recipients, "batch")
+            accounts = tuple(sorted({_address(r) for r in recipients if r}))
+            peers = self._peers
+            batch = ReadersBatch(
+                policy.linger_ms, policy.max_messages, policy.max_bytes,
+                allowed=lambda: peers.reads(accounts, "batch"),
+            )  # fmt: skip
         self._inner.send(email, guarantee=guarantee, on_failure=on_failure, batch=batch)
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
 
 from .._core.closeable import Closeable
@@ -21,8 +22,10 @@ from .._core.types import Email
 from .._core.wire import make_reply
 
 __all__ = [
+    "CONTROL",
     "Claim",
     "ClaimState",
+    "ControlMail",
     "Done",
     "EmailReceiver",
     "EmailSender",
@@ -30,6 +33,7 @@ __all__ = [
     "IncomingEmail",
     "OUTCOMES",
     "Readers",
+    "ReadersBatch",
     "SenderWrapper",
     "Settle",
     "take_all",
@@ -62,6 +66,35 @@ class Settle(Protocol):
 #: receiver must first confirm it still holds it: ask again once it says so) or ``"lost"``
 #: (another receiver took it over: it must not be handed out, and is not to be settled).
 ClaimState = Literal["ready", "wait", "lost"]
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class ReadersBatch(BatchPolicy):
+    """A batch policy whose batching is decided when the email leaves a sender's queue,
+    not when it was queued: ``allowed()`` says then whether every reader of the email's
+    recipients reads batches (quick: a look-up, no I/O, never sends; it may be called with
+    the sender's lock held). So mail queued while its readers were not known (their server
+    down, their records expired) goes batched once they answered, and mail queued while
+    they read batches goes single once one of them withdrew. Emails to one envelope get
+    one answer. A sender that does not batch ignores it, as any policy."""
+
+    allowed: Callable[[], bool] = field(default=_always, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlMail(BatchPolicy):
+    """Never batched, and sent ahead of the data a sender has queued (after the control
+    mail queued before it): what decides how the data goes (a reader's record, a probe)
+    must not wait behind the data, least of all when a provider's budget paces it. A
+    sender without a queue sends it as any email."""
+
+
+#: the policy of control mail (:class:`ControlMail`)
+CONTROL: Final = ControlMail(linger_ms=0, max_messages=1)
 
 
 class Readers(Protocol):

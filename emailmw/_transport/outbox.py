@@ -67,7 +67,7 @@ from .._core.wire import (
     prepare_outgoing,
     publisher_sequence,
 )
-from .base import EmailSender, FailureCallback
+from .base import ControlMail, EmailSender, FailureCallback, ReadersBatch
 from .errors import refusals_said
 from .ledger import SendLedger, ledger_path
 from .quota import SendBudget
@@ -247,11 +247,25 @@ class _Item:
     def due(self, now: float) -> bool:
         return self.not_before <= now
 
+    def batches_now(self) -> bool:
+        """Whether this item batches, asked when it leaves the queue (its readers may
+        have answered, or withdrawn, since it was queued: :class:`ReadersBatch`)."""
+        if not self.batch.enabled or self.envelope is None:
+            return False
+        allowed = self.batch.allowed if isinstance(self.batch, ReadersBatch) else None
+        try:
+            return allowed is None or allowed()
+        except Exception:  # noqa: BLE001 - a failing look-up must not stop the worker
+            _log.exception("asking whether the readers of %s read batches failed (a bug)",
+                           ", ".join(self.envelope.recipients))  # fmt: skip
+            return False
+
     def joins(self, head: _Item, count: int, size: int) -> bool:
         """Whether this item may go in ``head``'s batch, which has ``count`` emails of
         ``size`` bytes: both batch, to the same envelope, of the same Subject and route
         (``Route-To``: a batch carries one subject's messages, so that a reader claims it
-        whole, ``docs/batching.md``), within the head's limits."""
+        whole, ``docs/batching.md``), within the head's limits. (Whether the envelope's
+        readers read batches now was asked of the head: one answer per envelope.)"""
         mine, theirs = self.envelope, head.envelope
         return (
             mine is not None
@@ -417,7 +431,13 @@ class Outbox(EmailSender):
                 raise ClosedError(f"{self!r} is closed")
             item.queued_at = time.monotonic()
             item.idle = not self._queue and not self._busy
-            self._queue.append(item)
+            if isinstance(item.batch, ControlMail):  # (ahead of data, after earlier control)
+                at = 0
+                while at < len(self._queue) and isinstance(self._queue[at].batch, ControlMail):
+                    at += 1
+                self._queue.insert(at, item)
+            else:
+                self._queue.append(item)
             self._cond.notify_all()
 
     def _wait_done(self, item: _Item) -> None:
@@ -557,7 +577,7 @@ class Outbox(EmailSender):
         else:
             head = self._queue.popleft()
         run = self._busy = [head]
-        batching = head.batch.enabled and head.envelope is not None
+        batching = head.batches_now()
         size = len(head.envelope.raw) if head.envelope is not None else 0
         until = head.queued_at + head.batch.linger_ms / 1000
         scanned = 0  # queued items looked at (those that do not join stay in place)
@@ -583,6 +603,14 @@ class Outbox(EmailSender):
             if hold > 0:
                 self._note_hold()
                 self._cond.wait(hold)
+                # (asked again: the readers may have answered, or withdrawn, meanwhile)
+                if batching != head.batches_now():
+                    batching = not batching
+                    if not batching:  # (what joined goes back, in order, to go alone)
+                        self._put_back(run[1:])
+                        del run[1:]
+                        size = len(head.envelope.raw) if head.envelope is not None else 0
+                    scanned = 0
                 continue
             if self._held_by and time.monotonic() - self._held_at > _PACING_OVER_S:
                 self._held_by = ""  # (the episode is over: the next hold is said again)
@@ -591,6 +619,15 @@ class Outbox(EmailSender):
             if not batching or head.idle or full or remaining <= 0 or self._closed:
                 return run
             self._cond.wait(remaining)
+
+    def _put_back(self, items: list[_Item]) -> None:
+        """Queue ``items`` again, in order, first after the control mail (call with the
+        lock)."""
+        at = 0
+        while at < len(self._queue) and isinstance(self._queue[at].batch, ControlMail):
+            at += 1
+        for offset, item in enumerate(items):
+            self._queue.insert(at + offset, item)
 
     def _open_ledger(self, options: Options) -> SendLedger | None:
         """The account's sending ledger, shared with the machine's other processes sending

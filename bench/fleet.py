@@ -646,7 +646,8 @@ def _lines(
 ) -> list[dict[str, Any]]:
     """The ``kind`` lines (``sent``, ``got``, ``failed``) of ``stream`` that the processes
     ``names`` printed."""
-    return [line for n in names for line in processes[n].lines if line.get(kind) == stream]
+    return [{**line, "by": n} for n in names for line in processes[n].lines
+            if line.get(kind) == stream]  # fmt: skip
 
 
 def _missing(processes: dict[str, Process]) -> bool:
@@ -663,6 +664,7 @@ def _account(
 ) -> dict[str, Any]:
     lost: dict[str, int] = {}
     silent_repeats = flagged = 0
+    repeats: list[dict[str, Any]] = []
     waits: list[float] = []
     longest: dict[str, float] = {}
     latency: dict[str, list[float]] = defaultdict(list)
@@ -683,6 +685,10 @@ def _account(
             # say they are repeats; which one finished first does not matter)
             unflagged = sum(1 for c in copies if not c["redelivered"] and c["count"] == 1)
             silent_repeats += max(0, unflagged - 1)
+            if unflagged > 1:  # (which, by whom and when: to find why)
+                repeats.append({"stream": stream, "i": copies[0]["i"],
+                                "by": [(c.get("by", ""), round(c["t"] - started, 1))
+                                       for c in copies]})  # fmt: skip
             flagged += len(copies) - unflagged
             copies.sort(key=lambda line: line["t"])
             first = copies[0]
@@ -701,6 +707,7 @@ def _account(
         "lost": sum(lost.values()),
         "lost_by_stream": lost,
         "silent_repeats": silent_repeats,
+        "silent_repeated": repeats,
         "flagged_repeats": flagged,
         "failed_calls": dict(failed),
         "max_wait_alive_s": round(max(waits, default=0.0), 1),

@@ -5,13 +5,23 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .._core.errors import ConfigError
 from .common import Commands
 
 __all__ = ["register"]
+
+
+class _Stopped(BaseException):
+    """SIGTERM arrived (``timeout``, a service manager): the run ends as at ctrl-c."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _conf(text: str) -> tuple[str, str]:
@@ -119,12 +129,33 @@ def run(args: argparse.Namespace) -> int:
             args.max_loss, args.max_p99_ms, args.max_unanswered, args.max_skew_ms
         ),
     )
+    from .._pipeline.jvm import end_driver, stop_session
+
+    def stopped(signum: int, frame: object) -> None:
+        raise _Stopped(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stopped) if main else None
+    ended = False
     try:
         summary = analyze(request)
+    except (KeyboardInterrupt, _Stopped) as exc:
+        # nothing outlives the command: the driver JVM is ended here (a few seconds for
+        # its shutdown hooks, then killed); once is enough
+        if main:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_IGN)
+        end_driver()
+        ended = True
+        name = signal.Signals(exc.signum if isinstance(exc, _Stopped) else signal.SIGINT)
+        print(f"emailmw: analyze stopped by {name.name}: {args.out} may hold a partial run; "
+              "run the command again", file=sys.stderr)  # fmt: skip
+        return 128 + name.value
     finally:
-        from .._pipeline.jvm import stop_session
-
-        stop_session()
+        if not ended:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+            stop_session()
     if summary.get("empty"):
         where = f"{args.out}/report.html" if not args.no_report else str(args.out)
         print(

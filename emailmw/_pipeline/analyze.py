@@ -138,11 +138,15 @@ class _SparkProgress:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
-        elapsed = time.monotonic() - self._started
         end = "\r" if self._tty else ""
+        if kind is not None:  # (failed or stopped: whoever handles it says so, not "done")
+            if self._tty:  # (the progress line ends: what is said next starts a line)
+                print(file=sys.stderr, flush=True)
+            return
+        elapsed = time.monotonic() - self._started
         counted = f"{self._total:,} messages, " if self._total else ""
         print(f"{end}[analyze] {self._what}: done ({counted}{elapsed:.1f} s)" + " " * 20,
               file=sys.stderr, flush=True)  # fmt: skip

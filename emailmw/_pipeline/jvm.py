@@ -44,11 +44,19 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["clean_stale", "driver_java_options", "executor_java_options", "stop_session"]
+__all__ = [
+    "clean_stale",
+    "driver_java_options",
+    "end_driver",
+    "executor_java_options",
+    "guard_driver",
+    "stop_session",
+]
 
 _JIT: Final = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 _QUIET: Final = "-Xlog:cds*=off -Xlog:cds=off"
@@ -62,6 +70,42 @@ _CHOOSES_GC: Final = re.compile(r"-XX:\+Use\w*GC\b")
 _DUMP_TIMEOUT_S: Final = 30.0
 _EXIT_TIMEOUT_S: Final = 30.0
 _SKIP_DAYS: Final = 7.0
+#: how long a driver JVM is given to exit (its shutdown hooks) when the command that
+#: started it was stopped or is gone, before it is killed
+END_GRACE_S: Final = 5.0
+
+#: The guard of a driver JVM (:func:`guard_driver`): a small process that holds a pipe
+#: from the command and a pidfd of the JVM. When the pipe ends (the command exited, or was
+#: killed: SIGKILL runs nothing in it) while the JVM still runs, it sends the JVM SIGTERM,
+#: then SIGKILL after the grace; when the JVM ends first, it ends. The pidfd names that
+#: very process (never another that reused its number). It ignores the signals a terminal
+#: or `timeout` sends to the command's process group: it ends only with the JVM.
+_GUARD: Final = """
+import os, select, signal, sys
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+pid, grace = int(sys.argv[1]), float(sys.argv[2])
+try:
+    jvm = os.pidfd_open(pid)
+except OSError:
+    sys.exit(0)
+poll = select.poll()
+poll.register(0, select.POLLIN)
+poll.register(jvm, select.POLLIN)
+while True:
+    ready = dict(poll.poll())
+    if jvm in ready:
+        sys.exit(0)
+    if 0 in ready and not os.read(0, 64):
+        break
+for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+    try:
+        signal.pidfd_send_signal(jvm, sig)
+    except ProcessLookupError:
+        sys.exit(0)
+    if select.select([jvm], [], [], wait)[0]:
+        sys.exit(0)
+"""
 
 # (archive being written, where it goes once the JVM has exited) for the running session
 _pending: tuple[Path, Path] | None = None
@@ -180,6 +224,56 @@ def executor_java_options(user_options: str | None, *, short_job: bool = True) -
     if user_options:
         options.append(user_options)
     return " ".join(options)
+
+
+def guard_driver(pid: int) -> subprocess.Popen[bytes] | None:
+    """Start the guard of the driver JVM ``pid`` (see ``_GUARD``): whatever ends this
+    process, SIGKILL included, the JVM is ended within :data:`END_GRACE_S` seconds (and
+    ends its Python workers: they exit when it does). None when no guard could start (the
+    JVM then still exits on its own when this process's pipe to it closes, as PySpark
+    arranges, unless its shutdown hangs)."""
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _GUARD, str(pid), str(END_GRACE_S)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True,
+        )  # fmt: skip
+    except OSError:
+        return None
+
+
+def end_driver(grace: float = END_GRACE_S) -> bool:
+    """End the driver JVM now, without asking Spark anything (the command was stopped,
+    perhaps in the middle of a call to it): its pipe closed (it exits, running its shutdown
+    hooks), ``grace`` seconds, then killed. True when there was one. Idempotent."""
+    global _pending
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return False
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    context = SparkContext._active_spark_context
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:  # (its connection from the JVM ends with it: no traceback)
+        server.handle_error = lambda *args: None
+        server.server_shutdown = True
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    _pending = None  # (an archive it was writing is removed by clean_stale later)
+    if proc is None:
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(timeout=10)
+    return True
 
 
 def stop_session(spark: Any = None, *, exit_jvm: bool = False) -> None:

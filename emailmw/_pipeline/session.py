@@ -5,20 +5,22 @@ terminal, and the check that a cluster gives the job executors."""
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from pyspark.sql import SparkSession
 
 from .._core.errors import ConfigError
 from .._core.log import get_logger
-from .jvm import driver_java_options, executor_java_options
+from .jvm import driver_java_options, executor_java_options, guard_driver
 
 __all__ = [
     "SHORT_JOB_MESSAGES",
@@ -58,6 +60,8 @@ def set_codegen(spark: SparkSession, expected_messages: int | None, conf: dict[s
 _log = get_logger("spark")
 #: the driver JVM's last lines on its standard error (what a failed start said)
 JVM_SAID: collections.deque[str] = collections.deque(maxlen=40)
+#: the running driver JVM's guard (jvm.guard_driver): kept while this process runs
+_guard: subprocess.Popen[bytes] | None = None
 
 
 def _relay(stream: IO[bytes], debug: bool) -> None:
@@ -77,6 +81,18 @@ def _relay(stream: IO[bytes], debug: bool) -> None:
             _log.debug("jvm: %s", line)
 
 
+class _QuietInterrupt(logging.Filter):
+    """Py4J logs a traceback (on the root logger) when ctrl-c interrupts a call to the
+    JVM; the command says in one line that it was stopped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        interrupted = bool(record.exc_info) and record.exc_info[0] is KeyboardInterrupt  # type: ignore[index]
+        return not (interrupted and record.getMessage().startswith("KeyboardInterrupt while"))
+
+
+_QUIET_INTERRUPT: Final = _QuietInterrupt()
+
+
 def _launch(master: str, settings: dict[str, str], debug: bool) -> None:
     """Start the driver JVM as ``getOrCreate`` would (the same spark-submit, the same
     ``--conf``), its standard error read by :func:`_relay`; nothing when a JVM runs."""
@@ -90,12 +106,28 @@ def _launch(master: str, settings: dict[str, str], debug: bool) -> None:
         conf.set(key, value)
     JVM_SAID.clear()
     EXECUTORS.reset()
+    logging.getLogger().addFilter(_QUIET_INTERRUPT)  # (once: a filter is added once)
     # (a pipe of this process's, read from the start: the JVM must never block on a full
     # one, and what a JVM that fails to start said is read to its end)
     read_end, write_end = os.pipe()
     relay = threading.Thread(target=_relay, args=(os.fdopen(read_end, "rb"), debug),
                              name="emailmw-jvm-stderr", daemon=True)  # fmt: skip
     relay.start()
+    # the JVM's guard starts the moment the JVM does (jvm.guard_driver: nothing outlives
+    # this process, even killed while the JVM starts): PySpark's launch_gateway makes the
+    # process with its module's Popen, and sets its own preexec_fn
+    from pyspark import java_gateway
+
+    space = vars(java_gateway)  # (its Popen: the name it calls, at call time)
+    made = space["Popen"]
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        global _guard
+        proc = made(*args, **kwargs)
+        _guard = guard_driver(proc.pid)
+        return proc
+
+    space["Popen"] = guarded
     try:
         gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})  # type: ignore[no-untyped-call]
     except Exception as exc:
@@ -107,6 +139,8 @@ def _launch(master: str, settings: dict[str, str], debug: bool) -> None:
             "all it said)",
             source="spark",
         ) from exc
+    finally:
+        space["Popen"] = made
     os.close(write_end)  # (the JVM has its own)
     SparkContext._ensure_initialized(gateway=gateway)
 

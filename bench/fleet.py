@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import random
 import re
@@ -310,6 +311,10 @@ ROLES = {"talker": role_talker, "listener": role_listener, "member": role_member
 
 def run_role(role: str, spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
+    # emailmw's warnings and its groups' decisions (a lock broken, claims taken) go to the
+    # role's .err file, dated: what a silent repeat or a stall is traced with
+    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("emailmw").setLevel(logging.INFO)
     quiet, stop = threading.Event(), threading.Event()  # (SIGUSR1: send no more; SIGINT: end)
     signal.signal(signal.SIGUSR1, lambda *_: quiet.set())
     for number in (signal.SIGINT, signal.SIGTERM):
@@ -526,6 +531,9 @@ def fleet(duration: float, drain: float, faults: bool = True) -> dict[str, Any]:
         lab = {"hub": "lab", "routes": {"far": box["gwa"]}}
         role("station", "station", spec("station", email=config("station", "station",
                                                                 routing=lab)))  # fmt: skip
+        # (the talker last, once the client reads /local: a subscription gets what comes
+        # after it is made, as in ROS; was: /local's first message could come before it)
+        processes["client"].wait_ready()
         limits = {"emails-per-minute": 30}
         role("talker", "talker", spec(
             "talker", chatter=config("talker", "talker", to=box["listener"], limits=limits),

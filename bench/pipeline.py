@@ -40,6 +40,9 @@ messages: the landing with its start-up and its hand-over to the JVM).
 ``--since-last``: only the new mail is landed) and ``rerun_ratio`` (target <= 0.2), with
 each run's phases as the command says them (``rerun_first_start_s``, ``..._landing_s``,
 ``..._tables_s``, ``..._report_s``: where a re-run's time goes).
+``--orphans`` (issue #61): a run stopped while it computes tables by SIGTERM and by SIGKILL:
+``orphans_after_sigterm`` and ``orphans_after_sigkill``, its processes left 15 s after the
+command ended (target 0), and ``orphans_gone_after_..._s``, when the last one ended.
 ``spark_parts`` (issue #61): where the last run's Spark time went, as ``emailmw analyze
 --profile`` says it: each table's, the overview's and the report series' wall seconds (the
 tables are computed at once: their seconds overlap), Spark jobs, stages and tasks.
@@ -55,6 +58,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -430,6 +434,11 @@ def main() -> int:
         help="also the first run over a copy, and a re-run after it grew by 1 %% (--since-last)",
     )  # fmt: skip
     parser.add_argument(
+        "--orphans", action="store_true",
+        help="also stop a run while it computes tables, by SIGTERM and by SIGKILL, and count "
+        "its processes left",
+    )  # fmt: skip
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -482,6 +491,8 @@ def main() -> int:
         results.update(cluster_figures(archive, args.format, args.messages, analyze_s))
     if args.rerun:
         results.update(rerun_figures(args.messages, args.format))
+    if args.orphans:
+        results.update(orphan_figures(archive))
     target = 4.0 if args.format == "maildir" else 2.5
     print(output.strip())
     print(f"{'part (last run)':<22}{'seconds':>10}{'jobs':>6}{'stages':>8}{'tasks':>8}")
@@ -507,13 +518,57 @@ def main() -> int:
         f"landing / baseline parser CPU per message = {phases['landing_over_baseline']:.3f}x "
         f"(target <= 1.5x: {'yes' if phases['landing_over_baseline'] <= 1.5 else 'NO'})"
     )
-    for key in (*CLUSTER_KEYS, *(k for k in results if k.startswith("rerun_"))):
+    for key in (*CLUSTER_KEYS, *(k for k in results if k.startswith(("rerun_", "orphans_")))):
         if key in results:
             print(f"{key:<26}{results[key]:>10}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def orphan_figures(path: Path) -> dict[str, float]:
+    """``emailmw analyze`` stopped while computing tables, by SIGTERM (``timeout``) and by
+    SIGKILL: how many of its processes (the JVM, its guard, Spark's Python workers: all
+    carry a marker in their environment) are left 15 s after the command ended, and when
+    the last ended (``orphans_after_sigterm``, ``orphans_after_sigkill``: target 0)."""
+    figures: dict[str, float] = {}
+    for name, signum in (("sigterm", signal.SIGTERM), ("sigkill", signal.SIGKILL)):
+        token = f"bench-{os.getpid()}-{name}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "emailmw", "analyze", str(path), "--out",
+             str(CACHE / f"out-orphans-{name}")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "EMAILMW_BENCH_RUN": token},
+        )  # fmt: skip
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "computing tables" in line:
+                break
+        proc.send_signal(signum)
+        proc.wait()
+        ended = time.monotonic()
+        left = _marked(token)
+        while left and time.monotonic() - ended < 15:
+            time.sleep(0.1)
+            left = _marked(token)
+        figures[f"orphans_after_{name}"] = len(left)
+        figures[f"orphans_gone_after_{name}_s"] = round(time.monotonic() - ended, 1)
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    return figures
+
+
+def _marked(token: str) -> list[int]:
+    needle = f"\0EMAILMW_BENCH_RUN={token}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle in b"\0" + (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+    return found
 
 
 CLUSTER_KEYS = (

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from .._core.errors import ConfigError
 from .common import Commands
@@ -131,31 +132,48 @@ def run(args: argparse.Namespace) -> int:
     )
     from .._pipeline.jvm import end_driver, stop_session
 
+    requested: list[int] = []  # the signal that asked the run to stop
+
+    running = [True]
+
     def stopped(signum: int, frame: object) -> None:
-        raise _Stopped(signum)
+        requested.append(signum)
+        if running[0]:  # (once the run is over, what it asked is only noted)
+            raise _Stopped(signum)
 
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, stopped) if main else None
-    ended = False
+    previous: dict[int, Any] = {}
+    if main:
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, stopped)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not ignored)
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, stopped)
+    summary: dict[str, Any] | None = None
     try:
         summary = analyze(request)
-    except (KeyboardInterrupt, _Stopped) as exc:
+        running[0] = False
+    except BaseException as exc:
+        running[0] = False
+        # (an interrupt may surface as what it broke: a call to the JVM cut short)
+        if not requested and not isinstance(exc, KeyboardInterrupt):
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            stop_session()
+            raise
+        requested.append(signal.SIGINT)
+    if requested:
         # nothing outlives the command: the driver JVM is ended here (a few seconds for
         # its shutdown hooks, then killed); once is enough
-        if main:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(signum, signal.SIG_IGN)
+        for signum in previous:
+            signal.signal(signum, signal.SIG_IGN)
         end_driver()
-        ended = True
-        name = signal.Signals(exc.signum if isinstance(exc, _Stopped) else signal.SIGINT)
+        name = signal.Signals(requested[0])
         print(f"emailmw: analyze stopped by {name.name}: {args.out} may hold a partial run; "
               "run the command again", file=sys.stderr)  # fmt: skip
         return 128 + name.value
-    finally:
-        if not ended:
-            if main:
-                signal.signal(signal.SIGTERM, previous)
-            stop_session()
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+    stop_session()
+    assert summary is not None
     if summary.get("empty"):
         where = f"{args.out}/report.html" if not args.no_report else str(args.out)
         print(

@@ -432,10 +432,7 @@ class Outbox(EmailSender):
             item.queued_at = time.monotonic()
             item.idle = not self._queue and not self._busy
             if isinstance(item.batch, ControlMail):  # (ahead of data, after earlier control)
-                at = 0
-                while at < len(self._queue) and isinstance(self._queue[at].batch, ControlMail):
-                    at += 1
-                self._queue.insert(at, item)
+                self._put_back([item])
             else:
                 self._queue.append(item)
             self._cond.notify_all()
@@ -621,8 +618,8 @@ class Outbox(EmailSender):
             self._cond.wait(remaining)
 
     def _put_back(self, items: list[_Item]) -> None:
-        """Queue ``items`` again, in order, first after the control mail (call with the
-        lock)."""
+        """Queue ``items``, in order, ahead of the data and after the control mail queued
+        (control mail, and what a batch gave back; call with the lock)."""
         at = 0
         while at < len(self._queue) and isinstance(self._queue[at].batch, ControlMail):
             at += 1

@@ -37,6 +37,7 @@ import grp
 import json
 import os
 import pwd
+import random
 import re
 import shlex
 import shutil
@@ -45,7 +46,9 @@ import ssl
 import string
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -161,18 +164,95 @@ def ensure_installed() -> None:
         raise MailServerError(f"still missing after apt-get install: {missing_packages()}")
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands to outgoing connections (Linux's
+    ``ip_local_port_range``; the IANA range elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` TCP ports nothing listens on right now (the kernel's choice)."""
+    """``count`` distinct TCP ports nothing is bound to right now, chosen at random outside
+    the kernel's ephemeral range (10000 and up): a server stopped and started again on them
+    (``start(fresh=False)``) finds them free, where a port of the ephemeral range can be
+    taken meanwhile as the local port of any outgoing connection on the machine. Falls back
+    to the kernel's choice when that range leaves no room."""
+    low, high = _ephemeral_range()
+    candidates = [*range(10_000, min(low, 65_536)), *range(high + 1, 65_536)]
+    chosen: list[int] = []
+    rng = random.SystemRandom()
+    for port in rng.sample(candidates, min(len(candidates), 50 * count + 200)):
+        if len(chosen) == count:
+            break
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        if _reserve_ports([port]):
+            chosen.append(port)
     sockets = []
     try:
-        for _ in range(count):
+        while len(chosen) < count:  # (the kernel's choice, where the range left no room)
             sock = socket.socket()
             sock.bind((host, 0))
             sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
+            chosen.append(sock.getsockname()[1])
+        return chosen
     finally:
         for sock in sockets:
             sock.close()
+
+
+#: a port chosen by :func:`free_ports` is not chosen again (by any process of this user)
+#: for this long, so a server stopped for a restart gets its ports back
+RESERVATION_S: Final = 3600.0
+
+
+def _reserve_ports(ports: Iterable[int], *, renew: bool = False) -> bool:
+    """Mark ``ports`` as chosen (one file per port in a private directory of ``/tmp``) so
+    that :func:`free_ports` in any process passes them over for :data:`RESERVATION_S`.
+    False if one is reserved already (``renew``: take it over, as its own server does at
+    a restart)."""
+    folder = Path(tempfile.gettempdir()) / f"emailmw-ports-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for port in ports:
+        path = folder / str(port)
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            try:
+                stale = time.time() - path.stat().st_mtime > RESERVATION_S
+            except FileNotFoundError:
+                stale = True
+            if not (renew or stale):
+                return False
+            path.touch()
+    return True
+
+
+def _ports_released(ports: Iterable[int], host: str = "127.0.0.1", timeout: float = 10.0) -> bool:
+    """Wait until nothing listens on ``ports`` any more (a stopped daemon's children may
+    hold its listening sockets for a moment after the master ended); False at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    pending = set(ports)
+    while pending:
+        for port in list(pending):
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+            pending.discard(port)
+        if pending:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+    return True
 
 
 @dataclass
@@ -482,6 +562,11 @@ class MailServer:
             # (the sites of an earlier run: their ports are others now; federate again)
             (self.state_dir / "postfix/conf/transport").unlink(missing_ok=True)
         keep = not fresh and all(getattr(self, name) for name in self._chosen)
+        if keep:
+            kept = [getattr(self, name) for name in self._chosen]
+            _reserve_ports(kept, renew=True)
+            # the stopped daemons' children may hold the ports a moment longer
+            _ports_released(kept)
         for attempt in range(3):
             # a chosen port another process took between the choice and the bind: choose again
             if not (keep and attempt == 0):

@@ -14,13 +14,19 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import imapclient
+import pytest
 import yaml
 
 import emailmw
+from emailmw._core.config import load_options
+from emailmw._transport.group import imap as group_imap
+from emailmw._transport.group.imap import ImapGroupStore
+from emailmw._transport.group.model import Holding
 from emailmw.testing.mailserver import MailServer
 
 from ..helpers import Recorder, deadline_loop
@@ -246,3 +252,44 @@ def check_batch_delivery_record(server: MailServer) -> None:
         assert (held.delivered, held.given, held.taken) == (1, 20, True)
     finally:
         store.close()
+
+
+def claim_at_once(server: MailServer, monkeypatch: pytest.MonkeyPatch) -> list[Holding]:
+    """Two members of group ``crew`` on a server without MOVE claim one message at once:
+    both read its flags before either marks it, both copy it before either expunges (as
+    when the claim lock was broken while its holder only stalled). What the two claims
+    folders hold then."""
+    options = load_options({"email": server.config(server.fresh_account())})
+    stores = {"a": ImapGroupStore(options, "crew"), "b": ImapGroupStore(options, "crew")}
+    read, copied = threading.Barrier(2, timeout=30), threading.Barrier(2, timeout=30)
+    first_read: set[int] = set()
+    real_get_flags = imapclient.IMAPClient.get_flags
+
+    def get_flags(client: Any, *args: Any, **kwargs: Any) -> Any:
+        flags = real_get_flags(client, *args, **kwargs)
+        if threading.get_ident() not in first_read:  # both read before either marks
+            first_read.add(threading.get_ident())
+            read.wait()
+        return flags
+
+    def copy_together(client: Any, uids: list[int], folder: str) -> None:
+        copied.wait()  # both copy before either expunges
+        client.copy(uids, folder)
+        copied.wait()
+        client.delete_messages(uids, silent=True)
+        client.expunge()
+
+    try:
+        stores["a"].offer(b"Subject: /work\r\nSource-Timestamp: 1\r\n\r\nm0\r\n", 0)
+        (uid,) = stores["a"].inbox()
+        with monkeypatch.context() as patched, ThreadPoolExecutor(2) as pool:
+            patched.setattr(imapclient.IMAPClient, "get_flags", get_flags)
+            patched.setattr(group_imap, "move_uids", copy_together)
+            claims = [pool.submit(stores[m].claim, [uid], m) for m in stores]
+            for claim in claims:
+                claim.result(60)
+        assert stores["a"].inbox() == []
+        return [h for m, store in stores.items() for h in store.holding(m).values()]
+    finally:
+        for store in stores.values():
+            store.close()

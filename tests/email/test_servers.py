@@ -22,6 +22,7 @@ from emailmw.testing.mailserver import MailServer
 from tests.helpers import deadline_loop
 
 from .helpers import (
+    claim_at_once,
     count_in_maildir,
     other_imap_server,
     receive_bodies,
@@ -161,6 +162,25 @@ def test_a_claim_cut_short_without_move_is_a_flagged_redelivery(
         first.close()
         second.close()
         trimmed.without_capabilities()
+
+
+def test_two_members_claiming_one_message_without_move_hand_it_out_once_unflagged(
+    trimmed: MailServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without MOVE two members in the claim section at once (the lock broken by time
+    while its holder only stalled) each copy the message to their claims folder: of the
+    two copies at most one is a first delivery; the other is handed out as a redelivery
+    (``delivery_count`` 2, ``redelivered``). Here both read the message's flags before
+    either marks it, and both copy before either expunges. Was: both copies unflagged,
+    the message processed twice silently (bench/fleet.py: ``/jobs`` 415 on Courier; the
+    same on Courier itself: tests/email/test_courier.py)."""
+    trimmed.without_capabilities("MOVE")
+    try:
+        copies = claim_at_once(trimmed, monkeypatch)
+    finally:
+        trimmed.without_capabilities()
+    assert len(copies) == 2
+    assert len([h for h in copies if not h.taken and h.delivered == 0]) <= 1, copies
 
 
 @pytest.mark.parametrize("transport", ["native", "curl"])

@@ -39,7 +39,7 @@ import contextlib
 import email.header
 import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import imapclient
@@ -70,6 +70,7 @@ _LOCKING: Final = "$Locking"
 _MARKER: Final = "lock "  # the Subject of a member's lock marker: "lock MEMBER"
 _TAKEN: Final = "$Taken"
 _CLAIMED: Final = "$Claimed"  # (without MOVE: see the module's docstring)
+_CLAIM_BY: Final = "$ClaimBy"  # + the claiming member's name (without MOVE)
 _BEAT: Final = "$Beat"  # (without CONDSTORE: the liveness token, $Beat0 ... $Beat99)
 _BEATS: Final = 100
 
@@ -297,12 +298,12 @@ class ImapGroupStore(GroupStore):
         return self._run("reading subjects", work)
 
     def _move(self, client: imapclient.IMAPClient, uids: Sequence[int], target: str,
-              *, claiming: bool = False) -> None:  # fmt: skip
+              *, claiming: str = "") -> None:  # fmt: skip
         """``UID MOVE`` those of ``uids`` still in the selected folder. Dovecot refuses a
         whole MOVE (``NO [EXPUNGEISSUED]``) when another session moved one of them first:
         then this session catches up (NOOP) and moves what is left. Without MOVE: a copy,
-        ``\\Deleted`` and an expunge (``claiming``: flagged ``$Claimed`` first, see the
-        module's docstring)."""
+        ``\\Deleted`` and an expunge (``claiming``, the claiming member: marked first,
+        see :func:`doubtful_claims`)."""
         self._ensure(client, target)
         client.noop()  # a MOVE ignores UIDs this session has not been told of yet
         if not self._move_command:
@@ -310,10 +311,14 @@ class ImapGroupStore(GroupStore):
             if not flags:
                 return
             if claiming:
-                cut_short = [u for u, f in flags.items() if _has(f, _CLAIMED)]
-                if cut_short:  # (as got by one application: the copy may have been)
-                    client.add_flags(cut_short, [_TAKEN, "Delivery1"], silent=True)
-                client.add_flags(list(flags), [_CLAIMED], silent=True)
+                mine = _CLAIM_BY + claiming
+                client.add_flags(list(flags), [_CLAIMED, mine], silent=True)
+                client.noop()  # (the marks other sessions made meanwhile: told of now)
+                after = client.get_flags(list(flags))
+                doubts = doubtful_claims(flags, after, claiming)
+                if doubts:  # (as got by one application: another copy may be)
+                    client.add_flags(sorted(doubts), [_TAKEN, "Delivery1"], silent=True)
+                flags = after
             move_uids(client, sorted(flags), target)
             return
         wanted = list(uids)
@@ -380,7 +385,7 @@ class ImapGroupStore(GroupStore):
     def claim(self, uids: Sequence[int], member: str) -> None:
         def work(client: imapclient.IMAPClient) -> None:
             self._select(client, self._options.folder)
-            self._move(client, uids, self._claims(member), claiming=True)
+            self._move(client, uids, self._claims(member), claiming=member)
 
         self._run("claiming", work)
 
@@ -563,6 +568,28 @@ def _uids(text: str) -> set[int]:
         if low.isdigit() and (not high or high.isdigit()):
             found.update(range(int(low), int(high or low) + 1))
     return found
+
+
+def doubtful_claims(
+    before: Mapping[int, Sequence[bytes]], after: Mapping[int, Sequence[bytes]], member: str
+) -> set[int]:
+    """Which of the messages ``member`` is claiming without MOVE (a copy, then an expunge)
+    another copy of may be processed, so its copy is handed out as a redelivery: ``before``
+    are the messages' flags read before it marked them ``$Claimed`` and ``$ClaimBy`` +
+    its name, ``after`` those read after. Marked already before (a claim cut short between
+    its copy and its expunge, by any member), or marked by another member after (two
+    members claiming at once: the claim lock was broken while its holder only stalled).
+
+    Of members claiming one message at once, at most one finds it undoubted: each reads
+    after its own mark, and the one that marked later sees the earlier mark. A message
+    gone from ``after`` is copied by nobody here (another session expunged it)."""
+    own = (_CLAIM_BY + member).lower().encode()
+    prefix = _CLAIM_BY.lower().encode()
+    doubts = {uid for uid, flags in before.items() if _has(flags, _CLAIMED)}
+    for uid, flags in after.items():
+        if any(f.lower().startswith(prefix) and f.lower() != own for f in flags):
+            doubts.add(uid)
+    return doubts & set(after)
 
 
 def _has(flags: Sequence[bytes], flag: str) -> bool:

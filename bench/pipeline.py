@@ -70,6 +70,7 @@ import pandas as pd
 import psutil
 
 from emailmw._pipeline.jvm import cache_dir
+from emailmw.testing._processes import marked
 from emailmw.testing.archive import iter_bulk
 
 CACHE = Path("/tmp/emailmw-bench-archives")
@@ -561,14 +562,7 @@ def orphan_figures(path: Path) -> dict[str, float]:
 
 
 def _marked(token: str) -> list[int]:
-    needle = f"\0EMAILMW_BENCH_RUN={token}\0".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if needle in b"\0" + (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-    return found
+    return marked("EMAILMW_BENCH_RUN", token)
 
 
 CLUSTER_KEYS = (

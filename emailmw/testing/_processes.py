@@ -1,12 +1,13 @@
 """The test servers' processes (``mailserver.py``, ``cyrus.py``): a daemon's pid file read,
-whether a pid runs, waiting for it to end."""
+whether a pid runs, waiting for it to end; the processes a test or benchmark started,
+found by a variable in their environment."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-__all__ = ["alive", "read_pid", "wait_gone"]
+__all__ = ["alive", "marked", "read_pid", "wait_gone"]
 
 
 def alive(pid: int) -> bool:
@@ -34,3 +35,21 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def marked(variable: str, value: str) -> list[int]:
+    """The live processes whose environment holds ``variable=value``: a command a test
+    started with it and every process started under it (a JVM, its helpers, Python
+    workers: each inherits it), whoever their parent is now."""
+    needle = f"\0{variable}={value}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()  # (a zombie's is empty)
+        except OSError:
+            continue
+        if needle in b"\0" + environ:
+            found.append(int(entry.name))
+    return found

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from emailmw.testing._processes import marked
+
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 MARK = "EMAILMW_TEST_RUN"
@@ -25,18 +27,7 @@ MARK = "EMAILMW_TEST_RUN"
 def _marked(token: str) -> list[int]:
     """The processes, live, whose environment carries ``token`` (the command's, the JVM's,
     its guard's, its Python workers': each inherits it)."""
-    needle = f"\0{MARK}={token}\0".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()  # (a zombie's is empty)
-        except OSError:
-            continue
-        if needle in b"\0" + environ:
-            found.append(int(entry.name))
-    return found
+    return marked(MARK, token)
 
 
 def _java(pids: list[int]) -> int | None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -23,6 +26,36 @@ def ctx() -> Iterator[emailmw.Context]:
     context = emailmw.Context({"intraprocess": True})
     yield context
     context.shutdown()
+
+
+class SignalStateLeak(UserWarning):
+    """A test left the worker's handling of SIGINT or SIGTERM changed (restored after it)."""
+
+
+@pytest.fixture(autouse=True)
+def _signal_state_kept() -> Iterator[None]:
+    """A test that leaves SIGINT or SIGTERM ignored, handled by something of its own or
+    blocked in the worker's main thread changes every process the worker starts later
+    (a child inherits an ignored signal and the mask): the state is put back after each
+    test, with a warning naming the test (was: a later test's ``emailmw analyze`` child
+    never received its SIGINT in the whole suite, and nobody knew which test did it)."""
+    watched = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.getsignal(s) for s in watched}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    if threading.current_thread() is not threading.main_thread():
+        return
+    changed = [signal.Signals(s).name for s in watched if signal.getsignal(s) is not before[s]]
+    now_mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if now_mask != mask:
+        changed.append(f"the signal mask ({sorted(now_mask - mask)} blocked)")
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    for s in watched:
+        if signal.getsignal(s) is not before[s] and before[s] is not None:
+            signal.signal(s, before[s])
+    if changed:
+        warnings.warn(SignalStateLeak(f"the test left {', '.join(changed)} changed"),
+                      stacklevel=1)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

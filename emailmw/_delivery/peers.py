@@ -98,6 +98,12 @@ def _address(value: str) -> str:
     return found[0][1].strip().lower() if found and found[0][1] else ""
 
 
+def accounts_of(recipients: Sequence[str]) -> tuple[str, ...]:
+    """The accounts ``recipients`` name: bare addresses, lower-case, sorted, once each
+    (what :meth:`Peers.accept` and :meth:`Peers.reads` are asked about)."""
+    return tuple(sorted({a for r in recipients if r and (a := _address(r))}))
+
+
 @dataclass(frozen=True, slots=True)
 class ReaderRecord:
     """What one reader said (``event`` ``reader``) or a sender asked (``probe``): the
@@ -334,7 +340,7 @@ class Peers:
         ``feature``. An account not known yet is probed (and its records read); ``wait``:
         how long to wait for it to answer. A "no" is logged once per recipients and
         feature, with why; a later "yes" too."""
-        accounts = tuple(sorted({_address(r) for r in recipients if r}))
+        accounts = accounts_of(recipients)
         if not accounts:
             return False
         plain = [a for a in accounts if a in self.plain]
@@ -491,7 +497,7 @@ class PeerSender(SenderWrapper):
             # the readers' server was down goes batched once they answered)
             recipients = _recipients(email)
             self._peers.accept(recipients, "batch")
-            accounts = tuple(sorted({_address(r) for r in recipients if r}))
+            accounts = accounts_of(recipients)
             peers = self._peers
             batch = ReadersBatch(
                 policy.linger_ms, policy.max_messages, policy.max_bytes,

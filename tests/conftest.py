@@ -37,8 +37,9 @@ def _signal_state_kept() -> Iterator[None]:
     """A test that leaves SIGINT or SIGTERM ignored, handled by something of its own or
     blocked in the worker's main thread changes every process the worker starts later
     (a child inherits an ignored signal and the mask): the state is put back after each
-    test, with a warning naming the test (was: a later test's ``emailmw analyze`` child
-    never received its SIGINT in the whole suite, and nobody knew which test did it)."""
+    test, with a warning naming the test. (A run started in the background by a shell has
+    SIGINT ignored from the start, which every child inherits: a test that sends SIGINT
+    to a child resets it there, as tests/pipeline/test_stopping.py does.)"""
     watched = (signal.SIGINT, signal.SIGTERM)
     before = {s: signal.getsignal(s) for s in watched}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])

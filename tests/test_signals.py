@@ -83,3 +83,28 @@ def test_a_signal_sets_an_event_whose_lock_the_interrupted_thread_holds() -> Non
     the main thread is inside the event's own lock (as in ``Event.wait``)."""
     done = _run(EVENT_SET_INSIDE_ITS_LOCK)
     assert (done.returncode, done.stdout) == (0, "stopped True\n"), done
+
+
+SIGTERM_AFTER_A_SHUTDOWN_ON_ANOTHER_THREAD = textwrap.dedent("""\
+    import os, signal, threading, time
+    import emailmw
+
+    emailmw.init({"intraprocess": True})
+    closer = threading.Thread(target=emailmw.shutdown)  # (cannot put the handlers back)
+    closer.start()
+    closer.join()
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    print("still running")
+""")
+
+
+def test_sigterm_ends_a_program_whose_emailmw_was_shut_down_on_another_thread() -> None:
+    """rclpy-style programs shut down from a thread (a spin thread, a callback): Python
+    sets handlers on the main thread only, so emailmw's stay. A SIGTERM then does what it
+    did before ``init()``: the process ends. Was: nothing happened (the handler, finding
+    no context, called the previous handler only when it was a function)."""
+    ran = subprocess.run([sys.executable, "-c", SIGTERM_AFTER_A_SHUTDOWN_ON_ANOTHER_THREAD],
+                         check=False, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert ran.returncode == -15, (ran.returncode, ran.stdout, ran.stderr)
+    assert "still running" not in ran.stdout

@@ -557,6 +557,14 @@ def _on_signal(signum: int, frame: Any) -> None:
         context._signalled = True
         signalsafe.call_soon(context.request_shutdown)
     previous = _installed.get(signum)
+    if context is None and previous == signal.SIG_DFL:
+        # emailmw was shut down on another thread, which cannot put the handler back
+        # (Python sets handlers on the main thread only): the signal does what it did
+        # before emailmw (was: SIGTERM did nothing once emailmw was shut down that way)
+        signal.signal(signum, signal.SIG_DFL)
+        _installed.pop(signum, None)
+        os.kill(os.getpid(), signum)
+        return
     if callable(previous):
         previous(signum, frame)
 

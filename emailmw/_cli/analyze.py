@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             args.max_loss, args.max_p99_ms, args.max_unanswered, args.max_skew_ms
         ),
     )
-    from .._pipeline.jvm import end_driver, stop_session
+    from .._pipeline.jvm import end_driver, stop_session, stopping
 
     requested: list[int] = []  # the signal that asked the run to stop
 
@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     def stopped(signum: int, frame: object) -> None:
         requested.append(signum)
+        stopping()  # (calls cut short on other threads: said by the one line below)
         if running[0]:  # (once the run is over, what it asked is only noted)
             raise _Stopped(signum)
 

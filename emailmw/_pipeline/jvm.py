@@ -110,6 +110,22 @@ for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
 # (archive being written, where it goes once the JVM has exited) for the running session
 _pending: tuple[Path, Path] | None = None
 
+#: set once the command was asked to stop (:func:`stopping`): from then on the errors of
+#: calls to the JVM, cut short or left without an answer, are the stop's, said in one line
+_stop_asked = [False]
+
+
+def stopping() -> None:
+    """The command was asked to stop (a signal): Py4J's tracebacks of the calls that this
+    cuts short, on any thread, are not shown (:func:`stop_asked`). Safe in a signal
+    handler (sets a flag)."""
+    _stop_asked[0] = True
+
+
+def stop_asked() -> bool:
+    """Whether :func:`stopping` (or :func:`end_driver`) was called in this process."""
+    return _stop_asked[0]
+
 
 def cache_dir() -> Path:
     explicit = os.environ.get("EMAILMW_CACHE_DIR")
@@ -247,6 +263,7 @@ def end_driver(grace: float = END_GRACE_S) -> bool:
     perhaps in the middle of a call to it): its pipe closed (it exits, running its shutdown
     hooks), ``grace`` seconds, then killed. True when there was one. Idempotent."""
     global _pending
+    stopping()
     try:
         from pyspark import SparkContext
     except ImportError:

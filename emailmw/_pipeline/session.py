@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from .._core.errors import ConfigError
 from .._core.log import get_logger
-from .jvm import driver_java_options, executor_java_options, guard_driver
+from .jvm import driver_java_options, executor_java_options, guard_driver, stop_asked
 
 __all__ = [
     "SHORT_JOB_MESSAGES",
@@ -83,11 +83,15 @@ def _relay(stream: IO[bytes], debug: bool) -> None:
 
 class _QuietInterrupt(logging.Filter):
     """Py4J logs a traceback (on the root logger) when ctrl-c interrupts a call to the
-    JVM; the command says in one line that it was stopped."""
+    JVM, and when a call on another thread loses its answer as the command stops (the
+    connection shut, the JVM ended): the command says in one line that it was stopped."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
         interrupted = bool(record.exc_info) and record.exc_info[0] is KeyboardInterrupt  # type: ignore[index]
-        return not (interrupted and record.getMessage().startswith("KeyboardInterrupt while"))
+        if interrupted and message.startswith("KeyboardInterrupt while"):
+            return False
+        return not (stop_asked() and message.startswith("Exception while sending command"))
 
 
 _QUIET_INTERRUPT: Final = _QuietInterrupt()

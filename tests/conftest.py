@@ -46,14 +46,15 @@ def _signal_state_kept() -> Iterator[None]:
     yield
     if threading.current_thread() is not threading.main_thread():
         return
-    changed = [signal.Signals(s).name for s in watched if signal.getsignal(s) is not before[s]]
+    moved = [s for s in watched if signal.getsignal(s) is not before[s]]
+    for s in moved:
+        if before[s] is not None:  # (None: set outside Python, nothing to put back)
+            signal.signal(s, before[s])
+    changed = [signal.Signals(s).name for s in moved]
     now_mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     if now_mask != mask:
         changed.append(f"the signal mask ({sorted(now_mask - mask)} blocked)")
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    for s in watched:
-        if signal.getsignal(s) is not before[s] and before[s] is not None:
-            signal.signal(s, before[s])
     if changed:
         warnings.warn(SignalStateLeak(f"the test left {', '.join(changed)} changed"),
                       stacklevel=1)  # fmt: skip

@@ -27,5 +27,5 @@ def test_a_chosen_port_is_not_chosen_again_until_its_reservation_lapses() -> Non
     again = free_ports(30)
     assert not set(first) & set(again)
     # its own server takes a reservation over at a restart
-    assert mailserver._reserve_ports(first, renew=True)
-    assert not mailserver._reserve_ports(first[:1])
+    assert all(mailserver._reserve_port(port, renew=True) for port in first)
+    assert not mailserver._reserve_port(first[0])

@@ -187,12 +187,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     for port in rng.sample(candidates, min(len(candidates), 50 * count + 200)):
         if len(chosen) == count:
             break
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-        if _reserve_ports([port]):
+        if _bindable(host, port) and _reserve_port(port):
             chosen.append(port)
     sockets = []
     try:
@@ -212,25 +207,38 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 RESERVATION_S: Final = 3600.0
 
 
-def _reserve_ports(ports: Iterable[int], *, renew: bool = False) -> bool:
-    """Mark ``ports`` as chosen (one file per port in a private directory of ``/tmp``) so
-    that :func:`free_ports` in any process passes them over for :data:`RESERVATION_S`.
-    False if one is reserved already (``renew``: take it over, as its own server does at
-    a restart)."""
+def _bindable(host: str, port: int, *, reuse: bool = False) -> bool:
+    """Whether a socket can bind ``port`` now (``reuse``: with ``SO_REUSEADDR``, as the
+    servers bind, which a closed connection's TIME_WAIT does not stop)."""
+    with socket.socket() as sock:
+        if reuse:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _reserve_port(port: int, *, renew: bool = False) -> bool:
+    """Mark ``port`` as chosen (a file in a private directory of ``/tmp``) so that
+    :func:`free_ports` in any process passes it over for :data:`RESERVATION_S`. False if
+    it is reserved already (``renew``: take it over, as its own server does at a restart)."""
     folder = Path(tempfile.gettempdir()) / f"emailmw-ports-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
-    for port in ports:
-        path = folder / str(port)
-        try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        except FileExistsError:
-            try:
-                stale = time.time() - path.stat().st_mtime > RESERVATION_S
-            except FileNotFoundError:
-                stale = True
-            if not (renew or stale):
-                return False
-            path.touch()
+    path = folder / str(port)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return True
+    except FileExistsError:
+        pass
+    try:
+        stale = time.time() - path.stat().st_mtime > RESERVATION_S
+    except FileNotFoundError:
+        stale = True
+    if not (renew or stale):
+        return False
+    path.touch()
     return True
 
 
@@ -239,20 +247,13 @@ def _ports_released(ports: Iterable[int], host: str = "127.0.0.1", timeout: floa
     hold its listening sockets for a moment after the master ended); False at ``timeout``."""
     deadline = time.monotonic() + timeout
     pending = set(ports)
-    while pending:
-        for port in list(pending):
-            with socket.socket() as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind((host, port))
-                except OSError:
-                    continue
-            pending.discard(port)
-        if pending:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.1)
-    return True
+    while True:
+        pending = {port for port in pending if not _bindable(host, port, reuse=True)}
+        if not pending:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 @dataclass
@@ -564,7 +565,8 @@ class MailServer:
         keep = not fresh and all(getattr(self, name) for name in self._chosen)
         if keep:
             kept = [getattr(self, name) for name in self._chosen]
-            _reserve_ports(kept, renew=True)
+            for port in kept:
+                _reserve_port(port, renew=True)
             # the stopped daemons' children may hold the ports a moment longer
             _ports_released(kept)
         for attempt in range(3):

@@ -87,6 +87,7 @@ bench: $(STAMP)
 	$(PY) bench/bag.py --json bench/results/bag.json
 	$(PY) bench/batching.py --json bench/results/batching.json
 	$(PY) bench/quota.py --json bench/results/quota.json
+	$(PY) bench/connections.py --json bench/results/connections.json
 	$(PY) bench/cli.py --json bench/results/cli.json
 	$(PY) bench/servers.py --json bench/results/servers.json
 	$(PY) bench/pipeline.py --messages 200000 --format maildir --repeat 3 --rerun --json bench/results/pipeline_maildir.json

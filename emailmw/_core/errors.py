@@ -174,6 +174,10 @@ class ConnectionLimitError(ConnectError):
     server allows (Dovecot's ``mail_max_userip_connections``, 10 by default; Gmail's 15).
     Not a wrong password: close other clients of the account, or have the limit raised."""
 
+    #: True when this process itself holds every connection its ``max-connections``
+    #: allows: nothing outside it will give one back, so waiting would not help
+    held_here: bool = False
+
 
 class AuthenticationError(TransportError):
     """The server rejected the username or password."""

@@ -74,6 +74,10 @@ __all__ = [
 
 _log = get_logger("context")
 
+#: a context that receives nothing this long after it was made gives its receiving
+#: session back (seconds): a process that only sends holds none (``docs/providers.md``)
+UNUSED_SESSION_S: Final = 5.0
+
 ConfigLike = Options | Mapping[str, Any] | str | os.PathLike[str] | None
 
 
@@ -98,11 +102,14 @@ def open_transport(config: ConfigLike = None) -> tuple[EmailSender, EmailReceive
 class Context(Closeable):
     """An isolated emailmw instance: a transport, a polling thread and the routing tables.
 
-    Creating a context connects (a wrong password or an untrusted certificate fails here);
-    it starts handing out mail once an entity first waits for some
-    (:meth:`start_receiving`). :meth:`shutdown` (or ``close``, or leaving the ``with``
-    block) closes every entity created on it, stops polling and closes the transport.
-    Thread-safe.
+    Creating a context connects (a wrong password or an untrusted certificate fails here)
+    and fixes where its receiving starts; it starts handing out mail once an entity first
+    waits for some (:meth:`start_receiving`). A context that has nothing to receive
+    :data:`UNUSED_SESSION_S` seconds after it was made gives its receiving session back
+    (a process that only sends holds none) and connects again when it starts receiving,
+    handing out everything that arrived since it was made. :meth:`shutdown` (or
+    ``close``, or leaving the ``with`` block) closes every entity created on it, stops
+    polling and closes the transport. Thread-safe.
 
     ``transport`` (or ``sender``/``receiver``, both or neither: a transport without a
     store for delivery-mode groups) replaces the transport the options would build.
@@ -197,9 +204,31 @@ class Context(Closeable):
         self._polling.register_handler(self._router)
         if self._peers is not None:
             self._polling.register_handler(self._peers.observe)
+        self._give_back: threading.Timer | None = None
+        if not in_process:
+            self._give_back = threading.Timer(UNUSED_SESSION_S, self._give_back_session)
+            self._give_back.name, self._give_back.daemon = "emailmw-unused-session", True
+            self._give_back.start()
         _log.debug(
             "context started (%s transport, %s)", self.options.transport, self.options.source
         )
+
+    def _give_back_session(self) -> None:
+        """Give the receiving session back when nothing receives (:data:`UNUSED_SESSION_S`
+        after the context was made): not yet receiving, and no entity that waits for mail
+        (a subscription, a service's server or client, a group member, a face's endpoint)."""
+        with self._lock:
+            if self._receiving or self._shut_down:
+                return
+        if (
+            self._group_wants
+            or self._subscription_handler.serves_any()
+            or self._service_handler.serves_any()
+            or self._router.serves_any()
+        ):
+            return
+        if self._receiver.disconnect():
+            _log.debug("nothing receives on this context: its receiving session given back")
 
     def __repr__(self) -> str:
         state = "shut down" if self._shut_down else "running"
@@ -487,6 +516,8 @@ class Context(Closeable):
             if self._shut_down:
                 return
             self._shut_down = True
+            if self._give_back is not None:
+                self._give_back.cancel()
             entities = list(self._entities)
             shared, self._shared = list(self._shared.values()), {}
         for item in shared:

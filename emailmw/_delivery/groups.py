@@ -99,7 +99,7 @@ class GroupConsumer:
         unusable = RefusalLog(logger=get_logger("groups"))
         store = host.group_store(group)
         settle_store: GroupStore | None = None
-        if spare(options):
+        if store.connected and spare(options):  # (none free: settles on the one it gets)
             try:
                 settle_store = host.group_store(group)
             except ConnectionLimitError:

@@ -83,6 +83,9 @@ class Table(Generic[K, V]):
     def __contains__(self, key: object) -> bool:
         return key in self._rows
 
+    def __bool__(self) -> bool:
+        return bool(self._rows)
+
 
 class SubscriptionHandler:
     """Delivers every publish email to each subscription of its Subject."""
@@ -95,6 +98,10 @@ class SubscriptionHandler:
 
     def unregister(self, topic: str, subscription: MessageSink) -> None:
         self._subscriptions.remove(topic, subscription)
+
+    def serves_any(self) -> bool:
+        """Whether a subscription is registered."""
+        return bool(self._subscriptions)
 
     def __call__(self, email: Email, route: Route, ticket: Ticket = NO_TICKET) -> None:
         if isinstance(route, PublishRoute):
@@ -128,6 +135,10 @@ class ServiceHandler:
 
     def unregister_client(self, gid: int, client: ResponseSink) -> None:
         self._clients.remove(gid, client)
+
+    def serves_any(self) -> bool:
+        """Whether a server or a client is registered."""
+        return bool(self._servers) or bool(self._clients)
 
     def __call__(self, email: Email, route: Route, ticket: Ticket = NO_TICKET) -> None:
         if isinstance(route, RequestRoute):

@@ -205,6 +205,10 @@ class Router:
     def unregister(self, face: str, name: str, target: str, sink: RoutedSink) -> None:
         self._sinks.remove((face, name, target), sink)
 
+    def serves_any(self) -> bool:
+        """Whether an endpoint is registered, or a route (mail to forward)."""
+        return bool(self._sinks) or bool(self._routes)
+
     def forwards(self, route: Route) -> bool:
         """Whether routed mail on ``route`` goes on to another hub (its parts then pass
         through this hub as they came, not joined)."""

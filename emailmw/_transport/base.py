@@ -405,6 +405,15 @@ class EmailReceiver(Closeable):
     def wakeup(self) -> None:
         """Make a :meth:`receive` blocked in another thread return soon. Thread-safe."""
 
+    def disconnect(self) -> bool:
+        """Give back the server session while nothing receives (a process that only
+        sends holds none): the position is kept, and the next :meth:`receive` connects
+        again and hands out everything that arrived meanwhile, as after a dropped
+        connection. Does nothing while a receive or another command is under way (then
+        False). True when no session is held now. Thread-safe. The default: nothing to
+        give back."""
+        return True
+
     def history(self, subject: str, limit: int) -> list[Email]:
         """The newest ``limit`` stored emails whose Subject is exactly ``subject``, oldest
         first, whether or not they were received before. Thread-safe; may use its own

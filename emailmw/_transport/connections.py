@@ -160,13 +160,15 @@ def take_slot(username: str, server: str, limit: int, *, wait: float = MAX_WAIT_
             if left <= 0 or not account.freed.wait(left):
                 if account.held < limit:
                     break
-                raise ConnectionLimitError(
+                error = ConnectionLimitError(
                     f"this process holds {account.held} IMAP connections for {username}, as "
                     f"many as its max-connections ({limit}) allow: use fewer group members "
                     "or nodes with their own context, or raise limits: max-connections (the "
                     "server's own limit permitting)",
                     server=server,
                 )
+                error.held_here = True
+                raise error
         account.held += 1
         if account.held < limit:
             account.warned = False

@@ -368,11 +368,14 @@ class CurlExecutor:
     """
 
     def __init__(self, context: CurlContext | Callable[[], CurlContext],
-                 failure: type[TransportError], server: str = "") -> None:  # fmt: skip
+                 failure: type[TransportError], server: str = "", *,
+                 remake: Callable[[], CurlContext] | None = None) -> None:  # fmt: skip
         # (a factory: the handle, one connection of the account's budget, is made at the
-        # first command: a receiver made while its account was full)
+        # first command: a receiver made while its account was full; ``remake`` makes it
+        # again at the first command after :meth:`disconnect`)
         self._made = context if isinstance(context, CurlContext) else None
         self._make = None if isinstance(context, CurlContext) else context
+        self._remake = remake
         self.server = context.server if isinstance(context, CurlContext) else server
         self._failure = failure
         self._lock = threading.Lock()
@@ -490,6 +493,15 @@ class CurlExecutor:
         self._perform(f"fetching UID {uid}", setup)
         return b"".join(body)
 
+    def disconnect(self) -> None:
+        """Close the connection (its slot given back); the next command connects again
+        (needs ``remake``)."""
+        assert self._remake is not None
+        with self._lock, self._making:
+            if self._made is not None:
+                self._made.close()
+                self._made, self._make = None, self._remake
+
     def close(self) -> None:
         with self._lock:
             if self._made is not None:  # (never made: nothing to close)
@@ -564,12 +576,16 @@ class CurlReceiver(MailboxReceiver):
         self._period = options.polling_period_ns / 1e9
         self._capabilities: frozenset[bytes] | None = None
         self._lock = threading.Lock()
+
+        def make() -> CurlContext:
+            return CurlContext(user.imap, user, options)
+
         try:
-            context: CurlContext | Callable[[], CurlContext] = CurlContext(user.imap, user, options)
+            context: CurlContext | Callable[[], CurlContext] = make()
         except ConnectionLimitError as exc:
             self._connect_later(exc)
-            context = lambda: CurlContext(user.imap, user, options)  # noqa: E731
-        self._executor = CurlExecutor(context, ReceiveError, server=user.imap.url)
+            context = make
+        self._executor = CurlExecutor(context, ReceiveError, server=user.imap.url, remake=make)
         if callable(context):
             return  # (it logs in at its first receive)
         with self._lock:
@@ -729,6 +745,17 @@ class CurlReceiver(MailboxReceiver):
             if f.email is not None and f.email.subject == subject
         ]
         return found[-limit:]
+
+    def disconnect(self) -> bool:
+        if not self._lock.acquire(blocking=False):
+            return False  # (a receive or a command is under way)
+        try:
+            if not self._closed:
+                self._apply_actions()  # what was settled still gets its action
+                self._executor.disconnect()
+            return True
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         self._closed = True

@@ -255,6 +255,17 @@ class TransportConformance:
         assert [e.body for e in transport.receiver.history(subject, 10)] == ["one", "two", "three"]
         assert transport.receiver.history(f"{subject}/none", 5) == []
 
+    def test_disconnect_keeps_the_position(self, transport: TransportUnderTest) -> None:
+        """A receiver that gave its session back (``disconnect``) hands out, at its next
+        receive, what arrived meanwhile: nothing is skipped."""
+        before = Email(subject=f"conformance/before/{_token()}", body="1",
+                       from_=transport.sender.address, to=(transport.address,))  # fmt: skip
+        self._send_and_receive(transport, before)
+        assert transport.receiver.disconnect()
+        meanwhile = Email(subject=f"conformance/meanwhile/{_token()}", body="2",
+                          from_=transport.sender.address, to=(transport.address,))  # fmt: skip
+        self._send_and_receive(transport, meanwhile)
+
     def test_receive_times_out_empty(self, transport: TransportUnderTest) -> None:
         # drain whatever is there, then a quiet mailbox gives [] once the timeout passes
         while transport.receiver.receive(0.2):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import emailmw
+from emailmw._core.config import load_options
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
 from tests.helpers import deadline_loop
@@ -128,6 +131,13 @@ def test_a_connection_beyond_the_servers_limit_is_one_clear_error_not_a_login_re
             ctx.shutdown()
 
 
+def _holds(server: MailServer, address: str, line: bytes) -> bool:
+    """Whether an email in ``address``'s inbox has ``line`` in it."""
+    maildir = server.maildir(address)
+    return any(line in path.read_bytes() for sub in ("new", "cur")
+               for path in (maildir / sub).glob("*"))  # fmt: skip
+
+
 def _sessions(server: MailServer, address: str) -> int:
     """The IMAP sessions the server counts for ``address`` now (``doveadm who``)."""
     for line in server.doveadm("who").splitlines():
@@ -179,6 +189,94 @@ def test_a_process_stays_within_max_connections_and_the_next_is_one_clear_error(
     finally:
         talker.shutdown()
         members.shutdown()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_group_member_made_while_its_account_is_full_joins_once_a_connection_is_free(
+    mailserver: MailServer, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    """#58 item 2: a delivery-group member made while another process holds every
+    connection its account allows (max-connections 2) is made all the same, says so once,
+    joins once that process ends (SIGKILL) and processes what is published (was:
+    ConnectionLimitError out of the subscription: a member process started on a full
+    account died)."""
+    caplog.set_level(logging.WARNING, logger="emailmw")
+    account, sender = mailserver.fresh_account(), mailserver.fresh_account()
+    config = mailserver.config(account, transport=transport, limits={"max-connections": 2},
+                               timeout=1, **transport_extra(transport))  # fmt: skip
+    options = load_options({"email": config})
+    assert options.user is not None
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, account, options.user.imap.url],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    talker = emailmw.Context({"email": mailserver.config(sender, to=account)})
+    members = None
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        members = emailmw.Context({"email": config})
+        sub = emailmw.Subscription("/work", context=members, group="crew", mode="stateless")
+        said = [r.getMessage() for r in caplog.records
+                if "joins once a connection is free" in r.getMessage()]  # fmt: skip
+        assert len(said) == 1, said
+        assert "\n" not in said[0]
+        members.start_receiving()
+        holder.kill()  # its connections given back by the kernel
+        pub = emailmw.Publisher("/work", context=talker)
+        for i in range(5):
+            pub.publish(f"w{i}")
+        assert sorted(receive_bodies(sub, 5, timeout=120)) == [f"w{i}" for i in range(5)]
+    finally:
+        holder.kill()
+        holder.wait()
+        for context in (talker, members):
+            if context is not None:
+                context.shutdown()
+
+
+#: a process holding the two connections an account's max-connections allows
+_HOLDER = """\
+import sys, time
+from emailmw._transport.connections import take_slot
+slots = [take_slot(sys.argv[1], sys.argv[2], 2) for _ in range(2)]
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_context_that_only_sends_gives_its_session_back_and_misses_nothing(
+    mailserver: MailServer, transport: str
+) -> None:
+    """#58 item 2: a context that receives nothing holds no IMAP session once it has been
+    idle a few seconds (the server counts none for its account) and sends all the same;
+    when it starts receiving it connects again and hands out the mail that arrived while
+    it held none (was: one session held for the context's life)."""
+    own, other = mailserver.fresh_account(), mailserver.fresh_account()
+    config = mailserver.config(own, to=other, transport=transport, **transport_extra(transport))
+    sending = emailmw.Context({"email": config})
+    talker = emailmw.Context({"email": mailserver.config(other, to=own)})
+    listener = emailmw.Context({"email": mailserver.config(other)})
+    try:
+        out = emailmw.Subscription("/out", context=listener)
+        listener.start_receiving()
+        pub = emailmw.Publisher("/out", context=sending)
+        more = deadline_loop(60)
+        while _sessions(mailserver, own) > 0 and more():
+            time.sleep(0.1)
+        assert _sessions(mailserver, own) == 0
+        pub.publish("sent without a session")
+        assert receive_bodies(out, 1) == ["sent without a session"]
+        emailmw.Publisher("/back", context=talker).publish("came while it held none")
+        assert talker.flush(30)
+        while not _holds(mailserver, own, b"Subject: /back") and more():
+            time.sleep(0.05)  # (delivered while the context holds no session)
+        assert _sessions(mailserver, own) == 0
+        back = emailmw.Subscription("/back", context=sending)
+        assert receive_bodies(back, 1) == ["came while it held none"]
+        assert _sessions(mailserver, own) == 1
+    finally:
+        for context in (sending, talker, listener):
+            context.shutdown()
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -45,6 +45,7 @@ from typing import Any, Final, TypeVar
 import imapclient
 
 from ..._core.config import Options
+from ..._core.errors import ConnectionLimitError
 from ..._core.log import get_logger
 from ..common import ssl_context, uid_set
 from ..errors import imap_errors
@@ -101,7 +102,13 @@ def _given_flags(given: int) -> list[str]:
 
 
 class ImapGroupStore(GroupStore):
-    """The folders of group ``group`` in the account of ``options``."""
+    """The folders of group ``group`` in the account of ``options``. Connects when made (a
+    wrong password fails there); made while other processes or clients hold every
+    connection the account allows (the machine's ``max-connections`` slots, or the server
+    refusing one more), it says so once and connects at its first command instead, which
+    the member's rounds retry with the polling backoff: a member started on a full account
+    joins once a connection is free. One beyond what this process itself may hold is
+    :class:`~emailmw.ConnectionLimitError` at once."""
 
     def __init__(self, options: Options, group: str) -> None:
         assert options.user is not None
@@ -116,7 +123,17 @@ class ImapGroupStore(GroupStore):
         self._folders: set[str] = set()
         self._move_command = self._condstore = True  # (what the server offers: connecting)
         self._beats = 0
-        self._run("connecting", lambda c: None)
+        try:
+            self._run("connecting", lambda c: None)
+        except ConnectionLimitError as exc:
+            if exc.held_here:
+                raise  # (this process holds them all: none will be given back)
+            _log.warning("group %s: %s; this member joins once a connection is free",
+                         group, exc)  # fmt: skip
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
 
     @property
     def _lock_name(self) -> str:

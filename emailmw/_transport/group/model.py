@@ -480,6 +480,12 @@ class GroupStore(abc.ABC):
     #: 2 on Courier-IMAP); a liveness horizon (``expiry``) must reach well past it
     slow_release: float = 0.0
 
+    @property
+    def connected(self) -> bool:
+        """Whether it holds its connection now (one made while the account had none free
+        connects at its first command)."""
+        return True
+
     @abc.abstractmethod
     def members(self) -> list[MemberRecord]: ...
 

@@ -98,6 +98,11 @@ class GroupConsumer:
             )
         unusable = RefusalLog(logger=get_logger("groups"))
         store = host.group_store(group)
+        if not store.connected:
+            get_logger("groups").warning(
+                "group %s: %s; this member joins once a connection is free", group,
+                store.refusal,
+            )  # fmt: skip
         settle_store: GroupStore | None = None
         if store.connected and spare(options):  # (none free: settles on the one it gets)
             try:
@@ -107,6 +112,9 @@ class GroupConsumer:
             except BaseException:
                 store.close()
                 raise
+            if settle_store is not None and not settle_store.connected:
+                settle_store.close()  # (another process holds the last one: none to wait for)
+                settle_store = None
         if settle_store is None:
             get_logger("groups").info(
                 "a member of group %s settles on its receiving connection: the account's "

@@ -206,8 +206,8 @@ def test_a_group_member_made_while_its_account_is_full_joins_once_a_connection_i
                                timeout=1, **transport_extra(transport))  # fmt: skip
     options = load_options({"email": config})
     assert options.user is not None
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, account, options.user.imap.url],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, account, options.user.imap.url,
+                               "2", "2"], stdout=subprocess.PIPE, text=True)  # fmt: skip
     talker = emailmw.Context({"email": mailserver.config(sender, to=account)})
     members = None
     try:
@@ -233,14 +233,57 @@ def test_a_group_member_made_while_its_account_is_full_joins_once_a_connection_i
                 context.shutdown()
 
 
-#: a process holding the two connections an account's max-connections allows
+#: a process holding ``argv[3]`` of the ``argv[4]`` connections an account's
+#: max-connections allows
 _HOLDER = """\
 import sys, time
 from emailmw._transport.connections import take_slot
-slots = [take_slot(sys.argv[1], sys.argv[2], 2) for _ in range(2)]
+limit = int(sys.argv[4])
+slots = [take_slot(sys.argv[1], sys.argv[2], limit) for _ in range(int(sys.argv[3]))]
 print("holding", flush=True)
 time.sleep(600)
 """
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_group_member_that_finds_no_second_connection_settles_on_its_first(
+    mailserver: MailServer, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    """A group member whose second connection another process holds (max-connections 3:
+    one held elsewhere, one for the context's receiver, one for the member) settles on
+    the one it got (said once) and processes every message (was: made with a second
+    connection it waited for, its heartbeats and deliveries on it: the member never
+    processed anything and was judged hung)."""
+    caplog.set_level(logging.INFO, logger="emailmw")
+    account, sender = mailserver.fresh_account(), mailserver.fresh_account()
+    config = mailserver.config(account, transport=transport, limits={"max-connections": 3},
+                               timeout=1, **transport_extra(transport))  # fmt: skip
+    options = load_options({"email": config})
+    assert options.user is not None
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, account, options.user.imap.url,
+                               "1", "3"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    talker = emailmw.Context({"email": mailserver.config(sender, to=account)})
+    members = None
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        members = emailmw.Context({"email": config})
+        sub = emailmw.Subscription("/work", context=members, group="crew", mode="stateless")
+        said = [r.getMessage() for r in caplog.records
+                if "settles on its receiving connection" in r.getMessage()]  # fmt: skip
+        assert len(said) == 1, said
+        assert not [r for r in caplog.records if "once a connection is free" in r.getMessage()]
+        members.start_receiving()
+        pub = emailmw.Publisher("/work", context=talker)
+        for i in range(5):
+            pub.publish(f"w{i}")
+        assert sorted(receive_bodies(sub, 5, timeout=90)) == [f"w{i}" for i in range(5)]
+    finally:
+        holder.kill()
+        holder.wait()
+        for context in (talker, members):
+            if context is not None:
+                context.shutdown()
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

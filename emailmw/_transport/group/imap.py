@@ -105,10 +105,10 @@ class ImapGroupStore(GroupStore):
     """The folders of group ``group`` in the account of ``options``. Connects when made (a
     wrong password fails there); made while other processes or clients hold every
     connection the account allows (the machine's ``max-connections`` slots, or the server
-    refusing one more), it says so once and connects at its first command instead, which
-    the member's rounds retry with the polling backoff: a member started on a full account
-    joins once a connection is free. One beyond what this process itself may hold is
-    :class:`~emailmw.ConnectionLimitError` at once."""
+    refusing one more), it is made without (:attr:`refusal` says why) and connects at its
+    first command instead, which the member's rounds retry with the polling backoff: a
+    member started on a full account joins once a connection is free. One beyond what
+    this process itself may hold is :class:`~emailmw.ConnectionLimitError` at once."""
 
     def __init__(self, options: Options, group: str) -> None:
         assert options.user is not None
@@ -128,8 +128,7 @@ class ImapGroupStore(GroupStore):
         except ConnectionLimitError as exc:
             if exc.held_here:
                 raise  # (this process holds them all: none will be given back)
-            _log.warning("group %s: %s; this member joins once a connection is free",
-                         group, exc)  # fmt: skip
+            self.refusal = str(exc)
 
     @property
     def connected(self) -> bool:

@@ -480,6 +480,9 @@ class GroupStore(abc.ABC):
     #: 2 on Courier-IMAP); a liveness horizon (``expiry``) must reach well past it
     slow_release: float = 0.0
 
+    #: why it was made without its connection (the account had none free), or None
+    refusal: str | None = None
+
     @property
     def connected(self) -> bool:
         """Whether it holds its connection now (one made while the account had none free

@@ -134,8 +134,9 @@ class Run:
         return out
 
     def role(self, kind: str, config: Path) -> Path:
+        level = os.environ.get("BENCH_ROLE_LOG", "info")  # (the roles' log level)
         return self.start(sys.executable, __file__, "--role", kind, "--config", str(config),
-                          env={"EMAILMW_LOG_LEVEL": "info"})  # fmt: skip
+                          env={"EMAILMW_LOG_LEVEL": level})  # fmt: skip
 
     def cli(self, config: Path, *args: str, alone: bool = False) -> int:
         env = {k: v for k, v in os.environ.items() if k != "EMAILMW_NO_DAEMON"}

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._core.errors import ConnectError, ConnectionLimitError
 from .._core.signalsafe import set_on_signals
 from .common import CommandError, Commands, account_context, share_context, verbs
 from .quick import (
@@ -184,7 +185,11 @@ def serve(args: argparse.Namespace) -> int:
         context.start_receiving()
         from .._delivery.graph import graph_of
 
-        graph_of(context)  # the graph in memory from now on
+        try:
+            graph_of(context)  # the graph in memory from now on
+        except ConnectError as exc:  # (the account full, or away: each verb tries again)
+            print(f"emailmw daemon: {exc}: the graph is read at the next request",
+                  file=sys.stderr, flush=True)  # fmt: skip
         share_context(context)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
             listener.bind(str(path))
@@ -235,8 +240,9 @@ class Unreachable:
         self._since: float | None = None
 
     def update(self, error: Exception | None, now: float) -> str | None:
-        """None while the account answers (or not for long yet), else why to end."""
-        if error is None:
+        """None while the account answers (or not for long yet), else why to end. An
+        account whose connections are all held answers: the daemon waits for one."""
+        if error is None or isinstance(error, ConnectionLimitError):
             self._since = None
             return None
         if self._since is None:

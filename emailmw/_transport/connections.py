@@ -177,7 +177,7 @@ def take_slot(username: str, server: str, limit: int, *, wait: float = MAX_WAIT_
         Slot(account).release()
         raise ConnectionLimitError(
             f"the processes of this machine hold {limit} IMAP connections for {username}, as "
-            f"many as max-connections ({limit}) allow: it is tried again; use fewer "
+            f"many as max-connections ({limit}) allow: wait for one to close, use fewer "
             "processes on this account, or raise limits: max-connections (the server's own "
             "limit permitting)",
             server=server,

@@ -20,6 +20,7 @@ import pytest
 import emailmw
 from emailmw import example_interfaces, std_msgs
 from emailmw._cli.quick import daemon_socket
+from emailmw._core.config import load_options
 from emailmw.executors import SingleThreadedExecutor
 from emailmw.testing.mailserver import MailServer
 
@@ -133,6 +134,50 @@ def test_completion_asks_the_daemon_for_names_and_a_node_s_parameters(talker: Pa
     assert complete("emailmw topic echo /ch", talker) == ["/chatter"]
     assert complete("emailmw param get /t", talker) == ["/talker"]
     assert complete("emailmw param get /talker s", talker) == ["speed"]
+
+
+#: a process holding the two connections an account's max-connections allows
+_HOLDER = """\
+import sys, time
+from emailmw._transport.connections import take_slot
+slots = [take_slot(sys.argv[1], sys.argv[2], 2) for _ in range(2)]
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_daemon_started_on_a_full_account_answers_once_a_connection_is_free(
+    mailserver: MailServer, account: Callable[[], str], tmp_path: Path
+) -> None:
+    """#58 item 2: while another process holds every connection the account allows, the
+    daemon starts all the same and a command through it is one line naming
+    max-connections; once that process ends (SIGKILL), the daemon answers (was: 'the
+    daemon did not answer within 60 s', the daemon ended at its first graph read)."""
+    address = account()
+    settings = mailserver.config(address, limits={"max-connections": 2}, timeout=2)
+    config = write_config(tmp_path / "email.yml", settings)
+    user = load_options({"email": settings}).user
+    assert user is not None
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, address, user.imap.url],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        assert _cli(config, "daemon", "start").stdout == "The daemon has been started\n"
+        full = _cli(config, "topic", "list")
+        assert full.returncode == 1
+        assert full.stderr.count("\n") == 1
+        assert "max-connections (2)" in full.stderr
+        holder.kill()  # its connections given back by the kernel
+        deadline = time.monotonic() + 60
+        while (listed := _cli(config, "topic", "list")).returncode != 0:
+            assert time.monotonic() < deadline, listed.stderr
+            time.sleep(0.5)
+        assert (_served(config) or 0) >= 2  # (the daemon ran them)
+    finally:
+        holder.kill()
+        holder.wait()
+        _cli(config, "daemon", "stop")
 
 
 @pytest.mark.mailserver

@@ -95,18 +95,11 @@ def role(kind: str, config: str) -> None:
 # ----------------------------------------------------------------------------- the bench
 
 
-def sessions(server: MailServer, address: str) -> int:
-    for line in server.doveadm("who").splitlines():
-        if line.split()[:1] == [address]:
-            return int(line.split()[1])
-    return 0
-
-
 def watch(server: MailServer, address: str, seconds: float) -> int:
     """The most sessions counted for ``address`` over ``seconds``."""
     most, end = 0, time.monotonic() + seconds
     while time.monotonic() < end:
-        most = max(most, sessions(server, address))
+        most = max(most, server.sessions(address))
         time.sleep(0.1)
     return most
 
@@ -116,6 +109,29 @@ def write(path: Path, data: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(data))
     path.chmod(0o600)
     return path
+
+
+def gateway_file(server: MailServer, work: Path, account: str) -> Path:
+    """A gateway between ``account`` (hub gwa) and a fresh account (hub gwb)."""
+    other, far = server.fresh_account(), server.fresh_account()
+    return write(work / "gateway.yml", {
+        "accounts": {"a": server.config(account, routing={"hub": "gwa"}),
+                     "b": server.config(other, routing={"hub": "gwb"})},
+        "routes": {"lab": {"to": account, "via": "a"}, "far": {"to": far, "via": "b"}},
+    })  # fmt: skip
+
+
+def command(config: Path, *args: str) -> list[str]:
+    """``python -m emailmw --config CONFIG ARGS...``"""
+    return [sys.executable, "-m", "emailmw", "--config", str(config), *args]
+
+
+def command_env(*, alone: bool = False) -> dict[str, str]:
+    """A command's environment: through the daemon, or without it (``alone``)."""
+    env = {k: v for k, v in os.environ.items() if k != "EMAILMW_NO_DAEMON"}
+    if alone:
+        env["EMAILMW_NO_DAEMON"] = "1"
+    return env
 
 
 class Run:
@@ -138,13 +154,9 @@ class Run:
         return self.start(sys.executable, __file__, "--role", kind, "--config", str(config),
                           env={"EMAILMW_LOG_LEVEL": level})  # fmt: skip
 
-    def cli(self, config: Path, *args: str, alone: bool = False) -> int:
-        env = {k: v for k, v in os.environ.items() if k != "EMAILMW_NO_DAEMON"}
-        if alone:
-            env["EMAILMW_NO_DAEMON"] = "1"
-        done = subprocess.run([sys.executable, "-m", "emailmw", "--config", str(config), *args],
-                              cwd=ROOT, capture_output=True, timeout=180, env=env,
-                              check=False)  # fmt: skip
+    def cli(self, config: Path, *args: str) -> int:
+        done = subprocess.run(command(config, *args), cwd=ROOT, capture_output=True,
+                              timeout=180, env=command_env(), check=False)  # fmt: skip
         return done.returncode
 
     def end(self) -> None:
@@ -169,16 +181,11 @@ def run(work: Path) -> Iterator[Run]:
 
 
 def measure(server: MailServer, kind: str, work: Path) -> dict[str, int]:
-    account, other = server.fresh_account(), server.fresh_account()
+    account = server.fresh_account()
     config = write(work / "email.yml", {"email": server.config(account, to=account)})
     with run(work) as procs:
         if kind == "gateway":
-            far = server.fresh_account()
-            gateway = write(work / "gateway.yml", {
-                "accounts": {"a": server.config(account, routing={"hub": "gwa"}),
-                             "b": server.config(other, routing={"hub": "gwb"})},
-                "routes": {"lab": {"to": account, "via": "a"}, "far": {"to": far, "via": "b"}},
-            })  # fmt: skip
+            gateway = gateway_file(server, work, account)
             procs.start(sys.executable, "-m", "emailmw", "gateway", str(gateway))
         elif kind in ("daemon", "cli_via_daemon"):
             assert procs.cli(config, "daemon", "start") == 0
@@ -188,24 +195,18 @@ def measure(server: MailServer, kind: str, work: Path) -> dict[str, int]:
             time.sleep(SETTLE_S)
             base = watch(server, account, 1.0)
             peak = base
-            call = subprocess.Popen  # (the call runs while the server is watched)
-            env = {k: v for k, v in os.environ.items() if k != "EMAILMW_NO_DAEMON"}
-            if kind == "cli_alone":
-                env["EMAILMW_NO_DAEMON"] = "1"
-            proc = call([sys.executable, "-m", "emailmw", "--config", str(config), "topic",
-                         "list"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL)  # fmt: skip
+            # (the command runs while the server is watched)
+            proc = subprocess.Popen(command(config, "topic", "list"), cwd=ROOT,
+                                    env=command_env(alone=kind == "cli_alone"),
+                                    stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)  # fmt: skip
             while proc.poll() is None:
-                peak = max(peak, sessions(server, account))
+                peak = max(peak, server.sessions(account))
                 time.sleep(0.05)
             if kind == "cli_via_daemon":
                 procs.cli(config, "daemon", "stop")
             return {"held": peak - base, "peak": peak - base, "exit": proc.returncode}
-        start = time.monotonic()
-        peak = 0
-        while time.monotonic() - start < SETTLE_S:
-            peak = max(peak, sessions(server, account))
-            time.sleep(0.1)
+        peak = watch(server, account, SETTLE_S)
         held = watch(server, account, 3.0)
         if kind == "daemon":
             procs.cli(config, "daemon", "stop")
@@ -213,13 +214,9 @@ def measure(server: MailServer, kind: str, work: Path) -> dict[str, int]:
 
 
 def mix(server: MailServer, work: Path) -> dict[str, Any]:
-    account, other, far = (server.fresh_account() for _ in range(3))
+    account = server.fresh_account()
     config = write(work / "email.yml", {"email": server.config(account, to=account)})
-    gateway = write(work / "gateway.yml", {
-        "accounts": {"a": server.config(account, routing={"hub": "gwa"}),
-                     "b": server.config(other, routing={"hub": "gwb"})},
-        "routes": {"lab": {"to": account, "via": "a"}, "far": {"to": far, "via": "b"}},
-    })  # fmt: skip
+    gateway = gateway_file(server, work, account)
     with run(work) as procs:
         members = [procs.role("stateless_member", config) for _ in range(3)]
         subscribers = [procs.role("subscriber", config) for _ in range(2)]
@@ -229,11 +226,11 @@ def mix(server: MailServer, work: Path) -> dict[str, Any]:
         publisher = procs.role("publisher", config)
         most = 0
         for _ in range(3):
-            most = max(most, sessions(server, account))
+            most = max(most, server.sessions(account))
             cli_ok += int(procs.cli(config, "topic", "list") == 0)
         end = time.monotonic() + 40
         while time.monotonic() < end:
-            most = max(most, sessions(server, account))
+            most = max(most, server.sessions(account))
             time.sleep(0.2)
         lines = publisher.read_text().splitlines()
         published = sum(1 for line in lines if line.startswith("sent "))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -61,3 +64,31 @@ def round_trip(context: Any, timeout: float = 10.0) -> None:
     with emailmw.Subscription(topic, context=context) as probe:
         emailmw.Publisher(topic, context=context).publish("sync")
         assert emailmw.wait_for_message(probe, timeout) == "sync"
+
+
+_HOLDER = """\
+import sys, time
+from emailmw._transport.connections import take_slot
+limit = int(sys.argv[4])
+slots = [take_slot(sys.argv[1], sys.argv[2], limit) for _ in range(int(sys.argv[3]))]
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+@contextlib.contextmanager
+def connections_held_elsewhere(
+    username: str, server: str, count: int, limit: int
+) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding ``count`` of the ``limit`` max-connections slots of
+    ``username`` at ``server`` (the IMAP URL) until it is killed (``kill()`` it to give them
+    back: the kernel does); killed at the end."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, username, server, str(count),
+                               str(limit)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()

@@ -5,8 +5,6 @@ another process's slots count, and come back when it dies."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -17,6 +15,7 @@ import pytest
 import emailmw
 from emailmw._core.config import load_options
 from emailmw._transport.connections import in_use, take_slot
+from tests.helpers import connections_held_elsewhere
 
 
 def _account() -> tuple[str, str]:
@@ -78,15 +77,6 @@ def test_max_connections_is_read_from_limits() -> None:
         load_options({"email": {**base, "limits": {"max-connections": 0}}})
 
 
-HOLDER = """\
-import sys, time
-from emailmw._transport.connections import take_slot
-slots = [take_slot(sys.argv[1], sys.argv[2], 2) for _ in range(2)]
-print("holding", flush=True)
-time.sleep(600)
-"""
-
-
 def test_the_budget_holds_across_the_processes_of_the_machine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,11 +87,7 @@ def test_the_budget_holds_across_the_processes_of_the_machine(
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     user, server = _account()
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, user, server],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "holding"
+    with connections_held_elsewhere(user, server, 2, 2) as holder:
         assert in_use(user, server) == 0  # (none of this process's)
         with pytest.raises(emailmw.ConnectionLimitError) as info:
             take_slot(user, server, 2, wait=0.3)
@@ -117,5 +103,3 @@ def test_the_budget_holds_across_the_processes_of_the_machine(
         files = list((runtime / "emailmw").iterdir())
         assert files
         assert all(f.stat().st_mode & 0o077 == 0 for f in files)  # (private)
-    finally:
-        holder.kill()

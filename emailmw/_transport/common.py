@@ -620,6 +620,9 @@ class MailboxReceiver(EmailReceiver):
     until enough is settled (the budget nudges the receiver): the mail waits on the server.
     """
 
+    #: held while receiving or running a command on the connection (made by a subclass)
+    _lock: threading.Lock
+
     def __init__(self, options: Options, account: str, budget: ReceiveBudget | None = None) -> None:
         self._options = options
         self._where = f"{account}/{options.folder}"
@@ -680,6 +683,11 @@ class MailboxReceiver(EmailReceiver):
         ``FOLDER`` goes through :meth:`_role_folder` (a role such as ``\\Trash``)."""
 
     @abc.abstractmethod
+    def _hang_up(self) -> None:
+        """Apply what was settled, then close the connection, the position kept (call
+        with ``_lock`` held): the next receive connects again."""
+
+    @abc.abstractmethod
     def _list_folders(self) -> list[tuple[tuple[str, ...], str]]:
         """``LIST "" "*"``: each folder's attributes and name, as the server gives them."""
 
@@ -712,6 +720,16 @@ class MailboxReceiver(EmailReceiver):
     def wakeup(self) -> None:
         self._woken = True
         self._nudge.set()
+
+    def disconnect(self) -> bool:
+        if not self._lock.acquire(blocking=False):
+            return False  # (a receive or a command is under way)
+        try:
+            if not self._closed:
+                self._hang_up()
+            return True
+        finally:
+            self._lock.release()
 
     def _take_wakeup(self) -> bool:
         """True (once) when :meth:`wakeup` or :meth:`close` asked the waiting call to return."""

@@ -746,16 +746,9 @@ class CurlReceiver(MailboxReceiver):
         ]
         return found[-limit:]
 
-    def disconnect(self) -> bool:
-        if not self._lock.acquire(blocking=False):
-            return False  # (a receive or a command is under way)
-        try:
-            if not self._closed:
-                self._apply_actions()  # what was settled still gets its action
-                self._executor.disconnect()
-            return True
-        finally:
-            self._lock.release()
+    def _hang_up(self) -> None:
+        self._apply_actions()  # what was settled still gets its action
+        self._executor.disconnect()
 
     def close(self) -> None:
         self._closed = True

@@ -427,27 +427,16 @@ class NativeReceiver(MailboxReceiver):
                         break
                 return found[-limit:] if limit > 0 else []
 
-    def disconnect(self) -> bool:
-        if not self._lock.acquire(blocking=False):
-            return False  # (a receive or a command is under way)
-        try:
-            if self._client is not None and not self._closed:
-                self._apply_actions()  # what was settled still gets its action
-                with contextlib.suppress(Exception):
-                    self._client.logout()
-                self._drop_connection()
-                _log.debug("%s: session given back while nothing receives", self._where)
-            return True
-        finally:
-            self._lock.release()
+    def _hang_up(self) -> None:
+        if self._client is not None:
+            self._apply_actions()  # what was settled last still gets its action
+            with contextlib.suppress(Exception):
+                self._client.logout()
+            self._drop_connection()
 
     def close(self) -> None:
         self._closed = True
         self._nudge.set()
         with self._lock:
-            if self._client is not None:
-                self._apply_actions()  # what was settled last still gets its action
-                with contextlib.suppress(Exception):
-                    self._client.logout()
-                self._drop_connection()
+            self._hang_up()
             self._stop_budget()

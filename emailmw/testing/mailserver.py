@@ -708,6 +708,13 @@ class MailServer:
         """Run ``doveadm`` against this instance; its output."""
         return self._run("doveadm", "-c", str(self._dc_conf), *args).stdout
 
+    def sessions(self, address: str) -> int:
+        """The IMAP sessions the server counts for ``address`` now (``doveadm who``)."""
+        for line in self.doveadm("who").splitlines():
+            if line.split()[:1] == [address]:
+                return int(line.split()[1])
+        return 0
+
     def kick(self, address: str) -> None:
         """Disconnect every IMAP session of ``address`` (``doveadm kick``); none is fine."""
         result = self._run("doveadm", "-c", str(self._dc_conf), "kick", address, check=False)

@@ -24,7 +24,7 @@ from emailmw._core.config import load_options
 from emailmw.executors import SingleThreadedExecutor
 from emailmw.testing.mailserver import MailServer
 
-from ..helpers import round_trip
+from ..helpers import connections_held_elsewhere, round_trip
 from .helpers import write_config
 from .test_cli_ros2 import complete
 
@@ -136,16 +136,6 @@ def test_completion_asks_the_daemon_for_names_and_a_node_s_parameters(talker: Pa
     assert complete("emailmw param get /talker s", talker) == ["speed"]
 
 
-#: a process holding the two connections an account's max-connections allows
-_HOLDER = """\
-import sys, time
-from emailmw._transport.connections import take_slot
-slots = [take_slot(sys.argv[1], sys.argv[2], 2) for _ in range(2)]
-print("holding", flush=True)
-time.sleep(600)
-"""
-
-
 def test_a_daemon_started_on_a_full_account_answers_once_a_connection_is_free(
     mailserver: MailServer, account: Callable[[], str], tmp_path: Path
 ) -> None:
@@ -158,25 +148,20 @@ def test_a_daemon_started_on_a_full_account_answers_once_a_connection_is_free(
     config = write_config(tmp_path / "email.yml", settings)
     user = load_options({"email": settings}).user
     assert user is not None
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, address, user.imap.url],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "holding"
-        assert _cli(config, "daemon", "start").stdout == "The daemon has been started\n"
-        full = _cli(config, "topic", "list")
-        assert full.returncode == 1
-        assert full.stderr.count("\n") == 1
-        assert "max-connections (2)" in full.stderr
-        holder.kill()  # its connections given back by the kernel
-        deadline = time.monotonic() + 60
-        while (listed := _cli(config, "topic", "list")).returncode != 0:
-            assert time.monotonic() < deadline, listed.stderr
-            time.sleep(0.5)
-        assert (_served(config) or 0) >= 2  # (the daemon ran them)
+        with connections_held_elsewhere(address, user.imap.url, 2, 2) as holder:
+            assert _cli(config, "daemon", "start").stdout == "The daemon has been started\n"
+            full = _cli(config, "topic", "list")
+            assert full.returncode == 1
+            assert full.stderr.count("\n") == 1
+            assert "max-connections (2)" in full.stderr
+            holder.kill()  # its connections given back by the kernel
+            deadline = time.monotonic() + 60
+            while (listed := _cli(config, "topic", "list")).returncode != 0:
+                assert time.monotonic() < deadline, listed.stderr
+                time.sleep(0.5)
+            assert (_served(config) or 0) >= 2  # (the daemon ran them)
     finally:
-        holder.kill()
-        holder.wait()
         _cli(config, "daemon", "stop")
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +19,7 @@ import emailmw
 from emailmw._core.config import load_options
 from emailmw.testing.mailserver import MailServer
 from tests.conftest import MakeContext
-from tests.helpers import deadline_loop
+from tests.helpers import connections_held_elsewhere, deadline_loop
 
 from .helpers import TRANSPORTS, receive_bodies, transport_extra
 
@@ -138,14 +136,6 @@ def _holds(server: MailServer, address: str, line: bytes) -> bool:
                for path in (maildir / sub).glob("*"))  # fmt: skip
 
 
-def _sessions(server: MailServer, address: str) -> int:
-    """The IMAP sessions the server counts for ``address`` now (``doveadm who``)."""
-    for line in server.doveadm("who").splitlines():
-        if line.split()[:1] == [address]:
-            return int(line.split()[1])
-    return 0
-
-
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_process_stays_within_max_connections_and_the_next_is_one_clear_error(
     mailserver: MailServer, caplog: pytest.LogCaptureFixture, transport: str
@@ -172,7 +162,7 @@ def test_a_process_stays_within_max_connections_and_the_next_is_one_clear_error(
         message = str(info.value)
         assert "max-connections (4)" in message
         assert "\n" not in message
-        assert _sessions(mailserver, group) == 4
+        assert mailserver.sessions(group) == 4
         members.start_receiving()
         pub = emailmw.Publisher("/work", context=talker)
         for i in range(20):
@@ -185,7 +175,7 @@ def test_a_process_stays_within_max_connections_and_the_next_is_one_clear_error(
                 if found is not None:
                     got.append(found)
         assert sorted(got, key=lambda m: int(m[1:])) == [f"m{i}" for i in range(20)]
-        assert _sessions(mailserver, group) <= 4
+        assert mailserver.sessions(group) <= 4
     finally:
         talker.shutdown()
         members.shutdown()
@@ -206,43 +196,26 @@ def test_a_group_member_made_while_its_account_is_full_joins_once_a_connection_i
                                timeout=1, **transport_extra(transport))  # fmt: skip
     options = load_options({"email": config})
     assert options.user is not None
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, account, options.user.imap.url,
-                               "2", "2"], stdout=subprocess.PIPE, text=True)  # fmt: skip
     talker = emailmw.Context({"email": mailserver.config(sender, to=account)})
     members = None
     try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "holding"
-        members = emailmw.Context({"email": config})
-        sub = emailmw.Subscription("/work", context=members, group="crew", mode="stateless")
-        said = [r.getMessage() for r in caplog.records
-                if "joins once a connection is free" in r.getMessage()]  # fmt: skip
-        assert len(said) == 1, said
-        assert "\n" not in said[0]
-        members.start_receiving()
-        holder.kill()  # its connections given back by the kernel
-        pub = emailmw.Publisher("/work", context=talker)
-        for i in range(5):
-            pub.publish(f"w{i}")
-        assert sorted(receive_bodies(sub, 5, timeout=120)) == [f"w{i}" for i in range(5)]
+        with connections_held_elsewhere(account, options.user.imap.url, 2, 2) as holder:
+            members = emailmw.Context({"email": config})
+            sub = emailmw.Subscription("/work", context=members, group="crew", mode="stateless")
+            said = [r.getMessage() for r in caplog.records
+                    if "joins once a connection is free" in r.getMessage()]  # fmt: skip
+            assert len(said) == 1, said
+            assert "\n" not in said[0]
+            members.start_receiving()
+            holder.kill()  # its connections given back by the kernel
+            pub = emailmw.Publisher("/work", context=talker)
+            for i in range(5):
+                pub.publish(f"w{i}")
+            assert sorted(receive_bodies(sub, 5, timeout=120)) == [f"w{i}" for i in range(5)]
     finally:
-        holder.kill()
-        holder.wait()
         for context in (talker, members):
             if context is not None:
                 context.shutdown()
-
-
-#: a process holding ``argv[3]`` of the ``argv[4]`` connections an account's
-#: max-connections allows
-_HOLDER = """\
-import sys, time
-from emailmw._transport.connections import take_slot
-limit = int(sys.argv[4])
-slots = [take_slot(sys.argv[1], sys.argv[2], limit) for _ in range(int(sys.argv[3]))]
-print("holding", flush=True)
-time.sleep(600)
-"""
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -260,27 +233,22 @@ def test_a_group_member_that_finds_no_second_connection_settles_on_its_first(
                                timeout=1, **transport_extra(transport))  # fmt: skip
     options = load_options({"email": config})
     assert options.user is not None
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, account, options.user.imap.url,
-                               "1", "3"], stdout=subprocess.PIPE, text=True)  # fmt: skip
     talker = emailmw.Context({"email": mailserver.config(sender, to=account)})
     members = None
     try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "holding"
-        members = emailmw.Context({"email": config})
-        sub = emailmw.Subscription("/work", context=members, group="crew", mode="stateless")
-        said = [r.getMessage() for r in caplog.records
-                if "settles on its receiving connection" in r.getMessage()]  # fmt: skip
-        assert len(said) == 1, said
-        assert not [r for r in caplog.records if "once a connection is free" in r.getMessage()]
-        members.start_receiving()
-        pub = emailmw.Publisher("/work", context=talker)
-        for i in range(5):
-            pub.publish(f"w{i}")
-        assert sorted(receive_bodies(sub, 5, timeout=90)) == [f"w{i}" for i in range(5)]
+        with connections_held_elsewhere(account, options.user.imap.url, 1, 3):
+            members = emailmw.Context({"email": config})
+            sub = emailmw.Subscription("/work", context=members, group="crew", mode="stateless")
+            said = [r.getMessage() for r in caplog.records
+                    if "settles on its receiving connection" in r.getMessage()]  # fmt: skip
+            assert len(said) == 1, said
+            assert not [r for r in caplog.records if "once a connection is free" in r.getMessage()]
+            members.start_receiving()
+            pub = emailmw.Publisher("/work", context=talker)
+            for i in range(5):
+                pub.publish(f"w{i}")
+            assert sorted(receive_bodies(sub, 5, timeout=90)) == [f"w{i}" for i in range(5)]
     finally:
-        holder.kill()
-        holder.wait()
         for context in (talker, members):
             if context is not None:
                 context.shutdown()
@@ -304,19 +272,19 @@ def test_a_context_that_only_sends_gives_its_session_back_and_misses_nothing(
         listener.start_receiving()
         pub = emailmw.Publisher("/out", context=sending)
         more = deadline_loop(60)
-        while _sessions(mailserver, own) > 0 and more():
+        while mailserver.sessions(own) > 0 and more():
             time.sleep(0.1)
-        assert _sessions(mailserver, own) == 0
+        assert mailserver.sessions(own) == 0
         pub.publish("sent without a session")
         assert receive_bodies(out, 1) == ["sent without a session"]
         emailmw.Publisher("/back", context=talker).publish("came while it held none")
         assert talker.flush(30)
         while not _holds(mailserver, own, b"Subject: /back") and more():
             time.sleep(0.05)  # (delivered while the context holds no session)
-        assert _sessions(mailserver, own) == 0
+        assert mailserver.sessions(own) == 0
         back = emailmw.Subscription("/back", context=sending)
         assert receive_bodies(back, 1) == ["came while it held none"]
-        assert _sessions(mailserver, own) == 1
+        assert mailserver.sessions(own) == 1
     finally:
         for context in (sending, talker, listener):
             context.shutdown()
